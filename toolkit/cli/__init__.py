@@ -1,0 +1,117 @@
+"""The ``gpunode`` command line: a thin layer over the Click-free core.
+
+Command groups are registered once, in ``COMMANDS``, and imported only when used so that
+``gpunode --help`` stays fast. ``main`` is the single error boundary: expected errors
+become a message on stderr and a documented exit code; a traceback is shown only with
+``--debug``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from toolkit import __version__
+from toolkit.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, ToolkitError
+
+# name -> (module:attribute, one-line summary shown by ``gpunode --help``)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "stack": ("toolkit.cli.stack:stack", "Check and show pinned NVIDIA stacks."),
+    "lab": ("toolkit.cli.lab:lab", "Run a fleet of simulated GPU nodes on local Docker."),
+    "provision": ("toolkit.cli.provision:provision", "Converge nodes to their pinned stack."),
+    "drift": ("toolkit.cli.provision:drift", "Compare pinned, installed and loaded versions."),
+    "disks": ("toolkit.cli.disks:disks", "Plan and apply the data-disk layout safely."),
+    "image": ("toolkit.cli.image:image", "Build and verify reproducible training images."),
+    "accept": ("toolkit.cli.accept:accept", "Run the acceptance test and mark nodes ready."),
+    "status": ("toolkit.cli.status:status", "Show the readiness of every node."),
+}
+
+EPILOG = """\b
+Exit codes: 0 ok, 1 operation failed or node not ready, 2 bad usage or config,
+130 interrupted.
+
+\b
+Examples:
+  gpunode stack check inventories/sample
+  gpunode lab up --nodes 2
+  gpunode provision -i inventories/lab
+  gpunode accept -i inventories/lab
+"""
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name in COMMANDS if _available(name)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS or not _available(cmd_name):
+            return None
+        target, _summary = COMMANDS[cmd_name]
+        module_name, attr = target.split(":")
+        command = getattr(importlib.import_module(module_name), attr)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _available(name: str) -> bool:
+    module_name = COMMANDS[name][0].split(":")[0]
+    return importlib.util.find_spec(module_name) is not None
+
+
+_debug = False
+
+
+@click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gpunode")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def cli(debug: bool) -> None:
+    """Take bare GPU servers to nodes proven ready to train."""
+    global _debug
+    _debug = debug
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI: the one error boundary of gpunode."""
+    try:
+        cli.main(args=argv, prog_name="gpunode", standalone_mode=False)
+    except ToolkitError as err:
+        _report(err)
+        sys.exit(err.exit_code)
+    except click.exceptions.Exit as exit_:
+        sys.exit(exit_.exit_code)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(EXIT_USAGE if isinstance(err, click.UsageError) else err.exit_code)
+    except (KeyboardInterrupt, click.Abort):
+        click.echo("Interrupted.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as err:  # the boundary: anything unexpected
+        if _debug:
+            traceback.print_exc()
+        else:
+            click.echo(f"Error: internal error: {err!r} (rerun with --debug)", err=True)
+        sys.exit(EXIT_FAILED)
+    sys.exit(0)
+
+
+def _report(err: ToolkitError) -> None:
+    if _debug:
+        traceback.print_exc()
+    click.echo(f"Error: {err.message}", err=True)
+
+
+def run_context() -> dict[str, Any]:
+    """Global settings for commands (currently only whether ``--debug`` was given)."""
+    return {"debug": _debug}

@@ -1,0 +1,25 @@
+"""Where output goes: data on stdout, everything for people on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+# A command's result for people (tables, verdicts) goes to stdout; with --json only JSON does.
+out_console = Console(highlight=False)
+# Progress, warnings and messages go to stderr.
+err_console = Console(stderr=True, highlight=False)
+
+
+def emit_json(document: Any) -> None:
+    """Write exactly one JSON document to stdout."""
+    json.dump(document, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
+
+
+def say(message: str) -> None:
+    """A message for people (stderr)."""
+    err_console.print(message)
