@@ -25,7 +25,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "provision": ("toolkit.cli.provision:provision", "Converge nodes to their pinned stack."),
     "drift": ("toolkit.cli.provision:drift", "Compare pinned, installed and loaded versions."),
     "disks": ("toolkit.cli.disks:disks", "Plan and apply the data-disk layout safely."),
-    "image": ("toolkit.cli.image:image", "Build and verify reproducible training images."),
     "accept": ("toolkit.cli.accept:accept", "Run the acceptance test and mark nodes ready."),
     "status": ("toolkit.cli.status:status", "Show the readiness of every node."),
 }
