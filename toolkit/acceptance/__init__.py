@@ -1,0 +1,1 @@
+"""Acceptance: nccl-tests parsing, the node-side runner, thresholds and verdicts."""

@@ -1,0 +1,1 @@
+"""Data disks: facts about block devices, the pure planner and its safety rules."""
