@@ -9,6 +9,7 @@ become a message on stderr and a documented exit code; a traceback is shown only
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import traceback
 from typing import Any
