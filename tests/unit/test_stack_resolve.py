@@ -1,0 +1,292 @@
+"""Resolving a stack to exact packages per OS, the repositories, and the stack id."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_stack_support import make
+
+from toolkit.errors import ConfigError
+from toolkit.stack import SUPPORTED_OS, load_stack_file, resolve, stack_id
+
+PRE_R580_OPEN = {"driver": {"version": "550.127.05", "flavour": "open"}, "cuda": "12.4.1",
+                 "nccl": "2.21.5-1+cuda12.4"}  # fmt: skip
+
+
+def test_resolved_shape_matches_the_architecture_contract() -> None:
+    resolved = resolve(*make(), "debian12")
+    assert set(resolved) == {
+        "stack_id", "os", "driver", "cuda", "nccl", "fabric_manager", "container_toolkit",
+        "cudnn", "dcgm", "repositories",
+    }  # fmt: skip
+    assert resolved["os"] == "debian12"
+    assert len(resolved["stack_id"]) == 12
+    int(resolved["stack_id"], 16)
+    assert resolved["driver"]["version"] == "580.95.05"
+    assert resolved["driver"]["branch"] == "580"
+    assert resolved["driver"]["flavour"] == "open"
+    assert resolved["cuda"] == {"version": "12.8.1", "packages": {"cuda-toolkit-12-8": "12.8.1-1"}}
+    assert resolved["nccl"] == {
+        "version": "2.26.2",
+        "cuda": "12.8",
+        "packages": {"libnccl2": "2.26.2-1+cuda12.8", "libnccl-dev": "2.26.2-1+cuda12.8"},
+    }
+    assert resolved["container_toolkit"] == {
+        "version": "1.17.8",
+        "packages": {
+            "nvidia-container-toolkit": "1.17.8-1",
+            "nvidia-container-toolkit-base": "1.17.8-1",
+            "libnvidia-container-tools": "1.17.8-1",
+            "libnvidia-container1": "1.17.8-1",
+        },
+    }
+    assert resolved["cudnn"] is None and resolved["dcgm"] is None
+
+
+# (driver version, flavour, driver packages, pinning packages)
+DRIVER_CASES = [
+    ("580.95.05", "open",
+     ["nvidia-open", "nvidia-driver-580-open", "nvidia-dkms-580-open", "nvidia-utils-580",
+      "libnvidia-compute-580", "nvidia-persistenced"],
+     ["nvidia-driver-pinning-580.95.05"]),
+    ("580.95.05", "proprietary",
+     ["cuda-drivers-580", "nvidia-driver-580", "nvidia-dkms-580", "nvidia-utils-580",
+      "libnvidia-compute-580", "nvidia-persistenced"],
+     ["nvidia-driver-pinning-580.95.05"]),
+    ("595.45.04", "proprietary",
+     ["cuda-drivers", "nvidia-driver-595", "nvidia-dkms-595", "nvidia-utils-595",
+      "libnvidia-compute-595", "nvidia-persistenced"],
+     ["nvidia-driver-pinning-595.45.04"]),
+    ("550.127.05", "open",
+     ["nvidia-driver-550-open", "nvidia-dkms-550-open", "nvidia-utils-550",
+      "libnvidia-compute-550", "nvidia-persistenced"],
+     []),
+    ("535.261.03", "proprietary",
+     ["cuda-drivers-535", "nvidia-driver-535", "nvidia-dkms-535", "nvidia-utils-535",
+      "libnvidia-compute-535", "nvidia-persistenced"],
+     []),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("version", "flavour", "packages", "pinning"), DRIVER_CASES)
+def test_driver_package_names_by_branch_and_flavour(
+    version: str, flavour: str, packages: list[str], pinning: list[str]
+) -> None:
+    stack, hardware = make({"driver": {"version": version, "flavour": flavour}})
+    driver = resolve(stack, hardware, "ubuntu2404")["driver"]
+    assert list(driver["packages"]) == packages
+    assert set(driver["packages"].values()) == {f"{version}-1"}
+    assert list(driver["pinning_packages"]) == pinning
+    assert set(driver["pinning_packages"].values()) <= {f"{version}-1"}
+
+
+@pytest.mark.parametrize(
+    ("stack", "packages"),
+    [
+        ({}, {"nvidia-fabricmanager": "580.95.05-1", "libnvidia-nscq": "580.95.05-1"}),
+        (
+            PRE_R580_OPEN,
+            {"nvidia-fabricmanager-550": "550.127.05-1", "libnvidia-nscq-550": "550.127.05-1"},
+        ),
+    ],
+)
+def test_fabric_manager_names_before_and_after_r580(
+    stack: dict[str, Any], packages: dict[str, str]
+) -> None:
+    fabric = resolve(*make(stack), "ubuntu2204")["fabric_manager"]
+    assert fabric["enabled"] is True
+    assert fabric["packages"] == packages
+
+
+@pytest.mark.parametrize(
+    ("stack", "hardware"),
+    [
+        ({"fabric_manager": "none"}, {"gpu": {"nvswitch": False}}),
+        ({}, {"gpu": {"nvswitch": False}}),
+        ({}, {"gpu": {"model": "GB200"}}),  # IMEX, not Fabric Manager
+    ],
+)
+def test_fabric_manager_not_installed(stack: dict[str, Any], hardware: dict[str, Any]) -> None:
+    fabric = resolve(*make(stack, hardware), "debian12")["fabric_manager"]
+    assert fabric == {"enabled": False, "version": None, "packages": {}}
+
+
+def test_cudnn_and_dcgm_packages() -> None:
+    resolved = resolve(*make({"cudnn": "9.10.2.21", "dcgm": "4.2.3"}), "ubuntu2204")
+    assert resolved["cudnn"] == {
+        "version": "9.10.2.21",
+        "packages": {
+            "libcudnn9-cuda-12": "9.10.2.21-1",
+            "libcudnn9-dev-cuda-12": "9.10.2.21-1",
+        },
+    }
+    assert resolved["dcgm"]["packages"] == {
+        "datacenter-gpu-manager-4-core": "1:4.2.3-1",
+        "datacenter-gpu-manager-4-cuda12": "1:4.2.3-1",
+    }
+    cudnn8 = resolve(*make({"cudnn": "8.9.7.29-1+cuda12.2"}), "ubuntu2204")["cudnn"]
+    assert cudnn8 == {
+        "version": "8.9.7.29",
+        "packages": {"libcudnn8": "8.9.7.29-1+cuda12.2", "libcudnn8-dev": "8.9.7.29-1+cuda12.2"},
+    }
+
+
+def test_per_os_override_applies_to_that_os_only() -> None:
+    stack, hardware = make(
+        {
+            "packages": {
+                "ubuntu2204": {
+                    "nvidia-open": "580.95.05-0ubuntu1",
+                    "nvidia-driver-pinning-580.95.05": "580.95.05-2",
+                    "libnccl2": "2.26.2-2+cuda12.8",
+                }
+            }
+        }
+    )
+    ubuntu = resolve(stack, hardware, "ubuntu2204")
+    debian = resolve(stack, hardware, "debian12")
+    assert ubuntu["driver"]["packages"]["nvidia-open"] == "580.95.05-0ubuntu1"
+    assert ubuntu["driver"]["pinning_packages"]["nvidia-driver-pinning-580.95.05"] == "580.95.05-2"
+    assert ubuntu["nccl"]["packages"]["libnccl2"] == "2.26.2-2+cuda12.8"
+    assert ubuntu["nccl"]["packages"]["libnccl-dev"] == "2.26.2-1+cuda12.8"
+    assert debian["driver"]["packages"]["nvidia-open"] == "580.95.05-1"
+    assert debian["nccl"]["packages"]["libnccl2"] == "2.26.2-1+cuda12.8"
+
+
+def test_override_of_a_package_not_installed_is_an_error() -> None:
+    stack, hardware = make({"packages": {"debian12": {"libnccl": "2.26.2-1+cuda12.8"}}})
+    with pytest.raises(ConfigError) as info:
+        resolve(stack, hardware, "debian12")
+    assert "stack.packages.debian12.libnccl" in info.value.message
+    assert "did you mean 'libnccl2'" in info.value.message
+
+
+@pytest.mark.parametrize("os_id", SUPPORTED_OS)
+def test_repositories_default_to_nvidia_with_keyrings(os_id: str) -> None:
+    repos = resolve(*make(), os_id)["repositories"]
+    assert repos == [
+        {
+            "name": "cuda",
+            "uri": f"https://developer.download.nvidia.com/compute/cuda/repos/{os_id}/x86_64/",
+            "suite": "/",
+            "keyring": "/usr/share/keyrings/cuda-archive-keyring.gpg",
+        },
+        {
+            "name": "nvidia-container-toolkit",
+            "uri": "https://nvidia.github.io/libnvidia-container/stable/deb/amd64/",
+            "suite": "/",
+            "keyring": "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg",
+        },
+    ]
+
+
+def test_grace_systems_use_the_sbsa_repository() -> None:
+    stack, hardware = make({}, {"gpu": {"model": "GH200", "count": 1, "nvswitch": False}})
+    repos = resolve(stack, hardware, "ubuntu2404")["repositories"]
+    assert repos[0]["uri"].endswith("/ubuntu2404/sbsa/")
+    assert repos[1]["uri"].endswith("/deb/arm64/")
+
+
+def test_repository_variables_override_the_urls() -> None:
+    repo_vars = {
+        "gpunode_nvidia_repo_url": "http://10.0.0.1:8080/{os}/{arch}/",
+        "gpunode_container_toolkit_repo_url": "http://10.0.0.1:8080/ctk/{deb_arch}/",
+    }
+    repos = resolve(*make(), "debian12", repo_vars=repo_vars)["repositories"]
+    assert repos[0]["uri"] == "http://10.0.0.1:8080/debian12/x86_64/"
+    assert repos[1]["uri"] == "http://10.0.0.1:8080/ctk/amd64/"
+
+
+def test_unknown_os_and_arch_are_errors() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'ubuntu2204'"):
+        resolve(*make(), "ubuntu2203")
+    with pytest.raises(ConfigError, match="unknown arch"):
+        resolve(*make(), "debian12", arch="aarch64")
+
+
+# --- the stack id -------------------------------------------------------------------------
+
+ONE_FILE = """\
+stack:
+  driver: {version: "550.127.05", flavour: open}
+  cuda: "12.4.1"
+  nccl: "2.21.5-1+cuda12.4"
+  fabric_manager: auto
+  container_toolkit: "1.16.2"
+hardware:
+  gpu: {model: H100, count: 8, nvswitch: true}
+"""
+
+REORDERED = """\
+# The same stack, keys in another order, with comments.
+hardware:
+  gpu:
+    nvswitch: true   # HGX board
+    count: 8
+    model: H100
+stack:
+  container_toolkit: '1.16.2'
+  fabric_manager: auto
+  nccl: '2.21.5-1+cuda12.4'   # matches CUDA 12.4
+  cuda: '12.4.1'
+  driver:
+    flavour: open
+    version: '550.127.05'
+"""
+
+
+def test_stack_id_is_stable_across_key_order_and_comments(tmp_path: Path) -> None:
+    first = tmp_path / "a.yml"
+    second = tmp_path / "b.yml"
+    first.write_text(ONE_FILE)
+    second.write_text(REORDERED)
+    a = load_stack_file(first)
+    b = load_stack_file(second)
+    assert stack_id(a.stack, a.hardware) == stack_id(b.stack, b.hardware)
+
+
+def test_stack_id_is_the_same_for_every_os_and_repository() -> None:
+    stack, hardware = make()
+    ids = {resolve(stack, hardware, os_id)["stack_id"] for os_id in SUPPORTED_OS}
+    ids.add(
+        resolve(stack, hardware, "debian12", repo_vars={"gpunode_nvidia_repo_url": "x"})["stack_id"]
+    )
+    assert ids == {stack_id(stack, hardware)}
+
+
+def test_stack_id_normalises_equivalent_versions() -> None:
+    assert stack_id(*make({"cuda": "12.8"})) == stack_id(*make({"cuda": "12.8.0"}))
+
+
+@pytest.mark.parametrize(
+    ("stack", "hardware"),
+    [
+        ({"driver": {"version": "580.82.07"}}, {}),
+        ({"driver": {"flavour": "proprietary"}}, {}),
+        ({"cuda": "12.8.0"}, {}),
+        ({"nccl": "2.26.5-1+cuda12.8"}, {}),
+        ({"container_toolkit": "1.17.7"}, {}),
+        ({"fabric_manager": "none"}, {}),
+        ({}, {"gpu": {"nvswitch": False}}),
+        ({"cudnn": "9.10.2.21"}, {}),
+        ({"dcgm": "4.2.3"}, {}),
+        ({"packages": {"debian12": {"libnccl2": "2.26.2-1+cuda12.8"}}}, {}),
+    ],
+)
+def test_stack_id_changes_with_what_is_installed(
+    stack: dict[str, Any], hardware: dict[str, Any]
+) -> None:
+    assert stack_id(*make(stack, hardware)) != stack_id(*make())
+
+
+def test_stack_id_ignores_what_installs_nothing() -> None:
+    # GPU model and count and the compat opt-in change no package.
+    assert stack_id(*make({"cuda_minor_version_compat": True})) == stack_id(*make())
+    assert stack_id(*make({}, {"gpu": {"model": "H200", "count": 4}})) == stack_id(*make())
+
+
+def test_stack_id_known_value() -> None:
+    # Pins the canonical form: changing it changes every stamped stack id.
+    assert stack_id(*make()) == "5e75fa8085af"

@@ -1,0 +1,54 @@
+"""Support for the stack tests: a coherent base stack with overrides (no tests here)."""
+
+from __future__ import annotations
+
+import copy
+from datetime import date
+from typing import Any
+
+from toolkit.stack import HardwareProfile, Stack, StackFile, Violation, check
+
+# The day end-of-life rules are judged on in these tests (R535 and R610 are past their EOL).
+TODAY = date(2026, 11, 29)
+
+BASE: dict[str, Any] = {
+    "stack": {
+        "driver": {"version": "580.95.05", "flavour": "open"},
+        "cuda": "12.8.1",
+        "nccl": "2.26.2-1+cuda12.8",
+        "fabric_manager": "auto",
+        "container_toolkit": "1.17.8",
+    },
+    "hardware": {"gpu": {"model": "H100", "count": 8, "nvswitch": True}},
+}
+
+
+def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``changes`` into a copy of ``base``; a value of ``None`` deletes the key."""
+    result = copy.deepcopy(base)
+    for key, value in changes.items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = merge(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
+def make(
+    stack: dict[str, Any] | None = None, hardware: dict[str, Any] | None = None
+) -> tuple[Stack, HardwareProfile]:
+    data = merge(BASE, {"stack": stack or {}, "hardware": hardware or {}})
+    parsed = StackFile.model_validate(data)
+    return parsed.stack, parsed.hardware
+
+
+def violations(
+    stack: dict[str, Any] | None = None, hardware: dict[str, Any] | None = None
+) -> list[Violation]:
+    return check(*make(stack, hardware), today=TODAY)
+
+
+def by_rule(found: list[Violation], rule: str) -> list[Violation]:
+    return [v for v in found if v.rule == rule]

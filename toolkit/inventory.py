@@ -1,0 +1,536 @@
+"""Reading an Ansible inventory directory: groups, hosts, connection settings, stacks.
+
+Pure Python on purpose: importing Ansible's inventory machinery takes seconds. The subset
+read here is the one gpunode writes and documents (docs/architecture.md, "Inventory layout"):
+``hosts.yml`` (YAML inventory: ``all`` -> ``children`` -> groups -> ``hosts``, inline ``vars``),
+``group_vars/<group>.yml`` or ``group_vars/<group>/*.yml``, ``host_vars/<host>`` likewise.
+
+Variables are merged the way Ansible merges them (top-level variables replace each other;
+Ansible's default ``hash_behaviour=replace``), lowest first: inline group vars of
+``hosts.yml``, then ``group_vars/all``, then ``group_vars/<group>``, then inline host vars,
+then ``host_vars/<host>``. Within one layer, groups are ordered by depth (parents before
+children), ``ansible_group_priority``, then name. So a ``stack:`` set for a child group
+replaces its parent's whole ``stack:``, exactly as the roles will see it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from toolkit.config import did_you_mean, load_yaml
+from toolkit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from toolkit.stack.models import HardwareProfile, Stack
+
+HOSTS_FILES = ("hosts.yml", "hosts.yaml")
+_VAR_SUFFIXES = ("", ".yml", ".yaml", ".json")
+_GROUP_KEYS = ("hosts", "vars", "children")
+_RANGE_RE = re.compile(r"\[([0-9]+|[a-z]):([0-9]+|[a-z])(?::([0-9]+))?\]")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_OFF = {"no", "off", "false", "0"}
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host and how to reach it over SSH."""
+
+    name: str
+    address: str
+    port: int
+    user: str | None
+    private_key_file: Path | None
+    known_hosts_file: Path | None
+    groups: tuple[str, ...]
+    vars: Mapping[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Group:
+    """One inventory group with its direct members."""
+
+    name: str
+    parents: tuple[str, ...]
+    children: tuple[str, ...]
+    hosts: tuple[str, ...]
+    vars: Mapping[str, Any] = field(repr=False)
+    sources: Mapping[str, str] = field(repr=False)
+
+
+@dataclass
+class _Vars:
+    """Variables of one group or host from one layer, with the file each came from."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def update(self, values: Mapping[str, Any], source: str) -> None:
+        for key, value in values.items():
+            self.values[key] = value
+            self.sources[key] = source
+
+
+@dataclass
+class _Raw:
+    """What was read, before merging."""
+
+    hosts_file: Path
+    group_order: list[str] = field(default_factory=list)
+    parents: dict[str, list[str]] = field(default_factory=dict)
+    children: dict[str, list[str]] = field(default_factory=dict)
+    group_hosts: dict[str, list[str]] = field(default_factory=dict)
+    host_order: list[str] = field(default_factory=list)
+    inline_group: dict[str, _Vars] = field(default_factory=dict)
+    inline_host: dict[str, _Vars] = field(default_factory=dict)
+
+
+class Inventory:
+    """An inventory directory: groups, hosts with connection settings, per-group stacks."""
+
+    def __init__(self, path: Path, raw: _Raw) -> None:
+        self.path = path
+        self.hosts_file = raw.hosts_file
+        self._raw = raw
+        self._group_vars_files = {g: _var_files(path / "group_vars", g) for g in raw.group_order}
+        self._host_vars_files = {h: _var_files(path / "host_vars", h) for h in raw.host_order}
+        self._file_vars: dict[Path, dict[str, Any]] = {}
+        self._depth = {g: self._depth_of(g, ()) for g in raw.group_order}
+        self.groups: dict[str, Group] = {}
+        for name in raw.group_order:
+            merged = self._merge(self._lineage(name), host=None)
+            self.groups[name] = Group(
+                name=name,
+                parents=tuple(raw.parents.get(name, ())),
+                children=tuple(raw.children.get(name, ())),
+                hosts=tuple(raw.group_hosts.get(name, ())),
+                vars=merged.values,
+                sources=merged.sources,
+            )
+        self.hosts: dict[str, Host] = {h: self._host(h) for h in raw.host_order}
+
+    # -- structure -------------------------------------------------------------------------
+
+    def _depth_of(self, group: str, seen: tuple[str, ...]) -> int:
+        if group in seen:
+            cycle = " -> ".join((*seen, group))
+            raise ConfigError(f"{self.hosts_file}: group cycle: {cycle}")
+        parents = self._raw.parents.get(group, [])
+        if not parents:
+            return 0
+        return 1 + max(self._depth_of(p, (*seen, group)) for p in parents)
+
+    def _lineage(self, group: str) -> set[str]:
+        """The group and all its ancestors."""
+        found = {group}
+        stack = [group]
+        while stack:
+            for parent in self._raw.parents.get(stack.pop(), []):
+                if parent not in found:
+                    found.add(parent)
+                    stack.append(parent)
+        return found
+
+    def _sorted(self, groups: Iterable[str]) -> list[str]:
+        def key(name: str) -> tuple[int, int, str]:
+            priority = self._raw.inline_group.get(name, _Vars()).values.get(
+                "ansible_group_priority", 1
+            )
+            return (self._depth[name], int(priority) if str(priority).isdigit() else 1, name)
+
+        return sorted(groups, key=key)
+
+    def host_groups(self, host: str) -> list[str]:
+        """Every group the host belongs to, with ancestors, in merge order (``all`` first)."""
+        direct = [g for g, members in self._raw.group_hosts.items() if host in members]
+        lineage: set[str] = set()
+        for group in direct:
+            lineage |= self._lineage(group)
+        return self._sorted(lineage)
+
+    def group_hosts(self, group: str) -> list[str]:
+        """Every host of the group and of its descendant groups, in inventory order."""
+        if group not in self.groups:
+            raise ConfigError(f"{self.hosts_file}: unknown group {group!r}")
+        members: set[str] = set()
+        pending = [group]
+        seen: set[str] = set()
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            members.update(self._raw.group_hosts.get(name, []))
+            pending.extend(self._raw.children.get(name, []))
+        return [h for h in self._raw.host_order if h in members]
+
+    # -- variables -------------------------------------------------------------------------
+
+    def _file(self, path: Path) -> dict[str, Any]:
+        if path not in self._file_vars:
+            data = load_yaml(path)
+            if data is None:
+                data = {}
+            if not isinstance(data, dict):
+                raise ConfigError(f"{path}: expected a mapping of variables")
+            self._file_vars[path] = data
+        return self._file_vars[path]
+
+    def _merge(self, groups: Iterable[str], host: str | None) -> _Vars:
+        ordered = self._sorted(groups)
+        merged = _Vars()
+        hosts_file = str(self.hosts_file)
+        # Ansible's precedence: inline group vars < group_vars/all < group_vars/<group>
+        # < inline host vars < host_vars/<host>.
+        for group in ordered:
+            merged.update(self._raw.inline_group.get(group, _Vars()).values, hosts_file)
+        for group in ordered:  # `all` has depth 0: it comes first
+            for path in self._group_vars_files.get(group, []):
+                merged.update(self._file(path), str(path))
+        if host is not None:
+            merged.update(self._raw.inline_host.get(host, _Vars()).values, hosts_file)
+            for path in self._host_vars_files.get(host, []):
+                merged.update(self._file(path), str(path))
+        return merged
+
+    def host_vars(self, host: str) -> _Vars:
+        """The merged variables of one host, with the file each came from."""
+        return self._merge(self.host_groups(host), host=host)
+
+    def _host(self, name: str) -> Host:
+        merged = self.host_vars(name)
+        values = merged.values
+
+        def var(*keys: str) -> tuple[str | None, Any]:
+            for key in keys:
+                if values.get(key) is not None:
+                    value = values[key]
+                    if isinstance(value, str) and "{{" in value:
+                        raise ConfigError(
+                            f"{merged.sources[key]}: {key} of host {name!r}: templated values "
+                            "are not supported by gpunode's inventory reader; write the value"
+                        )
+                    return key, value
+            return None, None
+
+        for key in ("ansible_host_key_checking", "ansible_ssh_host_key_checking"):
+            if key in values and str(values[key]).strip().lower() in _OFF:
+                raise ConfigError(
+                    f"{merged.sources[key]}: {key} of host {name!r} turns host key checking "
+                    "off; gpunode never connects without checking host keys"
+                )
+        _key, address = var("ansible_host", "ansible_ssh_host")
+        port_key, port = var("ansible_port", "ansible_ssh_port")
+        _key, user = var("ansible_user", "ansible_ssh_user")
+        _key, key_file = var("ansible_ssh_private_key_file", "ansible_private_key_file")
+        known_hosts = None
+        for key in ("ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_args"):
+            _k, args = var(key)
+            if args is None:
+                continue
+            found = _known_hosts(str(args), f"{merged.sources[key]}: {key} of host {name!r}")
+            known_hosts = found or known_hosts
+        try:
+            port_number = int(port) if port is not None else 22
+        except (TypeError, ValueError):
+            port_number = 0
+        if not 0 < port_number < 65536:
+            source = merged.sources.get(port_key or "", str(self.hosts_file))
+            raise ConfigError(f"{source}: {port_key} of host {name!r}: not a TCP port: {port!r}")
+        return Host(
+            name=name,
+            address=str(address) if address is not None else name,
+            port=port_number,
+            user=str(user) if user is not None else None,
+            private_key_file=Path(str(key_file)).expanduser() if key_file else None,
+            known_hosts_file=Path(known_hosts).expanduser() if known_hosts else None,
+            groups=tuple(self.host_groups(name)),
+            vars=values,
+        )
+
+    # -- stacks ----------------------------------------------------------------------------
+
+    def stack_groups(self) -> list[str]:
+        """Groups to check: those with hosts of their own and a ``stack`` or ``hardware``.
+
+        ``all`` is never one: hosts listed directly under it are in ``ungrouped``.
+        """
+        return [
+            name
+            for name, group in self.groups.items()
+            if name != "all" and group.hosts and ("stack" in group.vars or "hardware" in group.vars)
+        ]
+
+    def group_config(self, group: str) -> tuple[Stack, HardwareProfile]:
+        """The validated stack and hardware profile of a group (merged along its parents).
+
+        Raises:
+            ConfigError: The group is unknown, lacks ``stack`` or ``hardware``, or either is
+                malformed (the message names the file and key path).
+        """
+        if group not in self.groups:
+            raise ConfigError(
+                f"{self.hosts_file}: unknown group {group!r}" + did_you_mean(group, [*self.groups])
+            )
+        info = self.groups[group]
+        return _config(info.vars, info.sources, f"group {group!r}", self.path)
+
+    def host_config(self, host: str | Host) -> tuple[Stack, HardwareProfile]:
+        """The validated stack and hardware profile a host gets (its groups and host vars).
+
+        Raises:
+            ConfigError: As for :meth:`group_config`.
+        """
+        name = host.name if isinstance(host, Host) else host
+        if name not in self.hosts:
+            raise ConfigError(
+                f"{self.hosts_file}: unknown host {name!r}" + did_you_mean(name, [*self.hosts])
+            )
+        merged = self.host_vars(name)
+        return _config(merged.values, merged.sources, f"host {name!r}", self.path)
+
+    # -- patterns --------------------------------------------------------------------------
+
+    def hosts_for(self, limit: str | None = None) -> list[Host]:
+        """Hosts matching an Ansible-style pattern, in inventory order.
+
+        Supported: host and group names, ``all``/``*``, globs (``gpu-*``), ``~regex``, lists
+        separated by ``,`` or ``:``, ``!name`` exclusions and ``&name`` intersections.
+
+        Raises:
+            ConfigError: A term matches no host or group.
+        """
+        if limit is None or not limit.strip():
+            return list(self.hosts.values())
+        terms = [t.strip() for t in re.split(r"[,:]" if "," not in limit else ",", limit)]
+        selected: set[str] = set()
+        excluded: set[str] = set()
+        intersections: list[set[str]] = []
+        positives = [t for t in terms if t and t[0] not in "!&"]
+        if not positives:
+            selected = set(self.hosts)
+        for term in terms:
+            if not term:
+                continue
+            if term[0] == "!":
+                excluded |= self._match(term[1:], limit)
+            elif term[0] == "&":
+                intersections.append(self._match(term[1:], limit))
+            else:
+                selected |= self._match(term, limit)
+        for subset in intersections:
+            selected &= subset
+        selected -= excluded
+        return [self.hosts[h] for h in self._raw.host_order if h in selected]
+
+    def _match(self, term: str, limit: str) -> set[str]:
+        if term in ("all", "*"):
+            return set(self.hosts)
+        if term in self.groups:
+            return set(self.group_hosts(term))
+        if term in self.hosts:
+            return {term}
+        matched: set[str] = set()
+        if term.startswith("~"):
+            try:
+                regex = re.compile(term[1:])
+            except re.error as err:
+                raise ConfigError(
+                    f"--limit {limit!r}: bad regular expression {term!r}: {err}"
+                ) from None
+            names = [n for n in [*self.groups, *self.hosts] if regex.search(n)]
+        elif any(c in term for c in "*?["):
+            names = [n for n in [*self.groups, *self.hosts] if fnmatch.fnmatchcase(n, term)]
+        else:
+            names = []
+        for name in names:
+            matched |= set(self.group_hosts(name)) if name in self.groups else {name}
+        if not matched:
+            raise ConfigError(
+                f"--limit {limit!r}: {term!r} matches no host or group of {self.hosts_file}"
+                + did_you_mean(term, [*self.groups, *self.hosts])
+            )
+        return matched
+
+
+def _config(
+    values: Mapping[str, Any], sources: Mapping[str, str], what: str, path: Path
+) -> tuple[Stack, HardwareProfile]:
+    from toolkit.config import validate
+    from toolkit.stack.models import HardwareProfile, Stack
+
+    missing = [key for key in ("stack", "hardware") if key not in values]
+    if missing:
+        raise ConfigError(
+            f"{path}: {what} has no {' and no '.join(missing)}: set "
+            + " and ".join(f"`{m}:` in group_vars/<group>/{m}.yml" for m in missing)
+        )
+    stack = validate(Stack, values["stack"], sources["stack"], prefix=("stack",))
+    hardware = validate(
+        HardwareProfile, values["hardware"], sources["hardware"], prefix=("hardware",)
+    )
+    return stack, hardware
+
+
+def _known_hosts(args: str, where: str) -> str | None:
+    """The UserKnownHostsFile of SSH arguments; host key checking turned off is an error."""
+    try:
+        words = shlex.split(args)
+    except ValueError as err:
+        raise ConfigError(f"{where}: cannot parse SSH arguments: {err}") from None
+    options: list[str] = []
+    for index, word in enumerate(words):
+        if word == "-o" and index + 1 < len(words):
+            options.append(words[index + 1])
+        elif word.startswith("-o") and len(word) > 2:
+            options.append(word[2:])
+    known_hosts = None
+    for option in options:
+        name, _sep, value = option.replace("=", " ", 1).partition(" ")
+        name, value = name.strip().lower(), value.strip()
+        if name == "stricthostkeychecking" and value.lower() in _OFF:
+            raise ConfigError(
+                f"{where}: StrictHostKeyChecking={value} turns host key checking off; use "
+                "StrictHostKeyChecking=yes with a UserKnownHostsFile"
+            )
+        if name == "userknownhostsfile" and value:
+            known_hosts = value.split()[0]
+            if known_hosts == "/dev/null":
+                raise ConfigError(
+                    f"{where}: UserKnownHostsFile=/dev/null turns host key checking off; name "
+                    "a known_hosts file"
+                )
+    return known_hosts
+
+
+def _var_files(base: Path, name: str) -> list[Path]:
+    """The variable files of a group or host: ``<name>[.yml]`` then ``<name>/*`` sorted."""
+    files = []
+    for suffix in _VAR_SUFFIXES:
+        candidate = base / f"{name}{suffix}"
+        if candidate.is_file():
+            files.append(candidate)
+    directory = base / name
+    if directory.is_dir():
+        files.extend(
+            sorted(
+                p
+                for p in directory.rglob("*")
+                if p.is_file() and p.suffix in (".yml", ".yaml", ".json")
+            )
+        )
+    return files
+
+
+def _expand(pattern: str, where: str) -> list[str]:
+    """Expand Ansible host ranges: ``node[01:03]`` -> node01, node02, node03."""
+    match = _RANGE_RE.search(pattern)
+    if match is None:
+        return [pattern]
+    start, end, step = match.group(1), match.group(2), int(match.group(3) or 1)
+    head, tail = pattern[: match.start()], pattern[match.end() :]
+    if start.isdigit() != end.isdigit():
+        raise ConfigError(f"{where}: bad host range {pattern!r}")
+    if start.isdigit():
+        width = len(start) if start.startswith("0") else 0
+        values = [str(i).zfill(width) for i in range(int(start), int(end) + 1, step)]
+    else:
+        values = [chr(c) for c in range(ord(start), ord(end) + 1, step)]
+    if not values:
+        raise ConfigError(f"{where}: empty host range {pattern!r}")
+    return [name for value in values for name in _expand(head + value + tail, where)]
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Read an inventory directory (or a ``hosts.yml`` file inside one).
+
+    Raises:
+        ConfigError: A file is missing, is not valid YAML or does not have the inventory
+            shape; the message names the file and the key.
+    """
+    path = Path(path)
+    if path.is_file():
+        hosts_file, directory = path, path.parent
+    else:
+        directory = path
+        candidates = [path / name for name in HOSTS_FILES if (path / name).is_file()]
+        if not candidates:
+            raise ConfigError(f"{path}: not an inventory directory (no hosts.yml)")
+        hosts_file = candidates[0]
+    data = load_yaml(hosts_file)
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"{hosts_file}: expected a mapping of groups (all: children: ...)")
+    raw = _Raw(hosts_file=hosts_file)
+    _add_group(raw, "all", None, "all")
+    for name, body in data.items():
+        _walk(raw, str(name), body, None if name == "all" else "all", str(name))
+    # Hosts listed only directly under `all` form the implicit `ungrouped` group, as in Ansible.
+    grouped = {h for g, members in raw.group_hosts.items() if g != "all" for h in members}
+    ungrouped = [h for h in raw.group_hosts.get("all", []) if h not in grouped]
+    if ungrouped or "ungrouped" in raw.group_order:
+        _add_group(raw, "ungrouped", "all", "ungrouped")
+        raw.group_hosts.setdefault("ungrouped", []).extend(
+            h for h in ungrouped if h not in raw.group_hosts["ungrouped"]
+        )
+    return Inventory(directory, raw)
+
+
+def _add_group(raw: _Raw, name: str, parent: str | None, where: str) -> None:
+    if not _NAME_RE.match(name):
+        raise ConfigError(f"{raw.hosts_file}: {where}: not a valid group name: {name!r}")
+    if name not in raw.group_order:
+        raw.group_order.append(name)
+        raw.parents[name] = []
+        raw.children[name] = []
+        raw.group_hosts[name] = []
+        raw.inline_group[name] = _Vars()
+    if parent is not None and parent not in raw.parents[name]:
+        raw.parents[name].append(parent)
+        raw.children[parent].append(name)
+
+
+def _walk(raw: _Raw, name: str, body: Any, parent: str | None, where: str) -> None:
+    file = raw.hosts_file
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise ConfigError(
+            f"{file}: {where}: a group must be a mapping with hosts, vars or children, "
+            f"got {type(body).__name__}"
+        )
+    _add_group(raw, name, parent, where)
+    for key in body:
+        if key not in _GROUP_KEYS:
+            raise ConfigError(
+                f"{file}: {where}.{key}: unknown key in group {name!r}"
+                + did_you_mean(str(key), list(_GROUP_KEYS))
+            )
+    group_vars = body.get("vars") or {}
+    if not isinstance(group_vars, dict):
+        raise ConfigError(f"{file}: {where}.vars: expected a mapping of variables")
+    raw.inline_group[name].update(group_vars, str(file))
+    hosts = body.get("hosts") or {}
+    if not isinstance(hosts, dict):
+        raise ConfigError(
+            f"{file}: {where}.hosts: expected a mapping of host names to their variables"
+        )
+    for pattern, host_vars in hosts.items():
+        if host_vars is not None and not isinstance(host_vars, dict):
+            raise ConfigError(f"{file}: {where}.hosts.{pattern}: expected a mapping of variables")
+        for host in _expand(str(pattern), f"{where}.hosts"):
+            if host not in raw.host_order:
+                raw.host_order.append(host)
+                raw.inline_host[host] = _Vars()
+            raw.inline_host[host].update(host_vars or {}, str(file))
+            if host not in raw.group_hosts[name]:
+                raw.group_hosts[name].append(host)
+    children = body.get("children") or {}
+    if not isinstance(children, dict):
+        raise ConfigError(f"{file}: {where}.children: expected a mapping of groups")
+    for child, child_body in children.items():
+        _walk(raw, str(child), child_body, name, f"{where}.children.{child}")

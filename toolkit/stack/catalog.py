@@ -1,0 +1,102 @@
+"""The GPU catalog: model names, the names nvidia-smi prints, architecture, compute capability.
+
+The data lives in ``gpus.yml`` next to this module.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import yaml
+
+from toolkit.errors import ConfigError
+
+_PREFIXES = ("nvidia ", "tesla ")
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU model of the catalog."""
+
+    model: str
+    architecture: str
+    compute_capability: str
+    names: tuple[str, ...]
+    nvlsm: bool = False
+
+
+def normalise(name: str) -> str:
+    """Fold case and spacing, and drop the vendor prefix nvidia-smi may print."""
+    text = re.sub(r"\s+", " ", name.strip().casefold())
+    for prefix in _PREFIXES:
+        if text.startswith(prefix):
+            text = text[len(prefix) :]
+    return text
+
+
+@lru_cache(maxsize=1)
+def catalog() -> tuple[GpuInfo, ...]:
+    """Every GPU model of the catalog, in file order."""
+    text = resources.files("toolkit.stack").joinpath("gpus.yml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    return tuple(
+        GpuInfo(
+            model=str(entry["model"]),
+            architecture=str(entry["architecture"]),
+            compute_capability=str(entry["compute_capability"]),
+            names=tuple(str(n) for n in entry.get("names", ())),
+            nvlsm=bool(entry.get("nvlsm", False)),
+        )
+        for entry in data["gpus"]
+    )
+
+
+@lru_cache(maxsize=1)
+def _index() -> dict[str, GpuInfo]:
+    index: dict[str, GpuInfo] = {}
+    for info in catalog():
+        for name in (info.model, *info.names):
+            index.setdefault(normalise(name), info)
+    return index
+
+
+def lookup_gpu(name: str) -> GpuInfo | None:
+    """Find a GPU by short name (``H100``) or nvidia-smi name (``NVIDIA H100 80GB HBM3``).
+
+    Unlisted variants of a known model are found by their first word
+    (``NVIDIA A100-SXM4-40GB`` style names split at ``-`` too).
+
+    Returns:
+        The catalog entry, or ``None`` when the name is unknown.
+    """
+    key = normalise(name)
+    if not key:
+        return None
+    index = _index()
+    if key in index:
+        return index[key]
+    first = re.split(r"[\s\-]", key, maxsplit=1)[0]
+    return index.get(first)
+
+
+def gpu(name: str) -> GpuInfo:
+    """Like :func:`lookup_gpu`, but an unknown name is an error with the closest names.
+
+    Raises:
+        ConfigError: The name is not in the catalog.
+    """
+    info = lookup_gpu(name)
+    if info is None:
+        raise ConfigError(unknown_gpu_message(name))
+    return info
+
+
+def unknown_gpu_message(name: str) -> str:
+    """The message for a GPU name the catalog does not know, with suggestions."""
+    from toolkit.config import did_you_mean
+
+    models = [info.model for info in catalog()]
+    return f"unknown GPU model {name!r}" + did_you_mean(name.upper(), models)

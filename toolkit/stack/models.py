@@ -1,0 +1,141 @@
+"""The stack and hardware schemas, and the one-file form ``{stack:, hardware:}``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, field_validator
+
+from toolkit.acceptance.thresholds import AcceptanceSpec
+from toolkit.config import StrictModel, load_yaml, validate
+from toolkit.disks.spec import DataDisksSpec
+from toolkit.errors import ConfigError
+from toolkit.stack import catalog
+from toolkit.stack.versions import CUDA_RE, DRIVER_RE, NCCL_RE, PLAIN_RE
+
+OsId = Literal["ubuntu2204", "ubuntu2404", "debian12"]
+SUPPORTED_OS: tuple[OsId, ...] = ("ubuntu2204", "ubuntu2404", "debian12")
+
+CUDNN_RE = re.compile(r"^(\d+\.\d+\.\d+\.\d+|8\.\d+\.\d+\.\d+-\d+\+cuda\d+\.\d+)$")
+DCGM_RE = re.compile(r"^\d+\.\d+\.\d+$")
+APT_VERSION_RE = re.compile(r"^(\d+:)?[0-9][A-Za-z0-9.+~-]*$")
+
+
+def _quoted(value: Any) -> Any:
+    # YAML reads `cuda: 12.10` as the float 12.1: versions must be quoted strings.
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ValueError(f"write versions as quoted strings (YAML read {value!r} as a number)")
+    return value
+
+
+def _matches(pattern: re.Pattern[str], example: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not pattern.match(value):
+            raise ValueError(f"not a version like {example}")
+        return value
+
+    return AfterValidator(check)
+
+
+_Quoted = BeforeValidator(_quoted)
+DriverVersion = Annotated[str, _Quoted, _matches(DRIVER_RE, '"580.95.05"')]
+CudaVersion = Annotated[str, _Quoted, _matches(CUDA_RE, '"12.4.1" or "12.8"')]
+NcclVersion = Annotated[
+    str, _Quoted, _matches(NCCL_RE, '"2.21.5-1+cuda12.4" (with its +cuda build)')
+]
+PlainVersion = Annotated[str, _Quoted, _matches(PLAIN_RE, '"1.16.2"')]
+CudnnVersion = Annotated[
+    str, _Quoted, _matches(CUDNN_RE, '"9.1.0.70" (cuDNN 9+) or "8.9.7.29-1+cuda12.2" (cuDNN 8)')
+]
+DcgmVersion = Annotated[str, _Quoted, _matches(DCGM_RE, '"4.1.1"')]
+AptVersion = Annotated[str, _Quoted, _matches(APT_VERSION_RE, '"550.127.05-1" or "1:4.1.1-1"')]
+
+
+class DriverPin(StrictModel):
+    """The NVIDIA driver: exact version and kernel module flavour."""
+
+    version: DriverVersion = Field(description='Exact driver version, e.g. "580.95.05".')
+    flavour: Literal["open", "proprietary"] = Field(description="Kernel module flavour.")
+
+
+class Stack(StrictModel):
+    """The pinned NVIDIA software of a group of nodes."""
+
+    driver: DriverPin
+    cuda: CudaVersion = Field(description='CUDA toolkit version, e.g. "12.4.1".')
+    nccl: NcclVersion = Field(description='NCCL package version, e.g. "2.21.5-1+cuda12.4".')
+    fabric_manager: str = Field(
+        default="auto",
+        description='"auto" (the driver version where NVSwitch is present), "none", or a version.',
+    )
+    container_toolkit: PlainVersion = Field(description='NVIDIA container toolkit, e.g. "1.16.2".')
+    cudnn: CudnnVersion | None = None
+    dcgm: DcgmVersion | None = None
+    cuda_minor_version_compat: StrictBool = Field(
+        default=False,
+        description="Allow a driver below the toolkit's own minimum (CUDA minor-version "
+        "compatibility); the checker then warns instead of failing.",
+    )
+    packages: dict[OsId, dict[str, AptVersion]] = Field(
+        default_factory=dict,
+        description="Per-OS exact apt versions that differ from the default, by package name.",
+    )
+
+    @field_validator("fabric_manager", mode="before")
+    @classmethod
+    def _fabric_manager(cls, value: Any) -> Any:
+        value = _quoted(value)
+        if value in ("auto", "none") or (isinstance(value, str) and DRIVER_RE.match(value)):
+            return value
+        raise ValueError('must be "auto", "none" or a driver version like "580.95.05"')
+
+
+class GpuSpec(StrictModel):
+    """The GPUs every node of the group must have."""
+
+    model: str = Field(description='Short name ("H100") or the name nvidia-smi prints.')
+    count: int = Field(ge=1, le=64, strict=True)
+    nvswitch: StrictBool = False
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        if catalog.lookup_gpu(value) is None:
+            raise ValueError(catalog.unknown_gpu_message(value))
+        return value
+
+    @property
+    def info(self) -> catalog.GpuInfo:
+        """The catalog entry of this model."""
+        return catalog.gpu(self.model)
+
+
+class HardwareProfile(StrictModel):
+    """What every node of a group must have: GPUs, data disks, acceptance thresholds."""
+
+    gpu: GpuSpec
+    data_disks: DataDisksSpec | None = None
+    acceptance: AcceptanceSpec | None = None
+
+
+class StackFile(StrictModel):
+    """The one-file form: ``stack:`` and ``hardware:`` in one YAML document."""
+
+    stack: Stack
+    hardware: HardwareProfile
+
+
+def load_stack_file(path: str | Path) -> StackFile:
+    """Read and validate a one-file stack.
+
+    Raises:
+        ConfigError: Bad YAML, not a mapping, a missing or unknown key, or a wrong value;
+            the message names the file and the key path.
+    """
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(f"{path}: expected a mapping with `stack:` and `hardware:`, got {kind}")
+    return validate(StackFile, data, path)
