@@ -1,0 +1,197 @@
+"""The lab's emulated GPU hardware (toolkit.lab.hardware)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from toolkit.errors import ConfigError
+from toolkit.lab.hardware import FAULTS, GPU_MODELS, NodeHardware
+
+# (model, nvswitch, name, memory MiB, power W, PCIe gen, max SM clock, NVLinks)
+MODELS = [
+    ("H100", True, "NVIDIA H100 80GB HBM3", 81559, 700.0, 5, 1980, 18),
+    ("H200", True, "NVIDIA H200", 143771, 700.0, 5, 1980, 18),
+    ("A100", True, "NVIDIA A100-SXM4-80GB", 81920, 400.0, 4, 1410, 12),
+    ("L40S", False, "NVIDIA L40S", 46068, 350.0, 4, 2520, 0),
+]
+
+
+@pytest.mark.parametrize(
+    ("model", "nvswitch", "name", "mem", "power", "gen", "sm", "links"), MODELS
+)
+def test_models_report_their_datasheet_values(
+    model: str,
+    nvswitch: bool,
+    name: str,
+    mem: int,
+    power: float,
+    gen: int,
+    sm: int,
+    links: int,
+) -> None:
+    hw = NodeHardware.for_node(model, 8, nvswitch, seed="s", index=0)
+    assert len(hw.gpus) == 8
+    assert hw.nvswitch is nvswitch
+    for gpu in hw.gpus:
+        assert gpu.name == name
+        assert gpu.memory_total_mib == mem
+        assert gpu.power_limit_w == power
+        assert gpu.pcie_gen_current == gpu.pcie_gen_max == gen
+        assert gpu.pcie_width_current == gpu.pcie_width_max == 16
+        assert gpu.clocks_max_sm_mhz == sm
+        assert gpu.nvlinks == links
+        assert gpu.ecc_uncorrected_volatile == gpu.ecc_uncorrected_aggregate == 0
+        assert not gpu.remapped_rows_pending
+    assert [g.index for g in hw.gpus] == list(range(8))
+    for attr in ("uuid", "serial", "pci_bus_id"):
+        assert len({getattr(g, attr) for g in hw.gpus}) == 8, attr
+
+
+def test_every_model_in_the_table_builds() -> None:
+    for key, model in GPU_MODELS.items():
+        hw = NodeHardware.for_node(key, 8, model.nvlinks > 0)
+        assert hw.model == key
+        assert model.source
+
+
+def test_h100_bus_ids_are_those_of_an_hgx_board() -> None:
+    hw = NodeHardware.for_node("h100", 8, True)  # the model is case-insensitive
+    assert [g.pci_bus_id for g in hw.gpus] == [
+        "00000000:18:00.0",
+        "00000000:2A:00.0",
+        "00000000:3A:00.0",
+        "00000000:5D:00.0",
+        "00000000:9A:00.0",
+        "00000000:AB:00.0",
+        "00000000:BA:00.0",
+        "00000000:DB:00.0",
+    ]
+    assert [g.numa_node for g in hw.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_identity_is_deterministic_per_lab_and_node() -> None:
+    a = NodeHardware.for_node("H100", 8, True, seed="lab1", index=0)
+    assert a == NodeHardware.for_node("H100", 8, True, seed="lab1", index=0)
+    b = NodeHardware.for_node("H100", 8, True, seed="lab1", index=1)
+    c = NodeHardware.for_node("H100", 8, True, seed="lab2", index=0)
+    uuids = {g.uuid for hw in (a, b, c) for g in hw.gpus}
+    serials = {g.serial for hw in (a, b, c) for g in hw.gpus}
+    assert len(uuids) == 24
+    assert len(serials) == 24
+    assert all(re.fullmatch(r"1[0-9]{12}", s) for s in serials)
+
+
+def test_json_round_trip_is_exact() -> None:
+    hw = NodeHardware.for_node("A100", 4, True, ["ecc", "xid"], seed="x", index=3)
+    text = hw.to_json()
+    assert text.endswith("\n")
+    assert NodeHardware.from_json(text) == hw
+    data = json.loads(text)
+    assert data["schema_version"] == 1
+    assert data["faults"] == ["ecc", "xid"]
+    assert data["gpus"][0]["pci_bus_id"] == "00000000:07:00.0"
+
+
+def test_fault_missing_gpu_leaves_count_minus_one_renumbered() -> None:
+    full = NodeHardware.for_node("H100", 8, True, seed="m", index=0)
+    hw = NodeHardware.for_node("H100", 8, True, ["missing-gpu"], seed="m", index=0)
+    assert len(hw.gpus) == 7
+    assert hw.gpu_count_installed == 8
+    assert [g.index for g in hw.gpus] == list(range(7))
+    assert [g.minor_number for g in hw.gpus] == list(range(7))
+    (missing,) = hw.missing_pci_bus_ids
+    assert missing not in {g.pci_bus_id for g in hw.gpus}
+    assert {g.pci_bus_id for g in full.gpus} == {g.pci_bus_id for g in hw.gpus} | {missing}
+
+
+def test_fault_ecc_hits_exactly_one_gpu() -> None:
+    hw = NodeHardware.for_node("H100", 8, True, ["ecc"], seed="e", index=2)
+    bad = [g for g in hw.gpus if g.ecc_uncorrected_volatile]
+    assert len(bad) == 1
+    gpu = bad[0]
+    assert gpu.ecc_uncorrected_aggregate >= gpu.ecc_uncorrected_volatile > 0
+    assert gpu.remapped_rows_pending
+    assert gpu.remapped_rows_uncorrectable == 1
+    assert not gpu.remapped_rows_failure
+    assert sum(1 for g in hw.gpus if g.remapped_rows_pending) == 1
+
+
+@pytest.mark.parametrize(("model", "gen_max"), [("H100", 5), ("H200", 5), ("L40S", 4)])
+def test_fault_pcie_downtrains_one_link_to_gen3_x8(model: str, gen_max: int) -> None:
+    hw = NodeHardware.for_node(model, 8, False, ["pcie"], seed="p", index=0)
+    bad = [g for g in hw.gpus if g.pcie_gen_current != g.pcie_gen_max]
+    assert len(bad) == 1
+    assert (bad[0].pcie_gen_current, bad[0].pcie_width_current) == (3, 8)
+    assert (bad[0].pcie_gen_max, bad[0].pcie_width_max) == (gen_max, 16)
+    assert all(g.pcie_width_current == 16 for g in hw.gpus if g is not bad[0])
+
+
+def test_fault_xid_records_a_kernel_line_for_a_present_gpu() -> None:
+    hw = NodeHardware.for_node("H100", 8, True, ["xid", "missing-gpu"], seed="x", index=0)
+    (event,) = hw.xid_events
+    assert event.xid == 119
+    assert event.pci_bus_id == hw.gpus[event.gpu_index].pci_bus_id
+    bus = event.pci_bus_id[4:14].lower()
+    assert re.fullmatch(
+        rf"NVRM: Xid \(PCI:{bus}\): 119, pid=\d+, name=\S+, Timeout after 6s of waiting for "
+        rf"RPC response from GPU{event.gpu_index} GSP! .*",
+        event.kernel_line,
+    )
+    assert hw.kernel_messages() == [event.kernel_line]
+
+
+def test_fault_slow_net_is_recorded_but_changes_no_gpu() -> None:
+    plain = NodeHardware.for_node("H100", 2, True, seed="n", index=0)
+    shaped = NodeHardware.for_node("H100", 2, True, ["slow-net"], seed="n", index=0)
+    assert shaped.faults == ("slow-net",)
+    assert shaped.gpus == plain.gpus
+    assert not shaped.xid_events
+
+
+def test_all_faults_together_stay_coherent() -> None:
+    hw = NodeHardware.for_node("H200", 8, True, list(FAULTS), seed="all", index=5)
+    assert set(hw.faults) == set(FAULTS)
+    assert len(hw.gpus) == 7
+    assert NodeHardware.from_json(hw.to_json()) == hw
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"model": "V100", "count": 8, "nvswitch": True}, "'V100' is not known; choose one of"),
+        ({"model": "H100", "count": 0, "nvswitch": True}, "between 1 and 8, got 0"),
+        ({"model": "H100", "count": 9, "nvswitch": True}, "between 1 and 8, got 9"),
+        ({"model": "L40S", "count": 4, "nvswitch": True}, "cannot sit on an NVSwitch fabric"),
+        (
+            {"model": "H100", "count": 8, "nvswitch": True, "faults": ["melted"]},
+            "lab fault 'melted' is not known; choose from missing-gpu, ecc",
+        ),
+        (
+            {"model": "H100", "count": 1, "nvswitch": True, "faults": ["missing-gpu"]},
+            "'missing-gpu' needs at least 2 GPUs",
+        ),
+    ],
+)
+def test_bad_requests_are_config_errors_naming_the_rule(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        NodeHardware.for_node(**kwargs)  # type: ignore[arg-type]
+    assert message in err.value.message
+
+
+def test_reading_a_file_with_an_unknown_key_fails() -> None:
+    data = json.loads(NodeHardware.for_node("H100", 1, True).to_json())
+    data["gpus"][0]["colour"] = "green"
+    with pytest.raises(ConfigError, match="colour"):
+        NodeHardware.from_json(json.dumps(data))
+
+
+def test_reading_a_file_with_a_wrong_type_fails() -> None:
+    data = json.loads(NodeHardware.for_node("H100", 1, True).to_json())
+    data["gpus"][0]["memory_total_mib"] = "81559"
+    with pytest.raises(ConfigError, match="memory_total_mib"):
+        NodeHardware.from_json(json.dumps(data))

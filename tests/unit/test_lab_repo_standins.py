@@ -1,0 +1,425 @@
+"""The stand-in packages' contents, unpacked from the built .debs and run against a temp root.
+
+Each test unpacks packages with `dpkg-deb -x` into a directory that plays a node's / and
+runs the programs there with GPUNODE_LAB_ROOT pointing at it, so what is tested is exactly
+what a node installs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from toolkit.lab.hardware import NodeHardware
+from toolkit.lab.repo import RepoInfo, build_repository
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> RepoInfo:
+    return build_repository(tmp_path_factory.mktemp("labrepo"))
+
+
+class Root:
+    """A directory playing a node's /, into which packages are unpacked."""
+
+    def __init__(self, path: Path, info: RepoInfo) -> None:
+        self.path = path
+        self.info = info
+        self.state = path / "var/lib/gpunode-lab"
+        self.state.mkdir(parents=True, exist_ok=True)
+
+    def deb(self, name: str, version: str) -> Path:
+        for suite in (self.info.suite_path, self.info.container_toolkit_suite_path):
+            found = list((self.info.path / suite).glob(f"{name}_{version}_*.deb"))
+            if found:
+                return found[0]
+        raise AssertionError(f"{name} {version} is not in the repository")
+
+    def unpack(self, name: str, version: str) -> None:
+        subprocess.run(["dpkg-deb", "-x", str(self.deb(name, version)), str(self.path)], check=True)
+
+    def control(self, name: str, version: str, member: str) -> str:
+        out = self.path.parent / f"control-{name}"
+        shutil.rmtree(out, ignore_errors=True)
+        subprocess.run(["dpkg-deb", "-e", str(self.deb(name, version)), str(out)], check=True)
+        return (out / member).read_text()
+
+    def env(self) -> dict[str, str]:
+        path = f"{self.path}/usr/bin:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        return {**os.environ, "GPUNODE_LAB_ROOT": str(self.path), "PATH": path}
+
+    def run(self, program: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.path / program.lstrip("/")), *args],
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            check=False,
+            timeout=30,
+        )
+
+    def hardware(self, **kwargs: object) -> None:
+        hw = NodeHardware.for_node(**{"model": "H100", "count": 8, "nvswitch": True, **kwargs})  # type: ignore[arg-type]
+        (self.state / "hardware.json").write_text(hw.to_json())
+
+
+@pytest.fixture
+def root(tmp_path: Path, built: RepoInfo) -> Root:
+    return Root(tmp_path / "node", built)
+
+
+def _loaded(root: Root) -> str:
+    return (root.state / "loaded-driver-version").read_text().strip()
+
+
+def test_installed_nvidia_smi_runs_from_the_package(root: Root) -> None:
+    root.unpack("nvidia-utils-550", "550.127.05-1")
+    smi = root.path / "usr/bin/nvidia-smi"
+    assert smi.read_text().startswith("#!/usr/bin/python3\n")
+    assert os.access(smi, os.X_OK)
+    root.hardware()
+    (root.state / "loaded-driver-version").write_text("550.127.05\n")
+    done = root.run("/usr/bin/nvidia-smi", "--query-gpu=count,driver_version", "--format=csv")
+    assert done.returncode == 0, done.stdout
+    assert done.stdout.splitlines()[:2] == ["count, driver_version", "8, 550.127.05"]
+
+
+def test_module_load_emulates_install_upgrade_and_boot(root: Root) -> None:
+    root.unpack("nvidia-dkms-550-open", "550.127.05-1")
+    loader = "/usr/lib/gpunode-lab/nvidia-module-load"
+    assert root.run(loader, "install").returncode == 0
+    assert _loaded(root) == "550.127.05"
+    proc = (root.state / "proc-driver-nvidia-version").read_text()
+    assert proc.startswith(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.127.05  Release Build"
+    )
+    root.unpack("nvidia-dkms-550-open", "550.144.03-1")  # the upgrade
+    assert root.run(loader, "install").returncode == 0
+    assert _loaded(root) == "550.127.05"  # the old module stays loaded
+    (root.state / "persistence-mode.json").write_text("{}")
+    assert root.run(loader, "boot").returncode == 0
+    assert _loaded(root) == "550.144.03"
+    assert not (root.state / "persistence-mode.json").exists()
+    assert root.run(loader, "sideways").returncode == 2
+
+
+def test_proprietary_module_says_so(root: Root) -> None:
+    root.unpack("nvidia-dkms-580", "580.95.05-1")
+    assert root.run("/usr/lib/gpunode-lab/nvidia-module-load", "boot").returncode == 0
+    proc = (root.state / "proc-driver-nvidia-version").read_text()
+    assert proc.startswith("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  ")
+
+
+def test_kernel_module_package_scripts_and_files(root: Root) -> None:
+    postinst = root.control("nvidia-dkms-550-open", "550.127.05-1", "postinst")
+    assert "/usr/lib/gpunode-lab/nvidia-module-load install" in postinst
+    assert "deb-systemd-helper enable gpunode-lab-nvidia-module.service" in postinst
+    root.unpack("nvidia-dkms-550-open", "550.127.05-1")
+    unit = (root.path / "lib/systemd/system/gpunode-lab-nvidia-module.service").read_text()
+    assert "ExecStart=/usr/lib/gpunode-lab/nvidia-module-load boot" in unit
+    assert (
+        "blacklist nouveau"
+        in (root.path / "usr/lib/modprobe.d/blacklist-nvidia-nouveau.conf").read_text()
+    )
+    assert (
+        'PACKAGE_VERSION="550.127.05"'
+        in (root.path / "usr/src/nvidia-550.127.05/dkms.conf").read_text()
+    )
+
+
+def test_compute_libraries_are_versioned_with_soname_links(root: Root) -> None:
+    root.unpack("libnvidia-compute-550", "550.127.05-1")
+    lib = root.path / "usr/lib/x86_64-linux-gnu"
+    assert os.readlink(lib / "libnvidia-ml.so.1") == "libnvidia-ml.so.550.127.05"
+    assert os.readlink(lib / "libcuda.so.1") == "libcuda.so.550.127.05"
+    assert (lib / "libnvidia-ml.so.550.127.05").is_file()
+
+
+@pytest.mark.parametrize(
+    ("package", "version", "release", "nvcc"),
+    [
+        ("cuda-toolkit-12-4", "12.4.1-1", "12.4", "12.4.131"),
+        ("cuda-toolkit-12-8", "12.8.1-1", "12.8", "12.8.93"),
+    ],
+)
+def test_cuda_toolkit(root: Root, package: str, version: str, release: str, nvcc: str) -> None:
+    root.unpack(package, version)
+    prefix = f"/usr/local/cuda-{release}"
+    done = root.run(f"{prefix}/bin/nvcc", "--version")
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert lines[0] == "nvcc: NVIDIA (R) Cuda compiler driver"
+    assert lines[3] == f"Cuda compilation tools, release {release}, V{nvcc}"
+    assert lines[4].startswith(f"Build cuda_{release}.r{release}/compiler.")
+    failed = root.run(f"{prefix}/bin/nvcc")
+    assert failed.returncode == 1
+    assert "nvcc fatal   : No input files specified" in failed.stderr
+    meta = json.loads((root.path / prefix.lstrip("/") / "version.json").read_text())
+    assert meta["cuda"]["version"] == version.split("-")[0]
+    assert (root.path / prefix.lstrip("/") / "lib64").is_symlink()
+    postinst = root.control(package, version, "postinst")
+    assert f"update-alternatives --install /usr/local/cuda cuda {prefix} " in postinst
+    prerm = root.control(package, version, "prerm")
+    assert f"update-alternatives --remove cuda {prefix}" in prerm
+
+
+def test_nccl_runtime_and_header(root: Root) -> None:
+    root.unpack("libnccl2", "2.26.2-1+cuda12.8")
+    root.unpack("libnccl-dev", "2.26.2-1+cuda12.8")
+    lib = root.path / "usr/lib/x86_64-linux-gnu"
+    assert os.readlink(lib / "libnccl.so.2") == "libnccl.so.2.26.2"
+    assert os.readlink(lib / "libnccl.so") == "libnccl.so.2"
+    header = (root.path / "usr/include/nccl.h").read_text()
+    assert "#define NCCL_MAJOR 2\n" in header
+    assert "#define NCCL_MINOR 26\n" in header
+    assert "#define NCCL_PATCH 2\n" in header
+    assert "#define NCCL_VERSION_CODE 22602\n" in header
+
+
+def test_pinning_file_lands_in_preferences_d(root: Root) -> None:
+    root.unpack("nvidia-driver-pinning-580.95.05", "580.95.05-1")
+    pref = root.path / "etc/apt/preferences.d/nvidia-driver-pinning-580.95.05"
+    assert "Pin: version 580.95.05-1" in pref.read_text()
+    conffiles = root.control("nvidia-driver-pinning-580.95.05", "580.95.05-1", "conffiles")
+    assert conffiles.strip() == "/etc/apt/preferences.d/nvidia-driver-pinning-580.95.05"
+
+
+# --- Fabric Manager ---------------------------------------------------------------------------
+
+
+FM = "/usr/bin/nv-fabricmanager"
+
+
+def _fm_root(root: Root, loaded: str, nvswitch: bool = True, daemonize: bool = True) -> None:
+    root.unpack("nvidia-fabricmanager-550", "550.127.05-1")
+    root.hardware(nvswitch=nvswitch, model="H100" if nvswitch else "L40S")
+    (root.state / "loaded-driver-version").write_text(loaded + "\n")
+    cfg = root.path / "usr/share/nvidia/nvswitch/fabricmanager.cfg"
+    if not daemonize:
+        cfg.write_text(cfg.read_text().replace("DAEMONIZE=1", "DAEMONIZE=0"))
+
+
+def test_fabric_manager_version(root: Root) -> None:
+    _fm_root(root, "550.127.05")
+    done = root.run(FM, "--version")
+    assert (done.returncode, done.stdout) == (0, "Fabric Manager version is : 550.127.05\n")
+
+
+def test_fabric_manager_refuses_a_different_driver(root: Root) -> None:
+    _fm_root(root, "550.144.03")
+    done = root.run(FM, "-c", "/usr/share/nvidia/nvswitch/fabricmanager.cfg")
+    assert done.returncode == 1
+    assert (
+        "fabric manager NVIDIA GPU driver interface version 550.127.05 don't match with driver "
+        "version 550.144.03" in done.stderr
+    )
+    assert "don't match" in (root.path / "var/log/fabricmanager.log").read_text()
+
+
+def test_fabric_manager_refuses_a_node_without_nvswitch(root: Root) -> None:
+    _fm_root(root, "550.127.05", nvswitch=False)
+    done = root.run(FM, "-c", "/usr/share/nvidia/nvswitch/fabricmanager.cfg")
+    assert done.returncode == 1
+    assert "NVSwitch based system is not detected" in done.stderr
+
+
+def test_fabric_manager_stays_resident_and_stops_on_sigterm(root: Root) -> None:
+    _fm_root(root, "550.127.05", daemonize=False)
+    proc = subprocess.Popen(
+        [str(root.path / FM.lstrip("/")), "-c", "/usr/share/nvidia/nvswitch/fabricmanager.cfg"],
+        env=root.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        log = root.path / "var/log/fabricmanager.log"
+        deadline = time.monotonic() + 10
+        while not log.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "Successfully configured all the available NVSwitches" in log.read_text()
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert "Starting Fabric Manager" in out
+
+
+# --- persistenced ----------------------------------------------------------------------------
+
+
+def test_persistenced_holds_persistence_mode_while_it_runs(root: Root) -> None:
+    root.unpack("nvidia-persistenced", "550.127.05-1")
+    root.unpack("nvidia-utils-550", "550.127.05-1")
+    root.hardware(count=2)
+    version = root.run("/usr/bin/nvidia-persistenced", "--version")
+    assert "nvidia-persistenced:  version 550.127.05" in version.stdout
+    refused = root.run("/usr/bin/nvidia-persistenced")
+    assert refused.returncode == 1  # no driver loaded yet
+    (root.state / "loaded-driver-version").write_text("550.127.05\n")
+    proc = subprocess.Popen(
+        [str(root.path / "usr/bin/nvidia-persistenced"), "--verbose"],
+        env=root.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pidfile = root.path / "run/nvidia-persistenced/nvidia-persistenced.pid"
+    try:
+        deadline = time.monotonic() + 10
+        while not pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pidfile.read_text().strip() == str(proc.pid)
+        query = root.run("/usr/bin/nvidia-smi", "--query-gpu=persistence_mode", "--format=csv")
+        assert query.stdout.splitlines() == ["persistence_mode", "Enabled", "Enabled"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+    assert proc.returncode == 0
+    assert not pidfile.exists()
+
+
+# --- container toolkit -----------------------------------------------------------------------
+
+
+def _ctk(root: Root) -> None:
+    for name in (
+        "libnvidia-container1",
+        "libnvidia-container-tools",
+        "nvidia-container-toolkit-base",
+        "nvidia-container-toolkit",
+    ):
+        root.unpack(name, "1.16.2-1")
+
+
+def test_ctk_configures_docker_keeping_other_keys(root: Root) -> None:
+    _ctk(root)
+    daemon = root.path / "etc/docker/daemon.json"
+    daemon.parent.mkdir(parents=True)
+    daemon.write_text(json.dumps({"data-root": "/data/docker", "log-driver": "json-file"}))
+    done = root.run(
+        "/usr/bin/nvidia-ctk", "runtime", "configure", "--runtime=docker", f"--config={daemon}"
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"Wrote updated config to {daemon}" in done.stderr
+    config = json.loads(daemon.read_text())
+    assert config == {
+        "data-root": "/data/docker",
+        "log-driver": "json-file",
+        "runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}},
+    }
+    assert daemon.read_text().startswith('{\n    "data-root"')  # four-space indent
+    first = daemon.read_text()
+    again = root.run(
+        "/usr/bin/nvidia-ctk",
+        "runtime",
+        "configure",
+        "--runtime",
+        "docker",
+        "--config",
+        str(daemon),
+    )
+    assert again.returncode == 0
+    assert daemon.read_text() == first  # idempotent
+    root.run(
+        "/usr/bin/nvidia-ctk",
+        "runtime",
+        "configure",
+        "--runtime=docker",
+        f"--config={daemon}",
+        "--set-as-default",
+    )
+    assert json.loads(daemon.read_text())["default-runtime"] == "nvidia"
+
+
+def test_ctk_creates_a_missing_config_and_supports_dry_run(root: Root) -> None:
+    _ctk(root)
+    daemon = root.path / "etc/docker/daemon.json"
+    dry = root.run(
+        "/usr/bin/nvidia-ctk",
+        "runtime",
+        "configure",
+        "--runtime=docker",
+        f"--config={daemon}",
+        "--dry-run",
+    )
+    assert dry.returncode == 0
+    assert json.loads(dry.stdout)["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
+    assert not daemon.exists()
+    done = root.run(
+        "/usr/bin/nvidia-ctk", "runtime", "configure", "--runtime=docker", f"--config={daemon}"
+    )
+    assert done.returncode == 0
+    assert "Config file does not exist; using empty config" in done.stderr
+    assert daemon.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "content", "message"),
+    [
+        (["--runtime=containerd"], None, "unrecognized runtime 'containerd'"),
+        (["--runtime=docker", "--frobnicate"], None, "flag provided but not defined: -frobnicate"),
+        (["--runtime=docker"], "{not json", "invalid JSON"),
+        (["--runtime=docker"], "[1, 2]", "does not hold a JSON object"),
+    ],
+)
+def test_ctk_errors(root: Root, args: list[str], content: str | None, message: str) -> None:
+    _ctk(root)
+    daemon = root.path / "etc/docker/daemon.json"
+    if content is not None:
+        daemon.parent.mkdir(parents=True)
+        daemon.write_text(content)
+    done = root.run("/usr/bin/nvidia-ctk", "runtime", "configure", *args, f"--config={daemon}")
+    assert done.returncode == 1
+    assert message in done.stderr
+    if content is not None:
+        assert daemon.read_text() == content  # a bad file is left as it was
+
+
+def test_ctk_and_friends_report_their_versions(root: Root) -> None:
+    _ctk(root)
+    ctk = root.run("/usr/bin/nvidia-ctk", "--version")
+    assert ctk.stdout.splitlines()[0] == "NVIDIA Container Toolkit CLI version 1.16.2"
+    cli = root.run("/usr/bin/nvidia-container-cli", "--version")
+    assert cli.stdout.splitlines()[:2] == ["cli-version: 1.16.2", "lib-version: 1.16.2"]
+    hook = root.run("/usr/bin/nvidia-container-runtime-hook", "--version")
+    assert hook.stdout.startswith("NVIDIA Container Runtime Hook version 1.16.2\n")
+    runtime = root.run("/usr/bin/nvidia-container-runtime", "--version")
+    assert runtime.stdout.startswith("NVIDIA Container Runtime version 1.16.2\n")
+    if shutil.which("runc") or Path("/usr/sbin/runc").exists():
+        assert "runc version" in runtime.stdout  # it hands over to runc, like the real one
+
+
+def test_container_runtime_execs_runc(root: Root) -> None:
+    _ctk(root)
+    runc = shutil.which("runc") or "/usr/sbin/runc"
+    if not Path(runc).exists():
+        pytest.skip("runc is not installed on this machine")
+    done = root.run("/usr/bin/nvidia-container-runtime", "--help")
+    direct = subprocess.run([runc, "--help"], capture_output=True, text=True, check=False)
+    assert done.returncode == direct.returncode
+    assert done.stdout == direct.stdout
+
+
+def test_container_cli_info_reads_the_emulated_gpus(root: Root) -> None:
+    _ctk(root)
+    root.unpack("nvidia-utils-550", "550.127.05-1")
+    root.hardware(count=2)
+    failed = root.run("/usr/bin/nvidia-container-cli", "info")
+    assert failed.returncode == 1
+    assert "initialization error: nvml error: driver not loaded" in failed.stderr
+    (root.state / "loaded-driver-version").write_text("550.127.05\n")
+    done = root.run("/usr/bin/nvidia-container-cli", "info")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("NVRM version:   550.127.05\nCUDA version:   12.4\n")
+    assert done.stdout.count("Model:          NVIDIA H100 80GB HBM3") == 2
+    (root.state / "loaded-driver-version").write_text("550.144.03\n")
+    mismatch = root.run("/usr/bin/nvidia-container-cli", "info")
+    assert "driver/library version mismatch" in mismatch.stderr

@@ -1,0 +1,716 @@
+"""The stand-in packages of the lab repository: NVIDIA's names, versions and dependency shapes.
+
+The releases are data (``DRIVERS``, ``CUDA_TOOLKITS``, ``NCCL_BUILDS``,
+``CONTAINER_TOOLKITS``) with their sources; :func:`packages` turns them into package
+specifications with the dependency shapes of NVIDIA's packages (exact ``(= V-1)`` pins
+between the parts of one driver, ``Conflicts``/``Replaces`` between branches so that a
+550 -> 580 swap is a plain ``apt-get install``). The package contents (the emulating
+``nvidia-smi``, daemons, unit files) are rendered from ``toolkit/lab/standins/``.
+
+See docs/architecture.md, "Package names", for the names the roles install.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import jinja2
+
+STANDINS = Path(__file__).with_name("standins")
+
+# Every package's maintainer field: the stand-ins are not NVIDIA's packages.
+MAINTAINER = "gpunode lab <lab@gpunode.invalid>"
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+# Packages outside this repository that stand-ins may depend on (the node image has them).
+EXTERNAL_DEPENDS = frozenset({"python3"})
+
+
+@dataclass(frozen=True)
+class DriverRelease:
+    """One data-centre driver release.
+
+    Attributes:
+        version: The driver version (apt version is ``version-1``).
+        branch: The branch (major version).
+        cuda: The highest CUDA version this driver supports (what ``nvidia-smi`` prints).
+        upgrade: An "unattended upgrade" release, offered so that drift can be provoked.
+        build_date: The date the kernel module reports in ``/proc/driver/nvidia/version``.
+    """
+
+    version: str
+    branch: str
+    cuda: str
+    upgrade: bool
+    build_date: str
+
+    @property
+    def apt_version(self) -> str:
+        return f"{self.version}-1"
+
+
+# Source: NVIDIA data-centre driver release notes
+# (https://docs.nvidia.com/datacenter/tesla/index.html): 550.127.05 (Oct 2024) and 550.144.03
+# (Jan 2025) on R550; 580.95.05 (Oct 2025, CUDA 13.0 U2) and 580.105.08 (Nov 2025) on R580.
+# Max CUDA: R550 -> 12.4, R580 -> 13.0 (CUDA release notes, table 3).
+DRIVERS: tuple[DriverRelease, ...] = (
+    DriverRelease("550.127.05", "550", "12.4", False, "Tue Sep 24 12:43:38 UTC 2024"),
+    DriverRelease("550.144.03", "550", "12.4", True, "Mon Dec 30 17:10:10 UTC 2024"),
+    DriverRelease("580.95.05", "580", "13.0", False, "Fri Sep 26 02:03:39 UTC 2025"),
+    DriverRelease("580.105.08", "580", "13.0", True, "Tue Nov  4 04:22:31 UTC 2025"),
+)
+
+
+@dataclass(frozen=True)
+class CudaRelease:
+    """One CUDA toolkit release (``cuda-toolkit-X-Y`` at ``X.Y.Z-1``)."""
+
+    version: str  # X.Y.Z
+    cudart: str  # cuda_cudart component version (version.json)
+    nvcc: str  # cuda_nvcc component version (`nvcc --version` "V..." line)
+    nvcc_built: str  # `nvcc --version` "Built on" line
+    nvcc_build: str  # `nvcc --version` "Build" line
+    copyright_year: str
+
+    @property
+    def major_minor(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+    @property
+    def package(self) -> str:
+        return "cuda-toolkit-" + self.major_minor.replace(".", "-")
+
+    @property
+    def apt_version(self) -> str:
+        return f"{self.version}-1"
+
+
+# Source: /usr/local/cuda-X.Y/version.json and `nvcc --version` of the CUDA 12.4 Update 1
+# and 12.8 Update 1 runfile/deb installers (CUDA release notes, component versions table).
+CUDA_TOOLKITS: tuple[CudaRelease, ...] = (
+    CudaRelease(
+        "12.4.1",
+        "12.4.127",
+        "12.4.131",
+        "Thu_Mar_28_02:18:24_PDT_2024",
+        "cuda_12.4.r12.4/compiler.34097967_0",
+        "2024",
+    ),
+    CudaRelease(
+        "12.8.1",
+        "12.8.90",
+        "12.8.93",
+        "Fri_Feb_21_20:23:50_PST_2025",
+        "cuda_12.8.r12.8/compiler.35583870_0",
+        "2025",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class NcclBuild:
+    """One NCCL build for one CUDA minor (``libnccl2`` at ``2.A.B-1+cudaX.Y``)."""
+
+    version: str
+    cuda: str
+
+    @property
+    def apt_version(self) -> str:
+        return f"{self.version}-1+cuda{self.cuda}"
+
+
+# Source: NVIDIA CUDA apt repository (debian12/x86_64) package index: libnccl2 builds.
+NCCL_BUILDS: tuple[NcclBuild, ...] = (NcclBuild("2.21.5", "12.4"), NcclBuild("2.26.2", "12.8"))
+
+
+@dataclass(frozen=True)
+class ContainerToolkitRelease:
+    """One NVIDIA container toolkit release (four packages at ``T-1``)."""
+
+    version: str
+    commit: str
+
+
+# Source: https://github.com/NVIDIA/nvidia-container-toolkit/releases (v1.16.2, v1.17.8).
+CONTAINER_TOOLKITS: tuple[ContainerToolkitRelease, ...] = (
+    ContainerToolkitRelease("1.16.2", "a5a5833c14a15fd9c86bcece85d5ec6621b65652"),
+    ContainerToolkitRelease("1.17.8", "f202b80a9b9d0db00d9b1d73c0128c8962c55f4d"),
+)
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """One file (or symlink) in a package."""
+
+    path: str
+    content: bytes = b""
+    mode: int = 0o644
+    link: str | None = None  # a symlink to this target instead of a file
+    conffile: bool = False
+
+
+@dataclass(frozen=True)
+class PackageSpec:
+    """One stand-in package: control fields, files and maintainer scripts."""
+
+    name: str
+    version: str
+    description: str
+    section: str = "multiverse/libs"
+    architecture: str = "amd64"
+    source: str = ""
+    depends: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
+    replaces: tuple[str, ...] = ()
+    provides: tuple[str, ...] = ()
+    files: tuple[FileSpec, ...] = ()
+    scripts: tuple[tuple[str, str], ...] = ()  # (postinst|prerm|postrm|preinst, text)
+    repository: str = "cuda"  # "cuda" or "container-toolkit": which flat repo carries it
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}_{self.version}_{self.architecture}.deb"
+
+    def control(self) -> str:
+        """The ``DEBIAN/control`` text."""
+        size_kib = max(1, sum(len(f.content) for f in self.files) // 1024)
+        fields = [
+            ("Package", self.name),
+            ("Source", self.source or self.name),
+            ("Version", self.version),
+            ("Architecture", self.architecture),
+            ("Maintainer", MAINTAINER),
+            ("Installed-Size", str(size_kib)),
+            ("Depends", ", ".join(self.depends)),
+            ("Conflicts", ", ".join(self.conflicts)),
+            ("Replaces", ", ".join(self.replaces)),
+            ("Provides", ", ".join(self.provides)),
+            ("Section", self.section),
+            ("Priority", "optional"),
+        ]
+        lines = [f"{key}: {value}" for key, value in fields if value]
+        summary, _, body = self.description.partition("\n")
+        lines.append(f"Description: {summary}")
+        lines.extend(f" {line.strip()}" if line.strip() else " ." for line in body.splitlines())
+        lines.append(" This is a gpunode lab stand-in: it emulates the package without hardware.")
+        return "\n".join(lines) + "\n"
+
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(STANDINS)),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    autoescape=False,
+)
+
+
+def render(name: str, **values: str) -> str:
+    """Render one stand-in source.
+
+    ``*.j2`` files are Jinja templates; ``*.py`` scripts carry ``@KEY@`` markers (so that they
+    stay valid Python for the linters) that are replaced by the upper-cased keys of
+    ``values``. Every marker must be filled.
+
+    Raises:
+        ValueError: A marker was left unfilled.
+    """
+    if name.endswith(".j2"):
+        return _ENV.get_template(name).render(**values)
+    text = (STANDINS / name).read_text()
+    for key, value in values.items():
+        text = text.replace(f"@{key.upper()}@", value)
+    leftover = sorted(set(re.findall(r"@[A-Z][A-Z_]*@", text)))
+    if leftover:
+        raise ValueError(f"stand-in {name}: markers left unfilled: {', '.join(leftover)}")
+    return text
+
+
+def source_files() -> list[Path]:
+    """Every stand-in source, for the repository's cache key."""
+    return sorted(p for p in STANDINS.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def _script(text: str) -> bytes:
+    return text.encode()
+
+
+def _exclusive(family: list[str], name: str) -> tuple[str, ...]:
+    """The other members of a family of packages that cannot be installed together."""
+    return tuple(sorted(other for other in family if other != name))
+
+
+def _driver_names(release: DriverRelease) -> dict[str, str]:
+    b = release.branch
+    return {
+        "compute": f"libnvidia-compute-{b}",
+        "utils": f"nvidia-utils-{b}",
+        "dkms_open": f"nvidia-dkms-{b}-open",
+        "dkms": f"nvidia-dkms-{b}",
+        "driver_open": f"nvidia-driver-{b}-open",
+        "driver": f"nvidia-driver-{b}",
+        "fabricmanager": f"nvidia-fabricmanager-{b}" if int(b) < 580 else "nvidia-fabricmanager",
+        "nscq": f"libnvidia-nscq-{b}" if int(b) < 580 else "libnvidia-nscq",
+        "cuda_drivers": f"cuda-drivers-{b}" if int(b) <= 580 else "cuda-drivers",
+    }
+
+
+def _families() -> dict[str, list[str]]:
+    """Names per role across every branch: members of one family conflict with each other."""
+    families: dict[str, set[str]] = {}
+    for release in DRIVERS:
+        names = _driver_names(release)
+        for role, name in names.items():
+            # Open and proprietary kernel modules (and their metas) exclude each other too.
+            key = {"dkms_open": "dkms", "driver_open": "driver"}.get(role, role)
+            families.setdefault(key, set()).add(name)
+    return {key: sorted(names) for key, names in families.items()}
+
+
+def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> list[PackageSpec]:
+    names = _driver_names(release)
+    v, av, b = release.version, release.apt_version, release.branch
+    pin = f"(= {av})"
+    source = f"nvidia-graphics-drivers-{b}"
+    nvml_major_minor = ".".join(v.split(".")[:2])
+    lib_marker = (
+        f"gpunode lab stand-in for {{lib}} {v}: not a real library; "
+        "the emulated GPUs are read by /usr/bin/nvidia-smi.\n"
+    )
+    out: list[PackageSpec] = []
+
+    def ex(role: str, name: str) -> tuple[str, ...]:
+        return _exclusive(families[role], name)
+
+    compute = names["compute"]
+    out.append(
+        PackageSpec(
+            name=compute,
+            version=av,
+            source=source,
+            description=f"NVIDIA libcompute package\n NVML and CUDA driver libraries of {v}.",
+            conflicts=ex("compute", compute),
+            replaces=ex("compute", compute),
+            provides=("libnvidia-compute", f"libnvidia-ml1 (= {av})", f"libcuda1 (= {av})"),
+            files=(
+                FileSpec(
+                    f"{LIBDIR}/libnvidia-ml.so.{v}",
+                    lib_marker.format(lib="libnvidia-ml").encode(),
+                ),
+                FileSpec(f"{LIBDIR}/libnvidia-ml.so.1", link=f"libnvidia-ml.so.{v}"),
+                FileSpec(f"{LIBDIR}/libcuda.so.{v}", lib_marker.format(lib="libcuda").encode()),
+                FileSpec(f"{LIBDIR}/libcuda.so.1", link=f"libcuda.so.{v}"),
+                FileSpec(f"{LIBDIR}/libcuda.so", link="libcuda.so.1"),
+            ),
+        )
+    )
+    utils = names["utils"]
+    smi = render(
+        "nvidia_smi.py", version=v, cuda_version=release.cuda, nvml_version=nvml_major_minor
+    )
+    out.append(
+        PackageSpec(
+            name=utils,
+            version=av,
+            source=source,
+            section="multiverse/utils",
+            description=f"NVIDIA driver support binaries\n nvidia-smi of driver {v}.",
+            depends=("python3", f"{compute} {pin}"),
+            conflicts=ex("utils", utils),
+            replaces=ex("utils", utils),
+            provides=("nvidia-utils",),
+            files=(FileSpec("/usr/bin/nvidia-smi", _script(smi), 0o755),),
+        )
+    )
+    for flavour, role in (("open", "dkms_open"), ("proprietary", "dkms")):
+        dkms = names[role]
+        module_kind = "Open Kernel Module" if flavour == "open" else "Kernel Module"
+        # The first words of /proc/driver/nvidia/version differ between the two flavours.
+        nvrm = (
+            "NVIDIA UNIX Open Kernel Module for x86_64"
+            if flavour == "open"
+            else "NVIDIA UNIX x86_64 Kernel Module"
+        )
+        values = {
+            "version": v,
+            "flavour": flavour,
+            "nvrm": nvrm,
+            "build_date": release.build_date,
+        }
+        out.append(
+            PackageSpec(
+                name=dkms,
+                version=av,
+                source=source,
+                section="multiverse/kernel",
+                description=(
+                    f"NVIDIA DKMS package ({flavour} kernel module)\n"
+                    f" The {module_kind.lower()} of driver {v}; the lab emulates loading it."
+                ),
+                conflicts=ex("dkms", dkms),
+                replaces=ex("dkms", dkms),
+                provides=("nvidia-dkms-kernel",),
+                files=(
+                    FileSpec(
+                        "/usr/lib/gpunode-lab/nvidia-module-load",
+                        render("nvidia-module-load.sh.j2", **values).encode(),
+                        0o755,
+                    ),
+                    FileSpec(
+                        "/lib/systemd/system/gpunode-lab-nvidia-module.service",
+                        render("gpunode-lab-nvidia-module.service.j2", **values).encode(),
+                    ),
+                    FileSpec(
+                        f"/usr/src/nvidia-{v}/dkms.conf",
+                        render("dkms.conf.j2", **values).encode(),
+                    ),
+                    FileSpec(
+                        "/usr/lib/modprobe.d/blacklist-nvidia-nouveau.conf",
+                        render("blacklist-nvidia-nouveau.conf.j2").encode(),
+                    ),
+                    FileSpec(
+                        "/usr/lib/modprobe.d/nvidia-kms.conf",
+                        render("nvidia-kms.conf.j2").encode(),
+                    ),
+                ),
+                scripts=(("postinst", render("dkms.postinst.j2", **values)),),
+            )
+        )
+    for flavour, role, dkms_role in (
+        ("open", "driver_open", "dkms_open"),
+        ("proprietary", "driver", "dkms"),
+    ):
+        meta = names[role]
+        out.append(
+            PackageSpec(
+                name=meta,
+                version=av,
+                source=source,
+                section="multiverse/metapackages",
+                description=f"NVIDIA driver metapackage ({flavour} kernel module)\n Driver {v}.",
+                depends=(
+                    f"{names[dkms_role]} {pin}",
+                    f"{utils} {pin}",
+                    f"{compute} {pin}",
+                ),
+                conflicts=ex("driver", meta),
+                replaces=ex("driver", meta),
+                provides=("nvidia-driver-binary",),
+            )
+        )
+    out.append(
+        PackageSpec(
+            name="nvidia-persistenced",
+            version=av,
+            source="nvidia-persistenced",
+            section="multiverse/utils",
+            description="NVIDIA Persistence Daemon\n Keeps the GPUs initialised while idle.",
+            files=(
+                FileSpec(
+                    "/usr/bin/nvidia-persistenced",
+                    render("nvidia-persistenced.sh.j2", version=v).encode(),
+                    0o755,
+                ),
+                FileSpec(
+                    "/lib/systemd/system/nvidia-persistenced.service",
+                    render("nvidia-persistenced.service.j2").encode(),
+                ),
+            ),
+            scripts=(("postinst", render("persistenced.postinst.j2")),),
+        )
+    )
+    cuda_drivers = names["cuda_drivers"]
+    out.append(
+        PackageSpec(
+            name=cuda_drivers,
+            version=av,
+            source="cuda-drivers",
+            section="multiverse/metapackages",
+            description=f"CUDA Driver meta-package, branch-specific\n Driver {v} (proprietary).",
+            depends=(f"{names['driver']} {pin}",),
+        )
+    )
+    if int(b) >= 580:
+        out.append(
+            PackageSpec(
+                name="nvidia-open",
+                version=av,
+                source="nvidia-open",
+                section="multiverse/metapackages",
+                description=f"NVIDIA open kernel module driver meta-package\n Driver {v}.",
+                depends=(f"{names['driver_open']} {pin}",),
+            )
+        )
+        pinned = sorted(
+            {
+                *names.values(),
+                "nvidia-open",
+                "nvidia-persistenced",
+                "cuda-drivers",
+            }
+        )
+        out.append(
+            PackageSpec(
+                name=f"nvidia-driver-pinning-{v}",
+                version=av,
+                source="nvidia-driver-pinning",
+                section="multiverse/admin",
+                architecture="all",
+                description=(
+                    f"Pins the NVIDIA driver packages to {v}\n"
+                    " An apt preferences file; install it before the driver."
+                ),
+                conflicts=("nvidia-driver-pinning",),
+                provides=("nvidia-driver-pinning",),
+                files=(
+                    FileSpec(
+                        f"/etc/apt/preferences.d/nvidia-driver-pinning-{v}",
+                        render(
+                            "pinning.pref.j2", packages=" ".join(pinned), apt_version=av
+                        ).encode(),
+                        conffile=True,
+                    ),
+                ),
+            )
+        )
+    fm = names["fabricmanager"]
+    fm_script = render("nv_fabricmanager.py", version=v)
+    out.append(
+        PackageSpec(
+            name=fm,
+            version=av,
+            source=f"fabricmanager-{b}",
+            section="multiverse/utils",
+            description=(
+                "Fabric Manager for NVSwitch based systems\n"
+                f" Version {v}; it must equal the loaded driver's version."
+            ),
+            depends=("python3",),
+            conflicts=ex("fabricmanager", fm),
+            replaces=ex("fabricmanager", fm),
+            files=(
+                FileSpec("/usr/bin/nv-fabricmanager", _script(fm_script), 0o755),
+                FileSpec(
+                    "/usr/share/nvidia/nvswitch/fabricmanager.cfg",
+                    render("fabricmanager.cfg.j2").encode(),
+                    conffile=False,
+                ),
+                FileSpec(
+                    "/lib/systemd/system/nvidia-fabricmanager.service",
+                    render("nvidia-fabricmanager.service.j2").encode(),
+                ),
+            ),
+        )
+    )
+    nscq = names["nscq"]
+    out.append(
+        PackageSpec(
+            name=nscq,
+            version=av,
+            source=f"libnvidia-nscq-{b}",
+            description=f"NVSwitch Configuration and Query library\n Version {v}.",
+            conflicts=ex("nscq", nscq),
+            replaces=ex("nscq", nscq),
+            files=(
+                FileSpec(
+                    f"{LIBDIR}/libnvidia-nscq.so.{v}",
+                    lib_marker.format(lib="libnvidia-nscq").encode(),
+                ),
+                FileSpec(f"{LIBDIR}/libnvidia-nscq.so.2", link=f"libnvidia-nscq.so.{v}"),
+            ),
+        )
+    )
+    return out
+
+
+def _cuda_package(release: CudaRelease) -> PackageSpec:
+    mm = release.major_minor
+    major = mm.split(".")[0]
+    prefix = f"/usr/local/cuda-{mm}"
+    version_json = {
+        "cuda": {"name": "CUDA SDK", "version": release.version},
+        "cuda_cudart": {
+            "name": "CUDA Runtime (cudart)",
+            "version": release.cudart,
+        },
+        "cuda_nvcc": {"name": "CUDA NVCC", "version": release.nvcc},
+    }
+    values = {
+        "prefix": prefix,
+        "major": major,
+        "major_minor": mm,
+        "priority": mm.replace(".", ""),
+        "nvcc": release.nvcc,
+        "nvcc_built": release.nvcc_built,
+        "nvcc_build": release.nvcc_build,
+        "copyright_year": release.copyright_year,
+    }
+    cudart_major = release.cudart.split(".")[0]
+    cudart_code = int(major) * 1000 + int(mm.split(".")[1]) * 10
+    marker = f"gpunode lab stand-in for libcudart {release.cudart}: not a real library.\n"
+    return PackageSpec(
+        name=release.package,
+        version=release.apt_version,
+        source=release.package,
+        section="multiverse/devel",
+        description=f"CUDA Toolkit {mm} meta-package\n CUDA {release.version} under {prefix}.",
+        files=(
+            FileSpec(
+                f"{prefix}/version.json", (json.dumps(version_json, indent=3) + "\n").encode()
+            ),
+            FileSpec(f"{prefix}/bin/nvcc", render("nvcc.sh.j2", **values).encode(), 0o755),
+            FileSpec(
+                f"{prefix}/targets/x86_64-linux/lib/libcudart.so.{release.cudart}", marker.encode()
+            ),
+            FileSpec(
+                f"{prefix}/targets/x86_64-linux/lib/libcudart.so.{cudart_major}",
+                link=f"libcudart.so.{release.cudart}",
+            ),
+            FileSpec(
+                f"{prefix}/targets/x86_64-linux/include/cuda_runtime_api.h",
+                f"#define CUDART_VERSION {cudart_code}\n".encode(),
+            ),
+            FileSpec(f"{prefix}/lib64", link="targets/x86_64-linux/lib"),
+            FileSpec(f"{prefix}/include", link="targets/x86_64-linux/include"),
+        ),
+        scripts=(
+            ("postinst", render("cuda.postinst.j2", **values)),
+            ("prerm", render("cuda.prerm.j2", **values)),
+        ),
+    )
+
+
+def _nccl_packages(build: NcclBuild) -> list[PackageSpec]:
+    major, minor, patch = build.version.split(".")
+    av = build.apt_version
+    header = render(
+        "nccl.h.j2",
+        major=major,
+        minor=minor,
+        patch=patch,
+        code=str(int(major) * 10000 + int(minor) * 100 + int(patch)),
+    )
+    marker = f"gpunode lab stand-in for libnccl {build.version}+cuda{build.cuda}.\n"
+    return [
+        PackageSpec(
+            name="libnccl2",
+            version=av,
+            source="nccl",
+            description="NVIDIA Collective Communication Library (NCCL) Runtime\n"
+            f" NCCL {build.version} built for CUDA {build.cuda}.",
+            files=(
+                FileSpec(f"{LIBDIR}/libnccl.so.{build.version}", marker.encode()),
+                FileSpec(f"{LIBDIR}/libnccl.so.2", link=f"libnccl.so.{build.version}"),
+            ),
+        ),
+        PackageSpec(
+            name="libnccl-dev",
+            version=av,
+            source="nccl",
+            section="multiverse/libdevel",
+            description="NVIDIA Collective Communication Library (NCCL) Development Files\n"
+            f" NCCL {build.version} headers for CUDA {build.cuda}.",
+            depends=(f"libnccl2 (= {av})",),
+            files=(
+                FileSpec("/usr/include/nccl.h", header.encode()),
+                FileSpec(f"{LIBDIR}/libnccl.so", link="libnccl.so.2"),
+            ),
+        ),
+    ]
+
+
+def _container_toolkit_packages(release: ContainerToolkitRelease) -> list[PackageSpec]:
+    t = release.version
+    av = f"{t}-1"
+    values = {"version": t, "commit": release.commit}
+    marker = f"gpunode lab stand-in for libnvidia-container {t}.\n"
+    source, repository = "nvidia-container-toolkit", "container-toolkit"
+    return [
+        PackageSpec(
+            name="libnvidia-container1",
+            version=av,
+            description="NVIDIA container runtime library",
+            files=(
+                FileSpec(f"{LIBDIR}/libnvidia-container.so.{t}", marker.encode()),
+                FileSpec(f"{LIBDIR}/libnvidia-container.so.1", link=f"libnvidia-container.so.{t}"),
+            ),
+            source=source,
+            repository=repository,
+        ),
+        PackageSpec(
+            name="libnvidia-container-tools",
+            version=av,
+            section="utils",
+            description="NVIDIA container runtime library (command-line tools)",
+            depends=("python3", f"libnvidia-container1 (>= {av})"),
+            files=(
+                FileSpec(
+                    "/usr/bin/nvidia-container-cli",
+                    _script(render("nvidia_container_cli.py", **values)),
+                    0o755,
+                ),
+            ),
+            source=source,
+            repository=repository,
+        ),
+        PackageSpec(
+            name="nvidia-container-toolkit-base",
+            version=av,
+            section="utils",
+            description="NVIDIA Container Toolkit Base\n nvidia-ctk and nvidia-container-runtime.",
+            depends=("python3",),
+            conflicts=("nvidia-container-runtime (<< 3.14.0-1)",),
+            files=(
+                FileSpec("/usr/bin/nvidia-ctk", _script(render("nvidia_ctk.py", **values)), 0o755),
+                FileSpec(
+                    "/usr/bin/nvidia-container-runtime",
+                    _script(render("nvidia_container_runtime.py", **values)),
+                    0o755,
+                ),
+                FileSpec(
+                    "/etc/nvidia-container-runtime/config.toml",
+                    render("container-runtime-config.toml.j2").encode(),
+                    conffile=True,
+                ),
+            ),
+            source=source,
+            repository=repository,
+        ),
+        PackageSpec(
+            name="nvidia-container-toolkit",
+            version=av,
+            section="utils",
+            description="NVIDIA Container toolkit\n The runtime hook and its configuration.",
+            depends=(
+                f"nvidia-container-toolkit-base (= {av})",
+                f"libnvidia-container-tools (>= {av})",
+                "libnvidia-container-tools (<< 2.0.0)",
+            ),
+            files=(
+                FileSpec(
+                    "/usr/bin/nvidia-container-runtime-hook",
+                    render("nvidia-container-runtime-hook.sh.j2", **values).encode(),
+                    0o755,
+                ),
+            ),
+            source=source,
+            repository=repository,
+        ),
+    ]
+
+
+@cache
+def packages() -> tuple[PackageSpec, ...]:
+    """Every stand-in package of the lab repository, sorted by name and version."""
+    families = _families()
+    out: list[PackageSpec] = []
+    for driver in DRIVERS:
+        out.extend(_driver_packages(driver, families))
+    out.extend(_cuda_package(cuda) for cuda in CUDA_TOOLKITS)
+    for nccl in NCCL_BUILDS:
+        out.extend(_nccl_packages(nccl))
+    for toolkit in CONTAINER_TOOLKITS:
+        out.extend(_container_toolkit_packages(toolkit))
+    return tuple(sorted(out, key=lambda p: (p.repository, p.name, p.version)))

@@ -1,0 +1,521 @@
+"""The emulated GPUs of one lab node: ``/var/lib/gpunode-lab/hardware.json``.
+
+The lab writes this file into every node; the stand-in ``nvidia-smi`` (shipped by the
+stand-in ``nvidia-utils-<branch>`` package, stdlib only) reads it back. The JSON layout is
+therefore a contract between this module and ``toolkit/lab/standins/nvidia_smi.py``:
+``NodeHardware.model_dump(mode="json")`` is exactly what the script reads, and
+``schema_version`` changes whenever a field's meaning does.
+
+GPU models are data (``GPU_MODELS``) with their sources next to them. Faults are injected
+here as values (a GPU left out, ECC counters, a downgraded link), so that every reader of
+the node (``nvidia-smi``, the roles, the acceptance checks) sees one consistent story.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from toolkit.errors import ConfigError
+
+SCHEMA_VERSION = 1
+
+FaultName = Literal["missing-gpu", "ecc", "xid", "pcie", "slow-net"]
+
+# Faults the lab can inject. `slow-net` is traffic shaping on the node's interface (done by
+# the lab's container code), so it is accepted here but leaves no trace in the GPU file.
+FAULTS: dict[str, str] = {
+    "missing-gpu": "one GPU is absent from the bus (the node reports count - 1 GPUs)",
+    "ecc": "one GPU has uncorrectable ECC errors and a pending row remap",
+    "xid": "one GPU has an XID event in the kernel log",
+    "pcie": "one GPU's PCIe link trained at Gen3 x8 instead of its maximum",
+    "slow-net": "the node's network interface is shaped to a slow link (not in this file)",
+}
+
+# The link a `pcie` fault leaves: a real downtrained slot (a riser or retimer problem).
+DEGRADED_PCIE_GEN = 3
+DEGRADED_PCIE_WIDTH = 8
+
+# XID 119: "GSP RPC timeout", one of the XIDs that health checkers (Azure NHC's
+# `check_gpu_xid`, NVIDIA's XID catalogue https://docs.nvidia.com/deploy/xid-errors/) treat as
+# a node fault. The message is the driver's own wording.
+XID_CODE = 119
+XID_MESSAGE = (
+    "Timeout after 6s of waiting for RPC response from GPU{index} GSP! "
+    "Expected function 76 (GSP_RM_CONTROL) (0x20800a4c 0x4)."
+)
+
+
+class GpuModel(BaseModel):
+    """Static facts of one GPU product, as ``nvidia-smi`` reports them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    key: str
+    name: str  # `nvidia-smi --query-gpu=name`
+    brand: str
+    architecture: str
+    form_factor: Literal["SXM", "PCIe"]
+    memory_total_mib: int
+    memory_reserved_mib: int
+    power_limit_w: float
+    power_min_limit_w: float
+    power_idle_w: float
+    clocks_max_sm_mhz: int
+    clocks_max_mem_mhz: int
+    clocks_idle_sm_mhz: int
+    clocks_max_video_mhz: int
+    pcie_gen_max: int
+    pcie_width_max: int
+    compute_cap: str
+    nvlinks: int  # NVLinks per GPU: `topo -m` prints NV<n> between GPUs behind an NVSwitch
+    pci_device_id: str
+    pci_subsystem_id: str
+    vbios_version: str
+    board_part_number: str
+    bus_ids_8: tuple[int, ...]  # PCI bus numbers of the 8 GPUs of a typical 8-GPU server
+    idle_temp_c: int
+    shutdown_temp_c: int
+    slowdown_temp_c: int
+    row_remap_banks: int
+    source: str
+
+
+GPU_MODELS: dict[str, GpuModel] = {
+    model.key: model
+    for model in (
+        GpuModel(
+            key="H100",
+            name="NVIDIA H100 80GB HBM3",
+            brand="NVIDIA",
+            architecture="Hopper",
+            form_factor="SXM",
+            memory_total_mib=81559,
+            memory_reserved_mib=553,
+            power_limit_w=700.0,
+            power_min_limit_w=200.0,
+            power_idle_w=69.76,
+            clocks_max_sm_mhz=1980,
+            clocks_max_mem_mhz=2619,
+            clocks_idle_sm_mhz=345,
+            clocks_max_video_mhz=1545,
+            pcie_gen_max=5,
+            pcie_width_max=16,
+            compute_cap="9.0",
+            nvlinks=18,
+            pci_device_id="0x233010DE",
+            pci_subsystem_id="0x16C110DE",
+            vbios_version="96.00.99.00.01",
+            board_part_number="692-2G520-0200-000",
+            bus_ids_8=(0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB),
+            idle_temp_c=33,
+            shutdown_temp_c=92,
+            slowdown_temp_c=89,
+            row_remap_banks=2560,
+            source="NVIDIA H100 datasheet; nvidia-smi -q captures of HGX H100 8-GPU servers",
+        ),
+        GpuModel(
+            key="H200",
+            name="NVIDIA H200",
+            brand="NVIDIA",
+            architecture="Hopper",
+            form_factor="SXM",
+            memory_total_mib=143771,
+            memory_reserved_mib=553,
+            power_limit_w=700.0,
+            power_min_limit_w=200.0,
+            power_idle_w=76.21,
+            clocks_max_sm_mhz=1980,
+            clocks_max_mem_mhz=3201,
+            clocks_idle_sm_mhz=345,
+            clocks_max_video_mhz=1545,
+            pcie_gen_max=5,
+            pcie_width_max=16,
+            compute_cap="9.0",
+            nvlinks=18,
+            pci_device_id="0x233510DE",
+            pci_subsystem_id="0x18BE10DE",
+            vbios_version="96.00.A5.00.01",
+            board_part_number="692-2G520-0280-000",
+            bus_ids_8=(0x19, 0x3B, 0x4C, 0x5D, 0x9B, 0xBB, 0xCB, 0xDB),
+            idle_temp_c=31,
+            shutdown_temp_c=92,
+            slowdown_temp_c=89,
+            row_remap_banks=2560,
+            source="NVIDIA H200 datasheet; nvidia-smi captures of HGX H200 8-GPU servers",
+        ),
+        GpuModel(
+            key="A100",
+            name="NVIDIA A100-SXM4-80GB",
+            brand="NVIDIA",
+            architecture="Ampere",
+            form_factor="SXM",
+            memory_total_mib=81920,
+            memory_reserved_mib=0,
+            power_limit_w=400.0,
+            power_min_limit_w=100.0,
+            power_idle_w=61.32,
+            clocks_max_sm_mhz=1410,
+            clocks_max_mem_mhz=1593,
+            clocks_idle_sm_mhz=210,
+            clocks_max_video_mhz=1290,
+            pcie_gen_max=4,
+            pcie_width_max=16,
+            compute_cap="8.0",
+            nvlinks=12,
+            pci_device_id="0x20B210DE",
+            pci_subsystem_id="0x147F10DE",
+            vbios_version="92.00.36.00.02",
+            board_part_number="692-2G506-0210-002",
+            bus_ids_8=(0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD),
+            idle_temp_c=30,
+            shutdown_temp_c=92,
+            slowdown_temp_c=89,
+            row_remap_banks=640,
+            source="NVIDIA A100 datasheet; nvidia-smi captures of DGX A100 / HGX A100 8-GPU",
+        ),
+        GpuModel(
+            key="L40S",
+            name="NVIDIA L40S",
+            brand="NVIDIA",
+            architecture="Ada Lovelace",
+            form_factor="PCIe",
+            memory_total_mib=46068,
+            memory_reserved_mib=441,
+            power_limit_w=350.0,
+            power_min_limit_w=100.0,
+            power_idle_w=32.45,
+            clocks_max_sm_mhz=2520,
+            clocks_max_mem_mhz=9001,
+            clocks_idle_sm_mhz=210,
+            clocks_max_video_mhz=1965,
+            pcie_gen_max=4,
+            pcie_width_max=16,
+            compute_cap="8.9",
+            nvlinks=0,
+            pci_device_id="0x26B910DE",
+            pci_subsystem_id="0x185110DE",
+            vbios_version="95.02.5D.00.01",
+            board_part_number="900-2G133-0080-000",
+            bus_ids_8=(0x01, 0x21, 0x41, 0x61, 0x81, 0xA1, 0xC1, 0xE1),
+            idle_temp_c=29,
+            shutdown_temp_c=95,
+            slowdown_temp_c=92,
+            row_remap_banks=192,
+            source="NVIDIA L40S datasheet (PCIe Gen4 x16, 48 GB GDDR6 with ECC, 350 W)",
+        ),
+    )
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Gpu(_Strict):
+    """One emulated GPU, with every value ``nvidia-smi`` reports for it."""
+
+    index: int = Field(ge=0)
+    minor_number: int = Field(ge=0)
+    name: str
+    brand: str
+    architecture: str
+    uuid: str = Field(pattern=r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+    serial: str = Field(pattern=r"^[0-9]{13}$")
+    pci_bus_id: str = Field(pattern=r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
+    pci_device_id: str
+    pci_subsystem_id: str
+    vbios_version: str
+    board_part_number: str
+    numa_node: int = Field(ge=0)
+    cpu_affinity: str
+    memory_total_mib: int = Field(gt=0)
+    memory_reserved_mib: int = Field(ge=0)
+    memory_used_mib: int = Field(ge=0)
+    temperature_c: int
+    shutdown_temp_c: int
+    slowdown_temp_c: int
+    power_draw_w: float = Field(ge=0)
+    power_limit_w: float = Field(gt=0)
+    power_min_limit_w: float = Field(gt=0)
+    clocks_sm_mhz: int = Field(gt=0)
+    clocks_max_sm_mhz: int = Field(gt=0)
+    clocks_mem_mhz: int = Field(gt=0)
+    clocks_max_mem_mhz: int = Field(gt=0)
+    clocks_max_video_mhz: int = Field(gt=0)
+    pcie_gen_current: int = Field(ge=1, le=6)
+    pcie_gen_max: int = Field(ge=1, le=6)
+    pcie_width_current: int = Field(ge=1, le=32)
+    pcie_width_max: int = Field(ge=1, le=32)
+    compute_cap: str = Field(pattern=r"^[0-9]+\.[0-9]+$")
+    nvlinks: int = Field(ge=0)
+    ecc_enabled: bool
+    ecc_corrected_volatile: int = Field(ge=0)
+    ecc_corrected_aggregate: int = Field(ge=0)
+    ecc_uncorrected_volatile: int = Field(ge=0)
+    ecc_uncorrected_aggregate: int = Field(ge=0)
+    remapped_rows_correctable: int = Field(ge=0)
+    remapped_rows_uncorrectable: int = Field(ge=0)
+    remapped_rows_pending: bool
+    remapped_rows_failure: bool
+    row_remap_banks: int = Field(ge=0)
+    # Bitmask of `clocks_event_reasons` (NVML `nvmlClocksEventReasons`); 0 = not throttled.
+    throttle_reasons_active: int = Field(ge=0)
+    utilization_gpu_pct: int = Field(ge=0, le=100)
+    utilization_mem_pct: int = Field(ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Gpu:
+        if self.pcie_gen_current > self.pcie_gen_max:
+            raise ValueError("pcie_gen_current must not exceed pcie_gen_max")
+        if self.pcie_width_current > self.pcie_width_max:
+            raise ValueError("pcie_width_current must not exceed pcie_width_max")
+        if self.ecc_uncorrected_aggregate < self.ecc_uncorrected_volatile:
+            raise ValueError("ecc_uncorrected_aggregate must be >= ecc_uncorrected_volatile")
+        if self.ecc_corrected_aggregate < self.ecc_corrected_volatile:
+            raise ValueError("ecc_corrected_aggregate must be >= ecc_corrected_volatile")
+        if self.memory_used_mib + self.memory_reserved_mib > self.memory_total_mib:
+            raise ValueError("memory_used_mib + memory_reserved_mib exceed memory_total_mib")
+        return self
+
+
+class XidEvent(_Strict):
+    """A kernel-log XID event (the lab injects `kernel_line` into the node's journal)."""
+
+    gpu_index: int = Field(ge=0)
+    pci_bus_id: str
+    xid: int = Field(gt=0)
+    kernel_line: str
+
+
+class NodeHardware(_Strict):
+    """Everything the GPU emulation of one node reports.
+
+    Build it with :meth:`for_node`; write :meth:`to_json` to
+    ``/var/lib/gpunode-lab/hardware.json`` in the node.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    gpu_count_installed: int = Field(ge=0, description="GPUs in the chassis, faults aside.")
+    nvswitch: bool
+    faults: tuple[FaultName, ...]
+    gpus: tuple[Gpu, ...]
+    xid_events: tuple[XidEvent, ...] = ()
+    missing_pci_bus_ids: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _coherent(self) -> NodeHardware:
+        indices = [gpu.index for gpu in self.gpus]
+        if indices != list(range(len(self.gpus))):
+            raise ValueError("gpus must be indexed 0..n-1 in order")
+        for attr in ("uuid", "serial", "pci_bus_id"):
+            values = [getattr(gpu, attr) for gpu in self.gpus]
+            if len(set(values)) != len(values):
+                raise ValueError(f"gpus: {attr} must be unique within a node")
+        return self
+
+    @classmethod
+    def for_node(
+        cls,
+        model: str,
+        count: int,
+        nvswitch: bool,
+        faults: Iterable[str] = (),
+        *,
+        seed: str = "gpunode",
+        index: int = 0,
+    ) -> NodeHardware:
+        """Describe the GPUs of one lab node.
+
+        Args:
+            model: A key of ``GPU_MODELS`` (``H100``, ``H200``, ``A100``, ``L40S``), case
+                insensitive.
+            count: GPUs in the chassis (1-8), before any ``missing-gpu`` fault.
+            nvswitch: Whether the GPUs sit on an NVSwitch fabric (SXM models only).
+            faults: Names from ``FAULTS`` to inject.
+            seed: Distinguishes labs: UUIDs and serials derive from ``(seed, index)``.
+            index: The node's index in its lab.
+
+        Returns:
+            The node's hardware; equal inputs give an equal result.
+
+        Raises:
+            ConfigError: An unknown model or fault, a count out of range, or NVSwitch on a
+                PCIe model.
+        """
+        gpu_model = GPU_MODELS.get(model.upper())
+        if gpu_model is None:
+            raise ConfigError(
+                f"lab GPU model {model!r} is not known; choose one of {', '.join(GPU_MODELS)}"
+            )
+        if not 1 <= count <= 8:
+            raise ConfigError(f"lab GPUs per node must be between 1 and 8, got {count}")
+        if nvswitch and gpu_model.nvlinks == 0:
+            raise ConfigError(
+                f"lab GPU model {gpu_model.key} is a {gpu_model.form_factor} card without "
+                "NVLink; it cannot sit on an NVSwitch fabric (set nvswitch off)"
+            )
+        fault_list = sorted(set(faults))
+        for fault in fault_list:
+            if fault not in FAULTS:
+                raise ConfigError(
+                    f"lab fault {fault!r} is not known; choose from {', '.join(FAULTS)}"
+                )
+        if "missing-gpu" in fault_list and count < 2:
+            raise ConfigError("lab fault 'missing-gpu' needs at least 2 GPUs per node")
+
+        gpus = [_make_gpu(gpu_model, i, count, seed, index) for i in range(count)]
+        missing: list[str] = []
+        if "missing-gpu" in fault_list:
+            gone = _pick(seed, index, "missing-gpu", count)
+            missing.append(gpus[gone]["pci_bus_id"])
+            del gpus[gone]
+            # Indices and minor numbers close up, as they do when a GPU falls off the bus.
+            for i, gpu in enumerate(gpus):
+                gpu["index"] = i
+                gpu["minor_number"] = i
+        present = len(gpus)
+        if "ecc" in fault_list:
+            gpu = gpus[_pick(seed, index, "ecc", present)]
+            gpu.update(
+                ecc_uncorrected_volatile=2,
+                ecc_uncorrected_aggregate=2,
+                ecc_corrected_volatile=14,
+                ecc_corrected_aggregate=14,
+                remapped_rows_uncorrectable=1,
+                remapped_rows_pending=True,
+            )
+        if "pcie" in fault_list:
+            gpu = gpus[_pick(seed, index, "pcie", present)]
+            gpu.update(
+                pcie_gen_current=min(DEGRADED_PCIE_GEN, gpu["pcie_gen_max"]),
+                pcie_width_current=min(DEGRADED_PCIE_WIDTH, gpu["pcie_width_max"]),
+            )
+        events: list[dict[str, Any]] = []
+        if "xid" in fault_list:
+            gpu = gpus[_pick(seed, index, "xid", present)]
+            bus = gpu["pci_bus_id"]
+            short_bus = bus[4:14].lower()  # "0000:18:00" as the kernel prints it
+            events.append(
+                {
+                    "gpu_index": gpu["index"],
+                    "pci_bus_id": bus,
+                    "xid": XID_CODE,
+                    "kernel_line": (
+                        f"NVRM: Xid (PCI:{short_bus}): {XID_CODE}, pid=2417, name=python3, "
+                        + XID_MESSAGE.format(index=gpu["index"])
+                    ),
+                }
+            )
+        try:
+            return cls.model_validate(
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "model": gpu_model.key,
+                    "gpu_count_installed": count,
+                    "nvswitch": nvswitch,
+                    "faults": tuple(fault_list),
+                    "gpus": tuple(Gpu.model_validate(gpu) for gpu in gpus),
+                    "xid_events": tuple(XidEvent.model_validate(e) for e in events),
+                    "missing_pci_bus_ids": tuple(missing),
+                }
+            )
+        except ValidationError as err:  # a bug in the tables above, not user input
+            raise ConfigError(f"lab hardware for {gpu_model.key} is inconsistent: {err}") from err
+
+    @classmethod
+    def from_json(cls, text: str) -> NodeHardware:
+        """Read a hardware file back (strict: unknown keys and wrong types are errors).
+
+        Raises:
+            ConfigError: The text is not a valid hardware file.
+        """
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as err:
+            raise ConfigError(f"lab hardware file is invalid: {err}") from err
+
+    def to_json(self) -> str:
+        """The file's text: stable key order, indented, newline-terminated."""
+        return self.model_dump_json(indent=2) + "\n"
+
+    def kernel_messages(self) -> list[str]:
+        """Kernel-log lines the lab injects into the node's journal (identifier ``kernel``)."""
+        return [event.kernel_line for event in self.xid_events]
+
+
+def _digest(*parts: object) -> bytes:
+    return hashlib.sha256("\0".join(str(p) for p in parts).encode()).digest()
+
+
+def _pick(seed: str, node: int, fault: str, count: int) -> int:
+    """Which GPU a fault hits: deterministic per (lab, node, fault), spread across GPUs."""
+    return int.from_bytes(_digest(seed, node, fault)[:4], "big") % count
+
+
+def _make_gpu(model: GpuModel, i: int, count: int, seed: str, node: int) -> dict[str, Any]:
+    digest = _digest(seed, node, model.key, i)
+    gpu_uuid = uuid.UUID(bytes=digest[:16])
+    # Serials on NVIDIA data-centre boards are 13 decimal digits starting with 1.
+    serial = "1" + str(int.from_bytes(digest[16:24], "big") % 10**12).zfill(12)
+    if count <= len(model.bus_ids_8):
+        # Fewer GPUs populate the first slots; an 8-GPU board uses every bus id in the table.
+        bus = model.bus_ids_8[i * len(model.bus_ids_8) // count]
+    else:  # pragma: no cover - count is capped at 8 by for_node
+        bus = i + 1
+    # Two sockets: the first half of the GPUs on NUMA node 0, the second on node 1.
+    numa = 0 if i < max(1, count // 2) else 1
+    return {
+        "index": i,
+        "minor_number": i,
+        "name": model.name,
+        "brand": model.brand,
+        "architecture": model.architecture,
+        "uuid": f"GPU-{gpu_uuid}",
+        "serial": serial,
+        "pci_bus_id": f"00000000:{bus:02X}:00.0",
+        "pci_device_id": model.pci_device_id,
+        "pci_subsystem_id": model.pci_subsystem_id,
+        "vbios_version": model.vbios_version,
+        "board_part_number": model.board_part_number,
+        "numa_node": numa,
+        "cpu_affinity": "0-55,112-167" if numa == 0 else "56-111,168-223",
+        "memory_total_mib": model.memory_total_mib,
+        "memory_reserved_mib": model.memory_reserved_mib,
+        "memory_used_mib": 0,
+        "temperature_c": model.idle_temp_c + (i % 3),
+        "shutdown_temp_c": model.shutdown_temp_c,
+        "slowdown_temp_c": model.slowdown_temp_c,
+        "power_draw_w": round(model.power_idle_w + 0.37 * (i % 4), 2),
+        "power_limit_w": model.power_limit_w,
+        "power_min_limit_w": model.power_min_limit_w,
+        "clocks_sm_mhz": model.clocks_idle_sm_mhz,
+        "clocks_max_sm_mhz": model.clocks_max_sm_mhz,
+        "clocks_mem_mhz": model.clocks_max_mem_mhz,
+        "clocks_max_mem_mhz": model.clocks_max_mem_mhz,
+        "clocks_max_video_mhz": model.clocks_max_video_mhz,
+        "pcie_gen_current": model.pcie_gen_max,
+        "pcie_gen_max": model.pcie_gen_max,
+        "pcie_width_current": model.pcie_width_max,
+        "pcie_width_max": model.pcie_width_max,
+        "compute_cap": model.compute_cap,
+        "nvlinks": model.nvlinks,
+        "ecc_enabled": True,
+        "ecc_corrected_volatile": 0,
+        "ecc_corrected_aggregate": 0,
+        "ecc_uncorrected_volatile": 0,
+        "ecc_uncorrected_aggregate": 0,
+        "remapped_rows_correctable": 0,
+        "remapped_rows_uncorrectable": 0,
+        "remapped_rows_pending": False,
+        "remapped_rows_failure": False,
+        "row_remap_banks": model.row_remap_banks,
+        "throttle_reasons_active": 0,
+        "utilization_gpu_pct": 0,
+        "utilization_mem_pct": 0,
+    }
