@@ -1,0 +1,83 @@
+"""`gpunode lab`: bad options are refused with the option and the rule, before Docker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolkit import cli
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["lab", *args])
+    captured = capsys.readouterr()
+    code = exit_info.value.code
+    assert isinstance(code, int)
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["up", "--nodes", "0"], "--nodes: Input should be greater than or equal to 1"),
+        (["up", "--gpus", "12"], "--gpus: Input should be less than or equal to 8"),
+        (["up", "--gpu-model", "K80"], "unknown GPU model 'K80'"),
+        (["up", "--disk-size", "big"], "disk size 'big'"),
+        (["up", "--disk-size", "1M"], "at least 64M"),
+        (["up", "--fault", "1:eec"], "did you mean 'ecc'"),
+        (["up", "--fault", "ecc"], "expected NODE_INDEX:FAULT"),
+        (["up", "--nodes", "2", "--fault", "3:xid"], "names node 3"),
+        (["up", "--name", "Bad Name"], "--name: String should match pattern"),
+        (["up", "--slow-net-rate", "fast"], "--slow-net-rate"),
+    ],
+)
+def test_up_refuses_bad_options(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    args: list[str],
+    message: str,
+) -> None:
+    monkeypatch.setenv("GPUNODE_LAB_HOME", str(tmp_path))
+    code, out, err = _run(capsys, *args, "--no-ca-bundle")
+    assert code == 2
+    assert message in err
+    assert out == ""
+    assert "Traceback" not in err
+    assert not any(tmp_path.iterdir())  # nothing was created
+
+
+def test_up_refuses_a_ca_bundle_that_is_not_pem(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("GPUNODE_LAB_HOME", str(tmp_path / "home"))
+    bundle = tmp_path / "bundle.crt"
+    bundle.write_text("not a certificate\n")
+    code, _out, err = _run(capsys, "up", "--ca-bundle", str(bundle))
+    assert code == 2
+    assert "not a PEM file" in err
+
+
+def test_fault_needs_faults_or_clear(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _out, err = _run(capsys, "fault", "1")
+    assert code == 2
+    assert "--clear" in err
+
+
+def test_status_of_a_lab_that_does_not_exist(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("GPUNODE_LAB_HOME", str(tmp_path))
+    code, out, err = _run(capsys, "status", "--name", "nope", "--json")
+    assert code == 1
+    assert out == ""
+    assert "there is no lab 'nope'" in err
+
+
+def test_help_lists_the_lab_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _err = _run(capsys, "--help")
+    assert code == 0
+    for command in ("up", "status", "ssh", "down", "fault", "restart"):
+        assert command in out

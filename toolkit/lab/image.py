@@ -1,0 +1,389 @@
+"""The lab's node image: a Debian 12 systemd root filesystem, imported into Docker.
+
+No container registry is reachable, so the image is made from packages: ``debootstrap``
+builds a minimal bookworm root filesystem from the Debian archive, a few files make it a
+good container citizen (units that cannot work in a container are masked, the lab's udev
+stand-in is installed), and ``docker import`` turns it into an image. The image is tagged
+by a hash of its recipe and rebuilt only when the recipe changes.
+
+Secrets and identities are never baked in: the image has no machine-id and no SSH host
+keys; the lab creates both per node when it creates the node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from toolkit.errors import LabError
+from toolkit.lab import paths
+from toolkit.lab.proc import run
+
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+SECURITY_MIRROR = "http://deb.debian.org/debian-security"
+IMAGE_REPOSITORY = "gpunode-lab-node"
+
+# What a lab node needs beyond minbase: systemd as PID 1, sshd and Python for Ansible,
+# python3-apt for ansible.builtin.apt, and the tools the disk and driver roles call.
+PACKAGES: tuple[str, ...] = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "openssh-server",
+    "python3",
+    "python3-apt",
+    "sudo",
+    "iproute2",
+    "gnupg",
+    "ca-certificates",
+    "curl",
+    "procps",
+    "kmod",
+    "util-linux",
+    "xfsprogs",
+    "btrfs-progs",
+    "e2fsprogs",
+    "lsb-release",
+    "less",
+)
+
+# Units that fail or make no sense in a container (no consoles, no kernel debug
+# filesystems, no audit, read-only /sys) and timers that would change a node behind the
+# tests' back (apt's daily upgrade: drift is provoked on purpose, never by chance).
+MASKED_UNITS: tuple[str, ...] = (
+    "getty.target",
+    "console-getty.service",
+    "getty@tty1.service",
+    "systemd-remount-fs.service",
+    "systemd-firstboot.service",
+    "systemd-journald-audit.socket",
+    "sys-kernel-config.mount",
+    "sys-kernel-debug.mount",
+    "sys-kernel-tracing.mount",
+    "sys-fs-fuse-connections.mount",
+    "dev-hugepages.mount",
+    "proc-sys-fs-binfmt_misc.automount",
+    "systemd-binfmt.service",
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "e2scrub_all.timer",
+    "e2scrub_reap.service",
+    "fstrim.timer",
+)
+
+# Files written into the root filesystem (path -> content). Scripts come from node_files/.
+UDEV_UNIT = """\
+[Unit]
+Description=gpunode lab: data-disk device nodes and /dev/disk links (stand-in for udev)
+DefaultDependencies=no
+Before=local-fs-pre.target
+Wants=local-fs-pre.target
+After=systemd-tmpfiles-setup-dev.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+# A kernel module does not survive a reboot: forget the emulated "loaded" driver before the
+# stand-in module unit (After=local-fs.target) loads whatever driver is installed now.
+ExecStartPre=/bin/rm -f /var/lib/gpunode-lab/loaded-driver-version \
+  /var/lib/gpunode-lab/proc-driver-nvidia-version
+ExecStart=/usr/local/sbin/gpunode-lab-udev
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+# systemd's fstab generator skips block-device entries in a container ("Running in a
+# container, ignoring fstab device entry"), so a lab node would come back from a reboot
+# without its /data. This unit mounts them at the point a real boot would.
+MOUNTS_UNIT = """\
+[Unit]
+Description=gpunode lab: mount block-device entries of /etc/fstab (systemd skips them here)
+DefaultDependencies=no
+After=gpunode-lab-udev.service local-fs-pre.target
+Before=local-fs.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/mount --all --test-opts no_netdev
+
+[Install]
+WantedBy=local-fs.target
+"""
+
+BOOT_UNIT = """\
+[Unit]
+Description=gpunode lab: boot id, link speed fault and kernel events of this node
+After=systemd-journald.service
+Before=ssh.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/sbin/gpunode-lab-boot boot
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+SSHD_CONFIG = """\
+# gpunode lab: key-only root login with the per-node host key the lab installs.
+HostKey /etc/ssh/ssh_host_ed25519_key
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UseDNS no
+"""
+
+# A real kernel log starts empty at every boot; a volatile journal under /run (a tmpfs in
+# the node) gives the lab's stand-in kernel log the same property.
+JOURNALD_CONFIG = """\
+[Journal]
+Storage=volatile
+RuntimeMaxUse=32M
+"""
+
+DPKG_EXCLUDES = """\
+# gpunode lab: lean nodes, no documentation.
+path-exclude=/usr/share/doc/*
+path-include=/usr/share/doc/*/copyright
+path-exclude=/usr/share/man/*
+path-exclude=/usr/share/info/*
+path-exclude=/usr/share/locale/*
+path-include=/usr/share/locale/locale.alias
+"""
+
+SOURCES_LIST = f"""\
+deb {MIRROR} {SUITE} main
+deb {MIRROR} {SUITE}-updates main
+deb {SECURITY_MIRROR} {SUITE}-security main
+"""
+
+# `docker import` changes (the stop signal is set per container: import cannot set it).
+IMPORT_CHANGES: tuple[str, ...] = (
+    'CMD ["/sbin/init"]',
+    "ENV container=docker",
+    f"LABEL org.opencontainers.image.title=gpunode-lab-node-{SUITE}",
+    'LABEL org.opencontainers.image.description="gpunode lab node: Debian 12 with systemd"',
+)
+
+# Run inside the root filesystem (chroot) after the files are in place.
+CUSTOMIZE_SCRIPT = f"""\
+set -eu
+systemctl mask {" ".join(MASKED_UNITS)} >/dev/null 2>&1
+systemctl enable gpunode-lab-udev.service gpunode-lab-mounts.service \\
+  gpunode-lab-boot.service ssh.service >/dev/null 2>&1
+systemctl set-default multi-user.target >/dev/null 2>&1
+rm -f /etc/ssh/ssh_host_*
+: > /etc/machine-id
+rm -f /var/lib/dbus/machine-id
+apt-get clean
+rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/*.log /var/log/apt/* /tmp/* \\
+  /usr/share/doc/*/changelog* /usr/share/man/* /root/.bash_history
+mkdir -p {paths.NODE_STATE_DIR} /root/.ssh
+chmod 0700 /root/.ssh
+"""
+
+
+@dataclass(frozen=True)
+class NodeImage:
+    """A built node image."""
+
+    tag: str
+    recipe_hash: str
+    built: bool  # True when this call built it, False when it was already there
+
+
+def _node_file(name: str) -> str:
+    return resources.files("toolkit.lab").joinpath("node_files").joinpath(name).read_text()
+
+
+def recipe_files() -> dict[str, str]:
+    """Every file the recipe writes into the root filesystem: path -> content."""
+    return {
+        "/etc/apt/sources.list": SOURCES_LIST,
+        "/etc/dpkg/dpkg.cfg.d/gpunode-lab-excludes": DPKG_EXCLUDES,
+        "/etc/ssh/sshd_config.d/gpunode-lab.conf": SSHD_CONFIG,
+        "/etc/systemd/journald.conf.d/gpunode-lab.conf": JOURNALD_CONFIG,
+        "/etc/systemd/system/gpunode-lab-udev.service": UDEV_UNIT,
+        "/etc/systemd/system/gpunode-lab-mounts.service": MOUNTS_UNIT,
+        "/etc/systemd/system/gpunode-lab-boot.service": BOOT_UNIT,
+        "/usr/local/sbin/gpunode-lab-udev": _node_file("gpunode-lab-udev.sh"),
+        "/usr/local/sbin/gpunode-lab-boot": _node_file("gpunode-lab-boot.sh"),
+    }
+
+
+def recipe() -> dict[str, object]:
+    """The full recipe of the node image; its hash is the image tag."""
+    return {
+        "suite": SUITE,
+        "mirror": MIRROR,
+        "variant": "minbase",
+        "packages": sorted(PACKAGES),
+        "masked": sorted(MASKED_UNITS),
+        "files": recipe_files(),
+        "customize": CUSTOMIZE_SCRIPT,
+        "import": IMPORT_CHANGES,
+    }
+
+
+def recipe_hash() -> str:
+    """A short, stable hash of the recipe (12 hex characters)."""
+    blob = json.dumps(recipe(), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def image_tag() -> str:
+    """The tag of the node image for the current recipe."""
+    return f"{IMAGE_REPOSITORY}:{recipe_hash()}"
+
+
+def docker_client() -> docker.DockerClient:
+    """A client of the local Docker engine, or a clear error when it cannot be reached."""
+    try:
+        client = docker.from_env(timeout=300)
+        client.ping()
+    except docker.errors.DockerException as err:
+        raise LabError(
+            f"cannot reach the Docker engine ({err}); start it (scripts/setup-host does) "
+            "and make sure this user may use it"
+        ) from err
+    return client
+
+
+def image_exists(client: docker.DockerClient, tag: str) -> bool:
+    """Whether the engine already has this image."""
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    except docker.errors.APIError as err:
+        raise LabError(f"cannot inspect image {tag}: {err}") from err
+    return True
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    # Two labs started at once must not build the same image twice.
+    lock_path = paths.cache_dir() / "image.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_image(client: docker.DockerClient | None = None) -> NodeImage:
+    """Build the node image unless an image for the current recipe exists.
+
+    Returns:
+        The image tag and whether it was built by this call.
+
+    Raises:
+        LabError: debootstrap, the customisation or the import failed.
+    """
+    client = client or docker_client()
+    tag = image_tag()
+    digest = recipe_hash()
+    if image_exists(client, tag):
+        return NodeImage(tag=tag, recipe_hash=digest, built=False)
+    with _build_lock():
+        if image_exists(client, tag):
+            return NodeImage(tag=tag, recipe_hash=digest, built=False)
+        _build(tag, digest)
+        _prune_old_images(client, tag)
+    return NodeImage(tag=tag, recipe_hash=digest, built=True)
+
+
+def _prune_old_images(client: docker.DockerClient, keep: str) -> None:
+    """Remove node images of older recipes that no container uses any more."""
+    for old in client.images.list(filters={"label": paths.IMAGE_LABEL}):
+        if keep in old.tags:
+            continue
+        try:
+            client.images.remove(old.id, noprune=False)
+        except docker.errors.APIError:
+            continue  # still used by a lab's container: it goes with that lab
+
+
+def _build(tag: str, digest: str) -> None:
+    if os.geteuid() != 0:
+        raise LabError("building the lab node image needs root (debootstrap and chroot)")
+    cache = paths.cache_dir()
+    debs = cache / "debootstrap-debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gpunode-lab-image-", dir=cache) as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(PACKAGES)}",
+                f"--cache-dir={debs}",
+                SUITE,
+                str(rootfs),
+                MIRROR,
+            ],
+            timeout=1800,
+        )
+        for target, content in recipe_files().items():
+            path = rootfs / target.lstrip("/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+            path.chmod(0o755 if target.startswith("/usr/local/sbin/") else 0o644)
+        run(["chroot", str(rootfs), "/bin/sh", "-c", CUSTOMIZE_SCRIPT], timeout=300)
+        _import(rootfs, tag, digest)
+        # debootstrap leaves bind-mount points empty, but be sure nothing is still mounted
+        # below the root filesystem before the temporary directory is removed.
+        _assert_nothing_mounted(rootfs)
+
+
+def _assert_nothing_mounted(rootfs: Path) -> None:
+    mounts = Path("/proc/self/mounts").read_text().split("\n")
+    inside = [line.split()[1] for line in mounts if line and str(rootfs) in line.split()[1]]
+    if inside:
+        raise LabError(f"mounts left below the image root filesystem: {', '.join(inside)}")
+
+
+def _import(rootfs: Path, tag: str, digest: str) -> None:
+    changes = [*IMPORT_CHANGES, f"LABEL {paths.IMAGE_LABEL}={digest}"]
+    argv = ["docker", "import"]
+    for change in changes:
+        argv += ["--change", change]
+    argv += ["-", tag]
+    if shutil.which("docker") is None:
+        raise LabError("the docker command line is not installed (run scripts/setup-host)")
+    tar = subprocess.Popen(
+        ["tar", "--numeric-owner", "--xattrs", "-C", str(rootfs), "-c", "."],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        imported = subprocess.run(
+            argv, stdin=tar.stdout, capture_output=True, text=True, check=False
+        )
+    finally:
+        if tar.stdout is not None:
+            tar.stdout.close()
+        tar_rc = tar.wait()
+    if tar_rc != 0 or imported.returncode != 0:
+        raise LabError(
+            f"importing the node image {tag} failed (tar exit {tar_rc}, docker exit "
+            f"{imported.returncode}): {imported.stderr.strip()}"
+        )

@@ -1,0 +1,207 @@
+"""The inventory a lab writes, so every later command works with ``-i inventories/lab``.
+
+Layout (docs/architecture.md, "Inventory layout")::
+
+    hosts.yml                       group `lab` with every node (ansible_host = its address)
+    group_vars/all/ssh.yml          root over the lab key, strict host key checking
+    group_vars/all/repos.yml        the lab's repository, key, CA bundle and wheel URLs
+    group_vars/all/lab.yml          how to read a lab node's kernel log and boot id
+    group_vars/lab/stack.yml        the lab's default stack (docs/architecture.md)
+    group_vars/lab/hardware.yml     the group's hardware profile (GPUs)
+    host_vars/<node>/hardware.yml   the same profile plus that node's data disks
+
+Data disks are per host because serials are per disk, as on real servers: node 1's disks
+are ``S<lab tag>N01D00``, ``S<lab tag>N01D01``, node 2's ``S<lab tag>N02D00`` and so on.
+Ansible replaces a variable per top-level key, so each host's ``hardware`` is the whole
+group profile with its own ``data_disks`` added.
+
+The directory carries a marker file naming the lab; ``down`` removes a directory only
+when the marker says it is this lab's.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from toolkit.errors import LabError
+from toolkit.lab.spec import LabSpec
+from toolkit.lab.state import NodeState
+
+MARKER = ".gpunode-lab"
+DEFAULT_DIR = Path("inventories") / "lab"
+GROUP = "lab"
+BOOT_ID_COMMAND = "cat /run/gpunode-lab/boot_id"
+KERNEL_LOG_COMMAND = "journalctl -b -t kernel -o short-monotonic --no-pager"
+
+# The lab's default stack (docs/architecture.md, "The lab"): what the lab repository
+# carries and what `gpunode provision -i inventories/lab` installs unless told otherwise.
+DEFAULT_STACK: dict[str, Any] = {
+    "driver": {"version": "550.127.05", "flavour": "open"},
+    "cuda": "12.4.1",
+    "nccl": "2.21.5-1+cuda12.4",
+    "fabric_manager": "auto",
+    "container_toolkit": "1.16.2",
+}
+
+ACCEPTANCE_PROFILE = "lab"
+
+HEADER = (
+    "---\n"
+    "# Written by `gpunode lab up` for lab {name}; `gpunode lab down` removes it.\n"
+    "# Edit the lab's options instead of this file: the next `lab up` rewrites it.\n"
+)
+
+
+class _Dumper(yaml.SafeDumper):
+    """YAML the project's yamllint accepts: indented lists, long strings folded."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = ">" if len(value) > 80 and "\n" not in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def _yaml(name: str, comment: str, data: dict[str, Any]) -> str:
+    body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
+    return HEADER.format(name=name) + f"# {comment}\n" + body
+
+
+def hardware_profile(spec: LabSpec) -> dict[str, Any]:
+    """The group's hardware profile: the emulated GPUs, and the lab's acceptance floors.
+
+    The floors are the shipped ``lab`` profile (toolkit/acceptance/profiles.yml): measured
+    on lab nodes, where the all-reduce runs on CPUs over the lab network.
+    """
+    return {
+        "gpu": {"model": spec.gpu_model, "count": spec.gpus, "nvswitch": spec.has_nvswitch},
+        "acceptance": {"profile": ACCEPTANCE_PROFILE},
+    }
+
+
+def data_disks(node: NodeState, md_available: bool) -> dict[str, Any]:
+    """A node's ``data_disks`` (by serial), in the layout this host kernel can build."""
+    disks = [
+        {"serial": d.serial, "by_id": d.by_id, "size": f"{d.size // 1024**2}MiB"}
+        for d in sorted(node.disks, key=lambda d: d.index)
+    ]
+    # Several disks become one md RAID0 where the host kernel has md; a kernel without it
+    # (like many CI machines) gets btrfs' own RAID0 instead.
+    layout = "auto" if md_available or len(disks) < 2 else "btrfs-raid0"
+    return {"disks": disks, "layout": layout, "filesystem": "xfs", "mount_point": "/data"}
+
+
+def render(
+    *,
+    spec: LabSpec,
+    nodes: list[NodeState],
+    key_file: Path,
+    known_hosts: Path,
+    repo_vars: dict[str, str],
+    ca_bundle: Path | None,
+    md_available: bool,
+) -> dict[str, str]:
+    """Every file of the inventory: relative path -> text. Pure."""
+    name = spec.name
+    hosts = {node.name: {"ansible_host": node.ip} for node in nodes}
+    files = {
+        "hosts.yml": _yaml(
+            name,
+            f"Group `{GROUP}`: the nodes of lab {name}.",
+            {"all": {"children": {GROUP: {"hosts": hosts}}}},
+        ),
+        "group_vars/all/ssh.yml": _yaml(
+            name,
+            "Root over the lab's key; host keys are checked against the lab's known_hosts.",
+            {
+                "ansible_user": "root",
+                "ansible_ssh_private_key_file": str(key_file),
+                "ansible_ssh_common_args": (
+                    f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes "
+                    "-o IdentitiesOnly=yes"
+                ),
+                "ansible_python_interpreter": "/usr/bin/python3",
+            },
+        ),
+        "group_vars/all/repos.yml": _yaml(
+            name,
+            "The lab's signed repository of NVIDIA stand-ins and its wheels (torch, CPU).",
+            {**repo_vars, **({"gpunode_ca_bundle": str(ca_bundle)} if ca_bundle else {})},
+        ),
+        "group_vars/all/lab.yml": _yaml(
+            name,
+            "Lab nodes share the host's kernel: their kernel log and boot id are the lab's.",
+            {
+                "gpunode_kernel_log_command": KERNEL_LOG_COMMAND,
+                "gpunode_reboot_boot_time_command": BOOT_ID_COMMAND,
+            },
+        ),
+        f"group_vars/{GROUP}/stack.yml": _yaml(
+            name, "The lab's default stack (docs/architecture.md).", {"stack": DEFAULT_STACK}
+        ),
+        f"group_vars/{GROUP}/hardware.yml": _yaml(
+            name,
+            "The emulated GPUs of every node; data disks are per host (host_vars).",
+            {"hardware": hardware_profile(spec)},
+        ),
+    }
+    for node in nodes:
+        if not node.disks:
+            continue
+        profile = {**hardware_profile(spec), "data_disks": data_disks(node, md_available)}
+        files[f"host_vars/{node.name}/hardware.yml"] = _yaml(
+            name,
+            f"The group profile plus the data disks of {node.name}, by serial.",
+            {"hardware": profile},
+        )
+    return files
+
+
+def write(directory: Path, lab_name: str, files: dict[str, str]) -> Path:
+    """Write the inventory, replacing an earlier one of the same lab.
+
+    Raises:
+        LabError: The directory holds something that is not this lab's inventory.
+    """
+    directory = directory.resolve()
+    if directory.exists() and any(directory.iterdir()):
+        owner = owner_of(directory)
+        if owner != lab_name:
+            what = f"lab {owner}'s inventory" if owner else "files gpunode did not write"
+            raise LabError(
+                f"{directory} already holds {what}; choose another --inventory-dir or remove it"
+            )
+        # Rewrite from scratch: a node or disk that is gone must not linger in host_vars.
+        remove(directory, lab_name)
+    for relative, text in files.items():
+        path = directory / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (directory / MARKER).write_text(lab_name + "\n")
+    return directory
+
+
+def owner_of(directory: Path) -> str | None:
+    """The lab that wrote this inventory directory, if any."""
+    marker = directory / MARKER
+    try:
+        return marker.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def remove(directory: Path, lab_name: str) -> bool:
+    """Remove the inventory if (and only if) this lab wrote it; True when removed."""
+    if not directory.is_dir() or owner_of(directory) != lab_name:
+        return False
+    shutil.rmtree(directory)
+    return True

@@ -1,0 +1,594 @@
+"""The lab as a whole: ``up``, ``status``, ``down``, faults, disks and restarts.
+
+This is the API the CLI (``gpunode lab ...``) and the tests use. ``up`` converges: it
+creates what is missing, starts what is stopped, re-attaches disks and re-applies faults,
+and changes nothing when everything is already as asked. ``down`` removes exactly what
+carries the lab's label or is recorded in its state, and nothing else.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.models.containers import Container
+
+from toolkit.errors import ConfigError, LabError
+from toolkit.lab import disks as lab_disks
+from toolkit.lab import image as lab_image
+from toolkit.lab import inventory, network, nodes, paths, server, ssh
+from toolkit.lab import state as lab_state
+from toolkit.lab.hardware import NodeHardware
+from toolkit.lab.repo import build_repository
+from toolkit.lab.spec import LabSpec, check_fault, node_name
+from toolkit.lab.state import DiskState, LabState, NodeState, ServerState
+
+Progress = Callable[[str], None]
+DEFAULT_NAME = "gpunode"
+
+
+def _quiet(_message: str) -> None:
+    return None
+
+
+def default_inventory_dir(name: str, cwd: Path | None = None) -> Path:
+    """``inventories/lab`` for the default lab, ``inventories/lab-<name>`` for others."""
+    base = (cwd or Path.cwd()) / "inventories"
+    return base / "lab" if name == DEFAULT_NAME else base / f"lab-{name}"
+
+
+def check_ca_bundle(path: Path) -> Path:
+    """A readable PEM bundle, or a ConfigError naming the option and the rule."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as err:
+        raise ConfigError(f"--ca-bundle {path}: cannot read it ({err.strerror})") from err
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise ConfigError(f"--ca-bundle {path}: not a PEM file (no BEGIN CERTIFICATE line)")
+    return path.resolve()
+
+
+# --- up ------------------------------------------------------------------------------------
+
+
+def up(
+    spec: LabSpec,
+    *,
+    inventory_dir: Path | None = None,
+    progress: Progress | None = None,
+    client: docker.DockerClient | None = None,
+) -> LabState:
+    """Bring the lab to ``spec``: image, repository, network, server, nodes, inventory.
+
+    Args:
+        spec: What the lab is made of.
+        inventory_dir: Where to write the inventory (default: see ``default_inventory_dir``).
+        progress: Called with a line for people at each step.
+        client: A Docker client (one is made when None).
+
+    Returns:
+        The lab's recorded state.
+
+    Raises:
+        LabError: Docker, the image build, a node or the server failed; or the lab exists
+            with a different shape.
+        ConfigError: A bad option (CA bundle, GPU model, fault).
+    """
+    say = progress or _quiet
+    client = client or lab_image.docker_client()
+    home = paths.lab_dir(spec.name)
+    ca_bundle = check_ca_bundle(spec.ca_bundle) if spec.ca_bundle else None
+    old = lab_state.load(spec.name)
+    if old is None and nodes.labelled_containers(client, spec.name):
+        raise LabError(
+            f"containers of lab {spec.name} exist but its state ({home}) is gone; "
+            f"run `gpunode lab down --name {spec.name}` first"
+        )
+    if old is not None and old.spec.shape() != spec.shape():
+        changed = [
+            f"{key} {old.spec.shape()[key]} -> {value}"
+            for key, value in spec.shape().items()
+            if old.spec.shape()[key] != value
+        ]
+        raise LabError(
+            f"lab {spec.name} exists with another shape ({'; '.join(changed)}); run "
+            f"`gpunode lab down --name {spec.name}` first, or keep its options"
+        )
+    # Hardware files are computed first: a bad model or fault fails before anything exists.
+    hardware = {i: _hardware(spec, i) for i in range(1, spec.nodes + 1)}
+
+    say("node image: checking")
+    built = lab_image.ensure_image(client)
+    say(f"node image: {built.tag} ({'built' if built.built else 'cached'})")
+    say("package repository: building or reusing the signed stand-in repository")
+    repo = build_repository(paths.cache_dir() / "repo")
+    wheels = server.ensure_wheels(paths.cache_dir() / "wheels")
+
+    home.mkdir(parents=True, exist_ok=True)
+    key = ssh.client_key(home, spec.name)
+    net, subnet, gateway = network.ensure_network(client, spec.name)
+    server_ip = network.host_address(subnet, network.SERVER_HOST)
+    state = old or LabState(
+        name=spec.name,
+        spec=spec,
+        image=built.tag,
+        network=net,
+        subnet=subnet,
+        gateway=gateway,
+        server=ServerState(name=server.server_name(spec.name), ip=server_ip),
+    )
+    state.spec = spec
+    lab_state.save(state)
+    server.ensure_server(
+        client,
+        lab_name=spec.name,
+        image=built.tag,
+        network=net,
+        ip=server_ip,
+        repo=repo,
+        wheels=wheels,
+    )
+
+    by_index = {node.index: node for node in state.nodes}
+    booting: list[tuple[Container, NodeState, bool]] = []
+    for index in range(1, spec.nodes + 1):
+        node = by_index.get(index) or NodeState(
+            index=index, name=node_name(spec.name, index), ip=network.node_address(subnet, index)
+        )
+        if index not in by_index:
+            state.nodes.append(node)
+        _ensure_disks(spec, home, node)
+        lab_state.save(state)
+        container = nodes.get_container(client, node.name)
+        if container is None:
+            say(f"{node.name}: creating ({node.ip})")
+            files = _node_files(spec, node, home, hardware[index], ca_bundle)
+            container = nodes.create_node(
+                client,
+                lab_name=spec.name,
+                name=node.name,
+                index=index,
+                image=built.tag,
+                network=net,
+                ip=node.ip,
+                files=files,
+            )
+            node.faults = list(spec.node_faults(index))
+            container.start()
+            booting.append((container, node, True))
+        else:
+            if container.status != "running":
+                say(f"{node.name}: starting")
+                container.start()
+            booting.append((container, node, False))
+    state.nodes.sort(key=lambda n: n.index)
+    lab_state.save(state)
+
+    say(f"waiting for {len(booting)} node(s) to boot")
+    with ThreadPoolExecutor(max_workers=max(1, len(booting))) as pool:
+        # A fresh node must boot without failed units; one that roles changed may have some.
+        futures = [pool.submit(nodes.wait_ready, c, n.ip, 180, fresh) for c, n, fresh in booting]
+        for future in futures:
+            future.result()
+
+    for container, node, fresh in booting:
+        if fresh and ca_bundle:
+            nodes.exec_in(container, ["update-ca-certificates", "--fresh"])
+        if not fresh:
+            # Disks may have been re-attached under new numbers (after a host reboot).
+            nodes.put_files(container, _disk_files(node))
+            nodes.exec_in(container, ["/usr/local/sbin/gpunode-lab-udev"])
+            if tuple(node.faults) != spec.node_faults(node.index):
+                _apply_faults(container, spec, node, hardware[node.index])
+    lab_state.save(state)
+
+    known_hosts = _write_known_hosts(home, state)
+    target = inventory_dir or state.inventory_dir or default_inventory_dir(spec.name)
+    inventory_files = inventory.render(
+        spec=spec,
+        nodes=state.nodes,
+        key_file=key,
+        known_hosts=known_hosts,
+        repo_vars=server.repository_urls(server_ip, repo),
+        ca_bundle=ca_bundle,
+        md_available=Path("/proc/mdstat").exists(),
+    )
+    if state.inventory_dir and state.inventory_dir.resolve() != target.resolve():
+        inventory.remove(state.inventory_dir, spec.name)
+    state.inventory_dir = inventory.write(target, spec.name, inventory_files)
+    lab_state.save(state)
+    _wait_server(server_ip)
+    say(f"lab {spec.name}: {len(state.nodes)} node(s) up; inventory {state.inventory_dir}")
+    return state
+
+
+def _hardware(spec: LabSpec, index: int) -> NodeHardware:
+    return NodeHardware.for_node(
+        spec.gpu_model,
+        spec.gpus,
+        spec.has_nvswitch,
+        spec.node_faults(index),
+        seed=spec.name,
+        index=index,
+    )
+
+
+def _ensure_disks(spec: LabSpec, home: Path, node: NodeState) -> None:
+    for disk_index in range(spec.disks):
+        if not any(d.index == disk_index for d in node.disks):
+            node.disks.append(
+                lab_disks.new_disk(
+                    spec.name,
+                    home,
+                    node.index,
+                    disk_index,
+                    spec.disk_size,
+                    lab_disks.free_kernel_name(node.disks),
+                )
+            )
+    for disk in node.disks:
+        lab_disks.ensure_attached(disk)
+
+
+def _disk_files(node: NodeState) -> dict[str, nodes.NodeFile]:
+    return {
+        nodes.DISKS_FILE: nodes.NodeFile(lab_disks.render_disks_file(node.disks).encode()),
+        nodes.DISKS_BACKING_FILE: nodes.NodeFile(
+            lab_disks.render_backing_file(node.disks).encode()
+        ),
+    }
+
+
+def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, nodes.NodeFile]:
+    faults = spec.node_faults(node.index)
+    events = "".join(line + "\n" for line in hw.kernel_messages())
+    rate = spec.slow_net_rate + "\n" if "slow-net" in faults else ""
+    return {
+        paths.HARDWARE_FILE: nodes.NodeFile(hw.to_json().encode()),
+        nodes.KERNEL_EVENTS_FILE: nodes.NodeFile(events.encode()),
+        nodes.EGRESS_RATE_FILE: nodes.NodeFile(rate.encode()),
+    }
+
+
+def _node_files(
+    spec: LabSpec, node: NodeState, home: Path, hw: NodeHardware, ca_bundle: Path | None
+) -> dict[str, nodes.NodeFile]:
+    host_key = ssh.host_key(home, node.name)
+    client_pub = (home / f"{ssh.CLIENT_KEY}.pub").read_bytes()
+    files = {
+        "/etc/ssh/ssh_host_ed25519_key": nodes.NodeFile(host_key.read_bytes(), 0o600),
+        "/etc/ssh/ssh_host_ed25519_key.pub": nodes.NodeFile(
+            host_key.with_suffix(".pub").read_bytes()
+        ),
+        "/root/.ssh/authorized_keys": nodes.NodeFile(client_pub, 0o600),
+        "/etc/machine-id": nodes.NodeFile(nodes.new_machine_id(), 0o444),
+        **_disk_files(node),
+        **_fault_files(spec, node, hw),
+    }
+    if ca_bundle:
+        files[nodes.CA_FILE] = nodes.NodeFile(ca_bundle.read_bytes())
+    return files
+
+
+def _apply_faults(container: Container, spec: LabSpec, node: NodeState, hw: NodeHardware) -> None:
+    """Write a running node's fault files and apply them now, as they would show up."""
+    before = set(node.faults)
+    nodes.put_files(container, _fault_files(spec, node, hw))
+    nodes.exec_in(container, ["/usr/local/sbin/gpunode-lab-boot", "net"])
+    if "xid" in spec.node_faults(node.index) and "xid" not in before:
+        # The event happens now; earlier events stay in the log until the node reboots,
+        # exactly like a real kernel log.
+        for line in hw.kernel_messages():
+            nodes.exec_in(container, ["logger", "-t", "kernel", "-p", "kern.err", "--", line])
+    node.faults = list(spec.node_faults(node.index))
+
+
+def _write_known_hosts(home: Path, state: LabState) -> Path:
+    entries = []
+    for node in state.nodes:
+        public = ssh.host_key(home, node.name).with_suffix(".pub").read_text()
+        entries.append(([node.ip, node.name], public))
+    return ssh.write_known_hosts(home / ssh.KNOWN_HOSTS, entries)
+
+
+def _wait_server(ip: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((ip, server.PORT), timeout=2) as sock:
+                sock.sendall(b"HEAD / HTTP/1.0\r\n\r\n")
+                if sock.recv(16).startswith(b"HTTP/"):
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise LabError(f"the lab package server at http://{ip}/ does not answer")
+        time.sleep(0.3)
+
+
+# --- using a running lab ------------------------------------------------------------------
+
+
+def require(name: str) -> LabState:
+    """The state of an existing lab, or a clear error."""
+    state = lab_state.load(name)
+    if state is None:
+        raise LabError(f"there is no lab {name!r}; start one with `gpunode lab up --name {name}`")
+    return state
+
+
+def find_node(state: LabState, ref: str | int) -> NodeState:
+    """A node by index (``2``), full name (``gpunode-node-2``) or short name (``node-2``)."""
+    text = str(ref)
+    for node in state.nodes:
+        if text in (str(node.index), node.name, f"node-{node.index}"):
+            return node
+    known = ", ".join(node.name for node in state.nodes)
+    raise ConfigError(f"lab {state.name} has no node {text!r} (nodes: {known})")
+
+
+def node_container(
+    name: str, ref: str | int, client: docker.DockerClient | None = None
+) -> Container:
+    """The running container of a node (for tests and `lab ssh` fallbacks)."""
+    state = require(name)
+    node = find_node(state, ref)
+    container = nodes.get_container(client or lab_image.docker_client(), node.name)
+    if container is None:
+        raise LabError(f"node {node.name} has no container; run `gpunode lab up` again")
+    return container
+
+
+def set_faults(name: str, ref: str | int, faults: list[str]) -> NodeState:
+    """Replace a running node's faults (an empty list clears them) and apply them now.
+
+    Raises:
+        ConfigError: Unknown fault or node.
+        LabError: The node is not running.
+    """
+    for fault in faults:
+        check_fault(fault)
+    state = require(name)
+    node = find_node(state, ref)
+    others = tuple(f for f in state.spec.faults if f[0] != node.index)
+    spec = state.spec.model_copy(
+        update={"faults": tuple(sorted(set(others) | {(node.index, f) for f in faults}))}
+    )
+    spec = LabSpec.model_validate(spec.model_dump())
+    container = node_container(name, node.index)
+    _apply_faults(container, spec, node, _hardware(spec, node.index))
+    state.spec = spec
+    lab_state.save(state)
+    return node
+
+
+def restart_node(name: str, ref: str | int) -> NodeState:
+    """Restart a node like a reboot: /run and /dev start empty, boot units run again."""
+    state = require(name)
+    node = find_node(state, ref)
+    container = node_container(name, node.index)
+    nodes.restart(container, node.ip)
+    return node
+
+
+def add_disk(name: str, ref: str | int, size: int | None = None) -> DiskState:
+    """Hot-add a data disk to a running node (it appears like a newly inserted NVMe)."""
+    state = require(name)
+    node = find_node(state, ref)
+    index = max((d.index for d in node.disks), default=-1) + 1
+    disk = lab_disks.new_disk(
+        name,
+        paths.lab_dir(name),
+        node.index,
+        index,
+        size or state.spec.disk_size,
+        lab_disks.free_kernel_name(node.disks),
+    )
+    lab_disks.ensure_attached(disk)
+    node.disks.append(disk)
+    lab_state.save(state)
+    _refresh_devices(name, node)
+    return disk
+
+
+def swap_kernel_names(name: str, ref: str | int, serial_a: str, serial_b: str) -> NodeState:
+    """Swap the kernel names (``nvme0n1`` <-> ``nvme1n1``) of two disks of a node.
+
+    By-id links follow the serials, as on a real server whose NVMe names moved between
+    boots. The device nodes change at once (as after a reboot); a mounted filesystem stays
+    mounted.
+
+    Raises:
+        ConfigError: A serial is not a disk of this node.
+    """
+    state = require(name)
+    node = find_node(state, ref)
+    by_serial = {d.serial: d for d in node.disks}
+    for serial in (serial_a, serial_b):
+        if serial not in by_serial:
+            raise ConfigError(
+                f"node {node.name} has no disk with serial {serial!r} "
+                f"(serials: {', '.join(sorted(by_serial))})"
+            )
+    a, b = by_serial[serial_a], by_serial[serial_b]
+    a.kernel_name, b.kernel_name = b.kernel_name, a.kernel_name
+    lab_state.save(state)
+    _refresh_devices(name, node)
+    return node
+
+
+def _refresh_devices(name: str, node: NodeState) -> None:
+    container = node_container(name, node.index)
+    nodes.put_files(container, _disk_files(node))
+    nodes.exec_in(container, ["/usr/local/sbin/gpunode-lab-udev"])
+
+
+def ssh_argv(name: str, ref: str | int, command: list[str] | None = None) -> list[str]:
+    """The ``ssh`` command line that logs into a node as Ansible would (strict host keys)."""
+    state = require(name)
+    node = find_node(state, ref)
+    home = paths.lab_dir(name)
+    options = ssh.ssh_options(home / ssh.KNOWN_HOSTS, batch=bool(command))
+    argv = ["ssh", "-i", str(home / ssh.CLIENT_KEY), *options, f"root@{node.ip}"]
+    return argv + list(command or [])
+
+
+def ssh_run(
+    name: str, ref: str | int, command: str, *, check: bool = True, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run a shell command on a node over SSH (strict host keys) and capture its output.
+
+    Raises:
+        LabError: The command failed (``check``) or did not finish within ``timeout``.
+    """
+    argv = ssh_argv(name, ref, [command])
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as err:
+        raise LabError(f"`{command}` on lab node {ref} ran longer than {timeout:.0f}s") from err
+    if check and result.returncode != 0:
+        raise LabError(
+            f"`{command}` on lab node {ref} exited {result.returncode}: "
+            f"{(result.stderr or result.stdout).strip()[-2000:]}"
+        )
+    return result
+
+
+def status(name: str, client: docker.DockerClient | None = None) -> dict[str, Any]:
+    """What the lab is made of and how each part is doing (a JSON-able document)."""
+    state = require(name)
+    client = client or lab_image.docker_client()
+    srv = nodes.get_container(client, state.server.name)
+    node_rows = []
+    for node in state.nodes:
+        container = nodes.get_container(client, node.name)
+        node_rows.append(
+            {
+                "name": node.name,
+                "index": node.index,
+                "ip": node.ip,
+                "container": container.status if container else "missing",
+                "ssh": _port_open(node.ip, 22),
+                "faults": list(node.faults),
+                "disks": [
+                    {
+                        "serial": d.serial,
+                        "by_id": f"/dev/disk/by-id/{d.by_id}",
+                        "kernel_name": d.kernel_name,
+                        "loop": d.loop if d.loop and lab_disks.loops_backing(d.image) else None,
+                        "size": d.size,
+                    }
+                    for d in node.disks
+                ],
+            }
+        )
+    return {
+        "name": state.name,
+        "image": state.image,
+        "network": {"name": state.network, "subnet": state.subnet, "gateway": state.gateway},
+        "server": {
+            "name": state.server.name,
+            "url": state.base_url + "/",
+            "container": srv.status if srv else "missing",
+        },
+        "inventory": str(state.inventory_dir) if state.inventory_dir else None,
+        "spec": state.spec.model_dump(mode="json"),
+        "nodes": node_rows,
+    }
+
+
+def _port_open(ip: str, port: int) -> bool:
+    try:
+        with socket.create_connection((ip, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def list_labs() -> list[str]:
+    """Names of the labs with state on this machine."""
+    root = paths.labs_root()
+    if not root.is_dir():
+        return []
+    return sorted(
+        p.name for p in root.iterdir() if not p.name.startswith("_") and (p / "state.json").exists()
+    )
+
+
+# --- down ---------------------------------------------------------------------------------
+
+
+def down(name: str, client: docker.DockerClient | None = None) -> dict[str, list[str]]:
+    """Remove everything lab ``name`` made: containers, loop devices, networks, files.
+
+    Works from the labels alone when the state is lost. Shared caches (the node image, the
+    repository and wheel builds under ``<lab home>/_cache``) are kept for the next lab.
+
+    Returns:
+        What was removed, by kind.
+
+    Raises:
+        LabError: Something could not be removed (the message says what is left).
+    """
+    client = client or lab_image.docker_client()
+    home = paths.lab_dir(name)
+    try:
+        state = lab_state.load(name)
+    except LabError:
+        state = None
+    removed: dict[str, list[str]] = {
+        "containers": [],
+        "loop_devices": [],
+        "networks": [],
+        "files": [],
+    }
+    containers = nodes.labelled_containers(client, name)
+    # A clean shutdown first: a Docker engine inside a node (cgroupns=host) puts its
+    # containers' cgroups beside the node's, and only its own shutdown removes them.
+    # Killing its containers first keeps that shutdown quick.
+    running = [
+        c
+        for c in containers
+        if c.status == "running" and c.labels.get(f"{paths.LABEL}.role") == "node"
+    ]
+    if running:
+        with ThreadPoolExecutor(max_workers=len(running)) as pool:
+            list(pool.map(_shut_down, running))
+    for container in containers:
+        nodes.remove_container(container)
+        removed["containers"].append(str(container.name))
+
+    images = {d.image.resolve() for n in (state.nodes if state else []) for d in n.disks}
+    images |= {p.resolve() for p in (home / "disks").glob("*.img")}
+    all_loops = lab_disks.attached_loops()
+    own = {
+        loop for loop, back in all_loops.items() if Path(back.removesuffix(" (deleted)")) in images
+    }
+    for image_path in sorted(images):
+        removed["loop_devices"] += lab_disks.detach(image_path, own)
+
+    removed["networks"] = network.remove_networks(client, name)
+    if state and state.inventory_dir and inventory.remove(state.inventory_dir, name):
+        removed["files"].append(str(state.inventory_dir))
+    if home.exists():
+        shutil.rmtree(home)
+        removed["files"].append(str(home))
+
+    left = [str(c.name) for c in nodes.labelled_containers(client, name)]
+    left += [loop for loop in lab_disks.attached_loops() if loop in own]
+    if left:
+        raise LabError(f"lab {name} down left behind: {', '.join(left)}")
+    return removed
+
+
+def _shut_down(container: Container) -> None:
+    inner = "command -v docker >/dev/null || exit 0; docker ps -q | xargs -r docker kill"
+    nodes.exec_in(container, ["sh", "-c", inner], check=False)
+    nodes.stop_container(container, timeout=20)

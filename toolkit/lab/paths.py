@@ -1,0 +1,41 @@
+"""Where the lab keeps its state and its caches on the control machine.
+
+Layout under the lab home (``$GPUNODE_LAB_HOME``, default ``~/.cache/gpunode/lab``)::
+
+    <home>/<name>/          one lab: state.json, SSH key, known_hosts, host keys, disk images
+    <home>/_cache/          shared by every lab: the node-image build cache (downloaded .debs),
+                            the package repository build and the wheels served to nodes
+
+Lab names never start with ``_`` (see ``toolkit.lab.spec``), so they cannot collide with the
+cache directory. ``gpunode lab down`` removes ``<home>/<name>/``; the cache is kept, like the
+node image, because every lab reuses it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+HOME_ENV = "GPUNODE_LAB_HOME"
+LABEL = "gpunode.lab"  # label key on every container and network a lab creates: value = lab name
+IMAGE_LABEL = "gpunode.lab.image"  # label key on node images: value = recipe hash
+NODE_STATE_DIR = "/var/lib/gpunode-lab"  # inside each node: files the lab writes
+HARDWARE_FILE = f"{NODE_STATE_DIR}/hardware.json"
+
+
+def labs_root() -> Path:
+    """The directory that holds every lab and the shared cache."""
+    env = os.environ.get(HOME_ENV)
+    if env:
+        return Path(env).expanduser().resolve()
+    return Path.home() / ".cache" / "gpunode" / "lab"
+
+
+def lab_dir(name: str) -> Path:
+    """The state directory of one lab."""
+    return labs_root() / name
+
+
+def cache_dir() -> Path:
+    """The cache shared by all labs (node image debs, repository, wheels)."""
+    return labs_root() / "_cache"
