@@ -1,10 +1,56 @@
-"""Acceptance thresholds: the `hardware.acceptance` part of a hardware profile."""
+"""Acceptance thresholds: the ``hardware.acceptance`` part of a hardware profile.
+
+A group's hardware profile may name a shipped profile (``profile: h100-sxm-8``, the data in
+``profiles.yml`` next to this module, each figure with its source) and override any floor.
+Floors for the all-reduce are large-message busbw floors at named message sizes: the
+"Avg bus bandwidth" of a size sweep is never gated on (domain.md section 3).
+"""
 
 from __future__ import annotations
 
-from pydantic import Field
+import re
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Literal
 
-from toolkit.config import StrictModel
+import yaml
+from pydantic import Field, field_validator, model_validator
+
+from toolkit.config import StrictModel, did_you_mean
+from toolkit.errors import ConfigError
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|TiB|K|M|G|T)?\s*$")
+_UNITS = {None: 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_UNITS.update({"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40})
+
+
+def parse_size(text: str | int) -> int:
+    """Read a message size: ``16GiB``, ``16G`` (nccl-tests' binary units) or bytes.
+
+    Raises:
+        ValueError: Not a size (the message names the accepted forms).
+    """
+    if isinstance(text, bool):
+        raise ValueError("a size is a number of bytes or text like '16GiB'")
+    if isinstance(text, int):
+        if text <= 0:
+            raise ValueError("a size must be positive")
+        return text
+    match = _SIZE_RE.match(str(text))
+    if not match:
+        raise ValueError(f"{text!r} is not a size like '16GiB', '512MiB' or '1048576'")
+    value = int(match.group(1)) * _UNITS[match.group(2)]
+    if value <= 0:
+        raise ValueError("a size must be positive")
+    return value
+
+
+def format_size(size: int) -> str:
+    """Write a byte count the way profiles name sizes (``16GiB``)."""
+    for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return f"{size}B"
 
 
 class BusbwFloor(StrictModel):
@@ -12,17 +58,145 @@ class BusbwFloor(StrictModel):
 
     size: str = Field(description='Message size, e.g. "16GiB".')
     min_busbw_gbps: float = Field(gt=0)
+    source: str | None = Field(default=None, description="Where the figure comes from.")
+
+    @field_validator("size", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> str:
+        return format_size(parse_size(value))
+
+    @property
+    def size_bytes(self) -> int:
+        """The size in bytes."""
+        return parse_size(self.size)
 
 
 class AcceptanceSpec(StrictModel):
-    """Floors a node must meet to be marked ready."""
+    """Floors a node must meet to be marked ready (every floor is optional)."""
 
     profile: str | None = Field(default=None, description="A shipped profile to start from.")
     allreduce: list[BusbwFloor] = Field(default_factory=list)
     multi_node_allreduce: list[BusbwFloor] = Field(default_factory=list)
-    min_h2d_gbps: float | None = None
-    min_gemm_tflops: float | None = None
-    min_mem_bw_gbps: float | None = None
-    min_data_read_mbps: float | None = None
-    min_data_write_mbps: float | None = None
-    max_result_age_h: float = 24.0
+    min_h2d_gbps: float | None = Field(default=None, gt=0)
+    min_gemm_tflops: float | None = Field(default=None, gt=0)
+    min_mem_bw_gbps: float | None = Field(default=None, gt=0)
+    min_data_read_mbps: float | None = Field(default=None, gt=0)
+    min_data_write_mbps: float | None = Field(default=None, gt=0)
+    max_result_age_h: float = Field(default=24.0, gt=0)
+    # A GPU whose GEMM or memory bandwidth is below (1 - tolerance) x the node's median is the
+    # straggler even when it clears the absolute floor.
+    straggler_tolerance: float = Field(default=0.15, gt=0, lt=1)
+    engine: Literal["auto", "nccl-tests", "torch"] = "auto"
+    # Sizes run besides the floors' sizes (so the report plots a curve).
+    sweep_min_size: str = "1MiB"
+    sweep_factor: int = Field(default=4, ge=2)
+    iters: int = Field(default=20, ge=1)
+    warmup_iters: int = Field(default=5, ge=0)
+    # Ranks per node when the node has no GPU (the lab): gloo processes on the CPU.
+    cpu_ranks_per_node: int = Field(default=2, ge=1, le=64)
+    data_test_size: str = "1GiB"
+    data_path: str = "/data"
+    # XIDs that are application faults, not node faults (NVIDIA XID catalogue: 13 graphics
+    # engine exception, 31 MMU fault, 43 reset channel - all raised by user code).
+    ignore_xids: list[int] = Field(default_factory=lambda: [13, 31, 43])
+    check_pcie: bool = True
+    check_throttle: bool = True
+
+    @field_validator("sweep_min_size", "data_test_size")
+    @classmethod
+    def _sizes(cls, value: str) -> str:
+        parse_size(value)
+        return value
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, value: str | None) -> str | None:
+        if value is not None and value not in shipped_profiles():
+            raise ValueError(
+                f"unknown profile {value!r}" + did_you_mean(value, sorted(shipped_profiles()))
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _unique_sizes(self) -> AcceptanceSpec:
+        for name in ("allreduce", "multi_node_allreduce"):
+            sizes = [f.size_bytes for f in getattr(self, name)]
+            if len(sizes) != len(set(sizes)):
+                raise ValueError(f"{name}: each size may have one floor only")
+        return self
+
+
+class ShippedProfile(StrictModel):
+    """A profile shipped with gpunode: the floors and the sources they come from."""
+
+    description: str
+    gpu_model: str | None = None
+    gpu_count: int | None = None
+    sources: list[str] = Field(min_length=1)
+    acceptance: AcceptanceSpec
+
+
+@lru_cache(maxsize=1)
+def shipped_profiles() -> dict[str, dict[str, Any]]:
+    """The raw shipped profiles (``profiles.yml``), by name."""
+    text = resources.files("toolkit.acceptance").joinpath("profiles.yml").read_text("utf-8")
+    data = yaml.safe_load(text)
+    profiles = data.get("profiles") if isinstance(data, dict) else None
+    if not isinstance(profiles, dict):
+        raise ConfigError("toolkit/acceptance/profiles.yml: expected a `profiles:` mapping")
+    return profiles
+
+
+def shipped_profile(name: str) -> ShippedProfile:
+    """One shipped profile, validated.
+
+    Raises:
+        ConfigError: The name is unknown (with suggestions) or the data is malformed.
+    """
+    from toolkit.config import validate
+
+    profiles = shipped_profiles()
+    if name not in profiles:
+        raise ConfigError(
+            f"unknown acceptance profile {name!r}" + did_you_mean(name, sorted(profiles))
+        )
+    return validate(
+        ShippedProfile,
+        profiles[name],
+        "toolkit/acceptance/profiles.yml",
+        prefix=(
+            "profiles",
+            name,
+        ),
+    )
+
+
+def effective(spec: AcceptanceSpec | None) -> AcceptanceSpec:
+    """The thresholds in force: the named shipped profile with the group's own keys on top.
+
+    Keys the group sets replace the profile's (a floor list replaces the whole list).
+    """
+    if spec is None:
+        return AcceptanceSpec()
+    if spec.profile is None:
+        return spec
+    base = shipped_profile(spec.profile).acceptance.model_dump()
+    own = spec.model_dump(exclude_unset=True)
+    merged = {**base, **own}
+    return AcceptanceSpec.model_validate(merged)
+
+
+def sweep_sizes(spec: AcceptanceSpec, *, multi_node: bool = False) -> list[int]:
+    """The message sizes to run: a geometric sweep up to the largest floor, plus every floor.
+
+    Without any floor the sweep ends at 64 MiB, so the report still has a curve.
+    """
+    floors = spec.multi_node_allreduce if multi_node else spec.allreduce
+    floor_sizes = {f.size_bytes for f in floors}
+    top = max(floor_sizes, default=64 << 20)
+    sizes = set(floor_sizes)
+    size = parse_size(spec.sweep_min_size)
+    while size <= top:
+        sizes.add(size)
+        size *= spec.sweep_factor
+    return sorted(sizes)
