@@ -85,7 +85,8 @@ def cli(debug: bool) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI: the one error boundary of gpunode."""
     try:
-        cli.main(args=argv, prog_name="gpunode", standalone_mode=False)
+        # Without standalone mode, Click returns the code a command passed to ctx.exit().
+        result = cli.main(args=argv, prog_name="gpunode", standalone_mode=False)
     except ToolkitError as err:
         _report(err)
         sys.exit(err.exit_code)
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             click.echo(f"Error: internal error: {err!r} (rerun with --debug)", err=True)
         sys.exit(EXIT_FAILED)
-    sys.exit(0)
+    sys.exit(result if isinstance(result, int) else 0)
 
 
 def _report(err: ToolkitError) -> None:

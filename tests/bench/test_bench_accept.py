@@ -1,0 +1,202 @@
+"""Benchmarks of acceptance: time to a verdict on the lab, and the runner's own overhead.
+
+They print figures and assert only sanity, never timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from toolkit.acceptance import node_runner
+
+SIZES = [1 << 16, 1 << 20, 1 << 22, 1 << 24]
+ITERS = 5
+WARMUP = 1
+
+BARE = textwrap.dedent(
+    """
+    import os, sys, time
+    import torch, torch.distributed as dist
+    sizes = [int(s) for s in sys.argv[1].split(",")]
+    iters, warmup = int(sys.argv[2]), int(sys.argv[3])
+    dist.init_process_group("gloo")
+    for size in sizes:
+        t = torch.zeros(size // 4)
+        for _ in range(warmup):
+            dist.all_reduce(t)
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t)
+    dist.destroy_process_group()
+    """
+)
+
+
+def _torch_python() -> str | None:
+    for python in (os.environ.get("GPUNODE_TORCH_PYTHON"), sys.executable):
+        if (
+            python
+            and subprocess.run(
+                [python, "-c", "import torch"], capture_output=True, check=False
+            ).returncode
+            == 0
+        ):
+            return python
+    return None
+
+
+def _bare_loop(python: str, tmp: Path, port: int) -> float:
+    script = tmp / "bare.py"
+    script.write_text(BARE)
+    start = time.perf_counter()
+    procs = []
+    for rank in range(2):
+        env = dict(
+            os.environ,
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            RANK=str(rank),
+            WORLD_SIZE="2",
+            OMP_NUM_THREADS="1",
+        )
+        procs.append(
+            subprocess.Popen(
+                [python, str(script), ",".join(map(str, SIZES)), str(ITERS), str(WARMUP)], env=env
+            )
+        )
+    codes = [p.wait(timeout=300) for p in procs]
+    assert codes == [0, 0]
+    return time.perf_counter() - start
+
+
+def _runner(python: str, tmp: Path, port: int) -> tuple[float, dict[str, object]]:
+    out = tmp / "runner.json"
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [
+            python,
+            node_runner.__file__,
+            "allreduce",
+            "--nnodes",
+            "1",
+            "--node-rank",
+            "0",
+            "--nproc",
+            "2",
+            "--device",
+            "cpu",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+            "--iters",
+            str(ITERS),
+            "--warmup",
+            str(WARMUP),
+            "--out",
+            str(out),
+            "--sizes",
+            *map(str, SIZES),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr
+    return elapsed, json.loads(out.read_text())
+
+
+def test_bench_runner_overhead_vs_bare_loop(tmp_path: Path) -> None:
+    python = _torch_python()
+    if python is None:
+        pytest.skip("no Python with torch (set GPUNODE_TORCH_PYTHON)")
+    bare = min(_bare_loop(python, tmp_path, 29700 + i) for i in range(2))
+    runs = [_runner(python, tmp_path, 29710 + i) for i in range(2)]
+    runner = min(r[0] for r in runs)
+    result = runs[-1][1]
+    rows = result["rows"]
+    assert isinstance(rows, list) and len(rows) == len(SIZES)
+    assert all(r["correct"] for r in rows)
+    print(f"\nbare torch.distributed gloo loop, 2 ranks, sizes {SIZES}: {bare:.2f}s")
+    print(
+        f"gpunode runner (timing + exact correctness check): {runner:.2f}s "
+        f"(overhead {runner - bare:+.2f}s, x{runner / bare:.2f})"
+    )
+    for r in rows:
+        print(
+            f"  {r['size_bytes']:>10} B  busbw {r['busbw_gbps']:.3f} GB/s  "
+            f"time {r['time_us']:.0f} us"
+        )
+    assert bare > 0 and runner > 0
+
+
+LAB_NAME = "gpunode-bench-accept"
+
+
+@pytest.mark.lab
+def test_bench_time_to_verdict(tmp_path: Path) -> None:
+    """Time to a verdict on a fresh 2-node lab of its own (unprovisioned: the verdicts are
+    not-ready, the work is the same): first runs include installing torch on the node."""
+    from toolkit.acceptance.orchestrate import AcceptOptions, run_acceptance
+    from toolkit.inventory import load_inventory
+    from toolkit.lab import image as lab_image
+    from toolkit.lab import lab as lab_core
+    from toolkit.lab.spec import build_spec
+
+    try:
+        lab_image.docker_client()
+    except Exception as err:  # like every lab test: fail, never skip, without Docker
+        pytest.fail(f"the acceptance benchmark needs the Docker engine: {err}", pytrace=False)
+    if lab_core.lab_state.load(LAB_NAME) is not None:
+        lab_core.down(LAB_NAME)
+    figures: dict[str, float] = {}
+    try:
+        spec = build_spec(name=LAB_NAME, nodes=2, disks=0, disk_size=1024**3, ca_bundle=None)
+        lab_core.up(spec, inventory_dir=tmp_path / "lab")
+        inventory = tmp_path / "inventory"
+        shutil.copytree(tmp_path / "lab", inventory)
+        for path in inventory.rglob("hardware.yml"):
+            data = yaml.safe_load(path.read_text())
+            data["hardware"].setdefault("acceptance", {"profile": "lab"})
+            path.write_text(yaml.safe_dump(data, sort_keys=False))
+        hosts = [h.name for h in load_inventory(inventory).hosts_for(None)]
+        for label, limit, multi in (
+            ("1 node, first run (installs torch)", hosts[:1], False),
+            ("1 node", hosts[:1], False),
+            ("2 nodes, node 2 installs torch", hosts, False),
+            ("2 nodes", hosts, False),
+            ("2 nodes with --multi-node", hosts, True),
+        ):
+            start = time.perf_counter()
+            run = run_acceptance(
+                AcceptOptions(
+                    inventory=inventory,
+                    limit=",".join(limit),
+                    multi_node=multi,
+                    runs_dir=tmp_path / "runs",
+                )
+            )
+            figures[label] = time.perf_counter() - start
+            assert len(run.plans) == len(limit)
+            assert all(p.verdict is not None and p.result is not None for p in run.plans), [
+                p.error for p in run.plans
+            ]
+    finally:
+        if lab_core.lab_state.load(LAB_NAME) is not None:
+            lab_core.down(LAB_NAME)
+    print("\ntime to verdict (lab nodes, gloo on CPU, shipped `lab` profile):")
+    for label, seconds in figures.items():
+        print(f"  {label}: {seconds:.1f}s")

@@ -1,0 +1,267 @@
+"""Acceptance on the lab: a real gloo all-reduce across two nodes, each injected fault, marking.
+
+Runs after 02 (provision) and 03 (disks): the nodes carry the lab stack, its state.json and
+/data. The lab is ``$GPUNODE_TEST_LAB`` (default ``gpunode-test``, the shared lab of
+conftest.py); without a running lab (or Docker) these tests fail, they do not skip. The
+Slurm hook test runs a real slurmctld and slurmd from Debian's packages when installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from toolkit.acceptance.hooks import NodeMark, SlurmHook, local_runner, parse_scontrol_node
+from toolkit.acceptance.orchestrate import AcceptanceRun, AcceptOptions, run_acceptance
+from toolkit.inventory import load_inventory
+from toolkit.remote import open_node
+
+LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test")  # tests/integration/conftest.py
+
+
+@pytest.fixture(scope="module")
+def lab_inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[str]]]:
+    """A copy of the lab's inventory using the shipped `lab` acceptance profile, and 2 nodes."""
+    from toolkit.lab import lab as lab_core
+
+    state = lab_core.require(LAB)
+    assert len(state.nodes) >= 2, f"lab {LAB} needs 2 nodes for the acceptance tests"
+    source = state.inventory_dir or lab_core.default_inventory_dir(LAB)
+    target = tmp_path_factory.mktemp("accept") / "inventory"
+    shutil.copytree(source, target)
+    # Until the lab writes it itself: every hardware profile uses the shipped lab floors.
+    for path in target.rglob("hardware.yml"):
+        data = yaml.safe_load(path.read_text())
+        data["hardware"].setdefault("acceptance", {"profile": "lab"})
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    inventory = load_inventory(target)
+    names = [h.name for h in inventory.hosts_for(None)][:2]
+    for node in names:
+        lab_core.set_faults(LAB, _lab_ref(state, node), [])
+    yield target, names
+    for node in names:
+        lab_core.set_faults(LAB, _lab_ref(state, node), [])
+
+
+def _lab_ref(state: Any, host: str) -> str:
+    for node in state.nodes:
+        if host in (node.name, f"node-{node.index}") or node.ip == host:
+            return node.name
+    return host
+
+
+def _accept(inventory: Path, names: list[str], tmp: Path, multi: bool) -> AcceptanceRun:
+    return run_acceptance(
+        AcceptOptions(
+            inventory=inventory, limit=",".join(names), multi_node=multi, runs_dir=tmp / "runs"
+        )
+    )
+
+
+def _node(run: AcceptanceRun, host: str) -> dict[str, Any]:
+    return next(n for n in run.summary()["nodes"] if n["host"] == host)
+
+
+def _remote_json(inventory: Path, host: str, path: str) -> Any:
+    node = open_node(load_inventory(inventory).hosts[host])
+    try:
+        return node.get_text(path)
+    finally:
+        node.close()
+
+
+@pytest.mark.lab
+def test_two_healthy_nodes_are_ready(lab_inventory: tuple[Path, list[str]], tmp_path: Path) -> None:
+    inventory, names = lab_inventory
+    run = _accept(inventory, names, tmp_path, multi=True)
+    summary = run.summary()
+    for host in names:
+        node = _node(run, host)
+        assert node["verdict"] == "ready", node["failed_checks"]
+        assert node["engine"] == "torch-gloo"
+        assert node["installed_stack_id"] == node["stack_id"]
+        state = json.loads(_remote_json(inventory, host, "/etc/gpunode/state.json"))
+        assert state["state"] == "ready" and state["run_id"] == run.run_id
+        assert state["stack_id"] == node["stack_id"] and state["reason"] == []
+        assert state["results_digest"] == node["results_digest"]
+        prom = _remote_json(
+            inventory, host, "/var/lib/node_exporter/textfile_collector/gpunode.prom"
+        )
+        assert (
+            f'gpunode_node_ready{{stack_id="{node["stack_id"]}",run_id="{run.run_id}"}} 1' in prom
+        )
+        assert "gpunode_allreduce_busbw_gbps{" in prom
+    ring = summary["multinode"]["pairs"][0]
+    assert ring["ok"] and sorted(ring["hosts"]) == sorted(names)
+    assert ring["p2p_gbps"]["0->1"] > 0 and ring["p2p_gbps"]["1->0"] > 0
+    assert all(r["wrong"] == 0 for r in ring["rows"])
+    assert run.all_ready
+    for name in ("run.json", "report.html", "junit.xml"):
+        assert (run.run_dir / name).is_file()
+    recorded = json.loads((run.run_dir / "run.json").read_text())
+    assert recorded["all_ready"] is True
+
+
+FAULT_CASES = [
+    ("missing-gpu", False, "gpu.count"),
+    ("ecc", False, "health.ecc"),
+    ("xid", False, "health.xid"),
+    ("slow-net", True, "multinode.busbw@16MiB"),
+]
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize(("fault", "multi", "check"), FAULT_CASES, ids=[f[0] for f in FAULT_CASES])
+def test_fault_marks_only_its_node_not_ready(
+    lab_inventory: tuple[Path, list[str]], tmp_path: Path, fault: str, multi: bool, check: str
+) -> None:
+    from toolkit.lab import lab as lab_core
+
+    inventory, names = lab_inventory
+    healthy, faulty = names
+    state = lab_core.require(LAB)
+    lab_core.set_faults(LAB, _lab_ref(state, faulty), [fault])
+    try:
+        run = _accept(inventory, names, tmp_path, multi=multi)
+    finally:
+        lab_core.set_faults(LAB, _lab_ref(state, faulty), [])
+        if fault == "xid":
+            # An XID stays in the kernel log until the node reboots, as on a real node.
+            lab_core.restart_node(LAB, _lab_ref(state, faulty))
+    bad = _node(run, faulty)
+    good = _node(run, healthy)
+    assert bad["verdict"] == "not-ready"
+    assert check in {f["check"] for f in bad["failed_checks"]}, bad["failed_checks"]
+    assert good["verdict"] == "ready", good["failed_checks"]
+    remote = json.loads(_remote_json(inventory, faulty, "/etc/gpunode/state.json"))
+    assert remote["state"] == "not-ready"
+    assert any(r.startswith(check) for r in remote["reason"])
+    assert not run.all_ready
+
+
+# --- Slurm, for real ----------------------------------------------------------------------------
+
+SLURM_CONF = """\
+ClusterName=gpunodetest
+SlurmctldHost=localhost
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+AuthType=auth/munge
+AuthInfo=socket={dir}/munge.socket
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={dir}/state
+SlurmdSpoolDir={dir}/spool
+SlurmctldPidFile={dir}/slurmctld.pid
+SlurmdPidFile={dir}/slurmd.pid
+SlurmctldLogFile={dir}/slurmctld.log
+SlurmdLogFile={dir}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SchedulerType=sched/builtin
+SelectType=select/linear
+ReturnToService=2
+MpiDefault=none
+NodeName=gpunode-a NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=1 State=UNKNOWN
+PartitionName=test Nodes=ALL Default=YES
+"""
+
+
+@pytest.fixture
+def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A real slurmctld + slurmd (one node, gpunode-a) with its own munge, torn down after."""
+    needed = ("munged", "slurmctld", "slurmd", "scontrol")
+    missing = [b for b in needed if shutil.which(b) is None]
+    if missing:
+        pytest.skip(f"Slurm is not installed here ({', '.join(missing)}; apt: slurmctld slurmd)")
+    d = Path("/tmp") / f"gpunode-slurm-{os.getpid()}"  # short: munge socket paths are limited
+    shutil.rmtree(d, ignore_errors=True)
+    (d / "state").mkdir(parents=True)
+    (d / "spool").mkdir()
+    key = d / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    d.chmod(0o700)
+    subprocess.run(
+        [
+            "munged",
+            "--force",
+            f"--socket={d}/munge.socket",
+            f"--key-file={key}",
+            f"--log-file={d}/munged.log",
+            f"--pid-file={d}/munged.pid",
+            f"--seed-file={d}/seed",
+        ],
+        check=True,
+    )
+    conf = d / "slurm.conf"
+    port = 17000 + os.getpid() % 1000 * 2
+    conf.write_text(SLURM_CONF.format(dir=d, ctld_port=port, d_port=port + 1))
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    try:
+        subprocess.run(["slurmctld", "-i"], check=True)
+        subprocess.run(["slurmd", "-N", "gpunode-a"], check=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            out = subprocess.run(
+                ["scontrol", "show", "node", "gpunode-a"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if out.returncode == 0 and "State=IDLE" in out.stdout:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"slurmd never came up: {out.stdout} {out.stderr}")
+        yield d
+    finally:
+        for pid_file in ("slurmd.pid", "slurmctld.pid", "munged.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int((d / pid_file).read_text().strip()), 15)
+        time.sleep(1)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _slurm_state() -> tuple[str, str | None]:
+    out = subprocess.run(
+        ["scontrol", "show", "node", "gpunode-a"], capture_output=True, text=True, check=True
+    )
+    parsed = parse_scontrol_node(out.stdout)
+    return parsed.state, parsed.reason
+
+
+def test_slurm_hook_against_real_slurmctld(slurm: Path) -> None:
+    hook = SlurmHook(local_runner)
+    bad = NodeMark("node-a", "gpunode-a", False, ("health.xid: XID 119 on 0000:18:00",))
+    good = NodeMark("node-a", "gpunode-a", True)
+
+    assert hook.apply(bad).action == "drained"
+    state, reason = _slurm_state()
+    assert "DRAIN" in state and reason == "gpunode: health.xid: XID 119 on 0000:18:00"
+
+    assert hook.apply(good).action == "resumed"
+    state, reason = _slurm_state()
+    assert "DRAIN" not in state
+
+    # Someone else drains the node: gpunode neither resumes it nor overwrites the reason.
+    subprocess.run(
+        ["scontrol", "update", "NodeName=gpunode-a", "State=DRAIN", "Reason=ops: replace PSU"],
+        check=True,
+    )
+    assert hook.apply(good).action == "left"
+    assert hook.apply(bad).action == "left"
+    state, reason = _slurm_state()
+    assert "DRAIN" in state and reason == "ops: replace PSU"

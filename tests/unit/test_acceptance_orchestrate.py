@@ -1,0 +1,92 @@
+"""The orchestrator's pure helpers: run ids, digests, OS ids, rendezvous address, shipping."""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from toolkit.acceptance import orchestrate as o
+from toolkit.inventory import Host
+
+
+def _host(address: str, **vars_: object) -> Host:
+    return Host(
+        name="n1",
+        address=address,
+        port=22,
+        user="root",
+        private_key_file=None,
+        known_hosts_file=None,
+        groups=("all",),
+        vars=vars_,
+    )
+
+
+def test_run_id_sorts_by_time_and_is_unique() -> None:
+    t = datetime(2026, 11, 29, 16, 0, 5, tzinfo=timezone.utc)
+    a, b = o.new_run_id(t), o.new_run_id(t)
+    assert re.fullmatch(r"20261129T160005Z-[0-9a-f]{6}", a)
+    assert a != b
+
+
+def test_digest_is_canonical() -> None:
+    assert o.digest({"b": 1, "a": [1, 2]}) == o.digest({"a": [1, 2], "b": 1})
+    assert o.digest({"a": 1}) != o.digest({"a": 2})
+    assert o.digest({}).startswith("sha256:") and len(o.digest({})) == 71
+
+
+@pytest.mark.parametrize(
+    ("text", "os_id"),
+    [
+        ('ID=debian\nVERSION_ID="12"\n', "debian12"),
+        ('NAME="Ubuntu"\nID=ubuntu\nVERSION_ID="22.04"\n', "ubuntu2204"),
+        ('ID=ubuntu\nVERSION_ID="24.04"\n', "ubuntu2404"),
+        ('ID=rocky\nVERSION_ID="9.4"\n', None),
+        ('ID=debian\nVERSION_ID="11"\n', None),
+    ],
+)
+def test_os_id(text: str, os_id: str | None) -> None:
+    assert o._os_id(text) == os_id
+
+
+@pytest.mark.parametrize(
+    ("address", "vars_", "expected"),
+    [
+        ("10.0.0.5", {}, "10.0.0.5"),
+        ("gpu-5.example", {}, "gpu-5.example"),
+        ("127.0.0.1", {}, "172.20.0.3"),
+        ("10.0.0.5", {"gpunode_accept_address": "192.168.7.5"}, "192.168.7.5"),
+    ],
+)
+def test_rendezvous_address(address: str, vars_: dict[str, object], expected: str) -> None:
+    facts = "ID=debian\nGPUNODE_ADDR=172.20.0.3\n"
+    assert o._rendezvous_address(_host(address, **vars_), facts) == expected
+
+
+def test_runner_ships_as_the_module_file() -> None:
+    assert o.runner_source() == Path(o.__file__).with_name("node_runner.py").read_bytes()
+
+
+def test_pip_zip_is_runnable_layout() -> None:
+    with zipfile.ZipFile(io.BytesIO(o.pip_zip())) as archive:
+        names = set(archive.namelist())
+    assert "pip/__main__.py" in names and "pip/_internal/__init__.py" in names
+    assert not any("__pycache__" in n for n in names)
+
+
+def test_pip_zip_runs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    target = tmp_path / "pip.zip"
+    target.write_bytes(o.pip_zip())
+    out = subprocess.run(
+        [sys.executable, f"{target}/pip", "--version"], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("pip ")

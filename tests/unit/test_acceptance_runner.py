@@ -1,0 +1,277 @@
+"""The node-side runner: its fact parsers, the /data test, the GPU queries against the lab's
+stand-in nvidia-smi (the only GPU emulation allowed), and a real gloo all-reduce when a
+Python with torch is at hand (``GPUNODE_TORCH_PYTHON`` or this interpreter)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolkit.acceptance import node_runner as nr
+from toolkit.acceptance.thresholds import AcceptanceSpec
+from toolkit.acceptance.verdict import NodeExpectation, judge
+
+RUNNER = Path(nr.__file__)
+STANDIN = Path(__file__).resolve().parents[2] / "toolkit" / "lab" / "standins" / "nvidia_smi.py"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("0", "0"), (" [N/A]", None), ("[Not Supported]", None), ("N/A", None), ("Yes", "Yes")],
+)
+def test_smi_value(text: str, value: str | None) -> None:
+    assert nr.smi_value(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("0x0000000000000040", 0x40), ("16", 16), ("5.0", 5), (None, None), ("x", None)],
+)
+def test_smi_int(text: str | None, value: int | None) -> None:
+    assert nr.smi_int(text) == value
+
+
+def test_parse_smi_csv_skips_malformed_lines() -> None:
+    text = "0, NVIDIA H100 80GB HBM3, 5\n\n1, NVIDIA H100 80GB HBM3\n2, [N/A], 4\n"
+    rows = nr.parse_smi_csv(text, ("index", "name", "gen"))
+    assert rows == [
+        {"index": "0", "name": "NVIDIA H100 80GB HBM3", "gen": "5"},
+        {"index": "2", "name": None, "gen": "4"},
+    ]
+
+
+def test_parse_xids() -> None:
+    log = (
+        "[  12.345678] kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n"
+        "[  13.000000] kernel: nvidia-modeset: Loading\n"
+        "Nov 29 10:00:00 node kernel: NVRM: Xid (PCI:0000:2a:00): 119, pid=2417, name=python3, "
+        "Timeout after 6s\n"
+    )
+    events = nr.parse_xids(log)
+    assert [(e["bus_id"], e["xid"]) for e in events] == [("0000:18:00", 79), ("0000:2a:00", 119)]
+
+
+def test_kernel_log_falls_back_and_reports() -> None:
+    out = nr.read_kernel_log("printf 'NVRM: Xid (PCI:0000:18:00): 48, DBE\\n'")
+    assert out["ok"] and out["xid_events"][0]["xid"] == 48
+    bad = nr.read_kernel_log("exit 3")
+    # dmesg may or may not be readable here; either way the result says what happened.
+    assert bad["ok"] is (bad["command"] == "dmesg") or bad["error"]
+
+
+def test_data_throughput(tmp_path: Path) -> None:
+    out = nr.data_throughput(str(tmp_path), 8 << 20)
+    assert out["error"] is None
+    assert out["write_mbps"] > 0 and out["read_mbps"] > 0
+    assert list(tmp_path.iterdir()) == []  # the test file is removed
+
+
+def test_data_throughput_missing_path(tmp_path: Path) -> None:
+    out = nr.data_throughput(str(tmp_path / "nope"), 1 << 20)
+    assert out["error"].endswith("does not exist") and out["write_mbps"] is None
+
+
+def test_busbw_factor() -> None:
+    assert [nr.busbw_factor(n) for n in (1, 2, 4, 8)] == [0.0, 1.0, 1.5, 1.75]
+
+
+def test_pattern_sums_are_exact_in_float32() -> None:
+    # The largest reduced value must stay below 2**24 for float32 to be exact.
+    ranks = 64
+    assert sum(nr.pattern_value(r, 6) for r in range(ranks)) < 2**24
+
+
+def _standin(tmp_path: Path, faults: list[str], version: str = "550.127.05") -> dict[str, str]:
+    """A PATH with the lab's stand-in nvidia-smi reading a lab hardware file."""
+    if not STANDIN.exists():
+        pytest.skip("the lab's stand-in nvidia-smi is not in this tree")
+    from toolkit.lab.hardware import NodeHardware
+
+    root = tmp_path / "root"
+    state = root / "var/lib/gpunode-lab"
+    state.mkdir(parents=True)
+    hardware = NodeHardware.for_node("H100", 8, True, faults)
+    (state / "hardware.json").write_text(hardware.to_json())
+    (state / "loaded-driver-version").write_text(version + "\n")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    text = STANDIN.read_text()
+    for key, value in (
+        ("@VERSION@", version),
+        ("@CUDA_VERSION@", "12.4"),
+        ("@NVML_VERSION@", "12.550"),
+    ):
+        text = text.replace(key, value)
+    smi = bindir / "nvidia-smi"
+    smi.write_text(f"#!{sys.executable}\n" + text)
+    smi.chmod(0o755)
+    return {"PATH": f"{bindir}:{os.environ['PATH']}", "GPUNODE_LAB_ROOT": str(root)}
+
+
+@pytest.fixture
+def lab_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest):
+    def make(faults: list[str], version: str = "550.127.05") -> str:
+        env = _standin(tmp_path / "-".join(faults or ["ok"]), faults, version)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        return str(Path(env["PATH"].split(":")[0]) / "nvidia-smi")
+
+    return make
+
+
+def test_query_gpus_healthy(lab_env: Any) -> None:
+    out = nr.query_gpus(lab_env([]))
+    assert out["ok"] and out["count"] == 8 and out["unsupported_fields"] == []
+    gpu = out["list"][0]
+    assert gpu["name"] == "NVIDIA H100 80GB HBM3"
+    assert (gpu["pcie_gen_current"], gpu["pcie_gen_max"]) == (5, 5)
+    assert gpu["ecc_uncorrected_volatile"] == 0
+    assert len(out["remapped_rows"]) == 8
+
+
+@pytest.mark.parametrize(
+    ("fault", "check", "text"),
+    [
+        ("missing-gpu", "gpu.count", "7 GPUs != 8 expected"),
+        ("ecc", "health.ecc", "volatile 2"),
+        ("pcie", "health.pcie", "Gen3 x8 < Gen5 x16"),
+    ],
+)
+def test_lab_faults_reach_the_verdict(lab_env: Any, fault: str, check: str, text: str) -> None:
+    smi = lab_env([fault])
+    result = {
+        "gpus": nr.query_gpus(smi),
+        "versions": nr.query_versions(smi, []),
+        "kernel_log": {"ok": True, "xid_events": []},
+        "state": {"stack_id": "s"},
+        "allreduce": {
+            "engine": "torch-gloo",
+            "error": None,
+            "rows": [{"size_bytes": 1 << 20, "busbw_gbps": 1.0, "wrong": 0, "correct": True}],
+        },
+    }
+    expect = NodeExpectation("n", "s", gpu_model="H100", gpu_count=8, driver_version="550.127.05")
+    verdict = judge(result, expect, AcceptanceSpec())
+    failed = {c.name: c.message for c in verdict.failed}
+    assert check in failed and text in failed[check], failed
+    if fault == "ecc":
+        assert "health.retired_pages" in failed  # the lab's ECC fault leaves a pending remap
+
+
+def test_driver_mismatch_is_reported(lab_env: Any, tmp_path: Path) -> None:
+    smi = lab_env([])
+    loaded = Path(os.environ["GPUNODE_LAB_ROOT"]) / "var/lib/gpunode-lab/loaded-driver-version"
+    loaded.write_text("550.90.07\n")
+    versions = nr.query_versions(smi, [])
+    assert "Driver/library version mismatch" in versions["nvml_error"]
+    assert versions["nvml_library"] == "12.550"
+
+
+def _torch_python() -> str | None:
+    for python in (os.environ.get("GPUNODE_TORCH_PYTHON"), sys.executable):
+        if (
+            python
+            and subprocess.run(
+                [python, "-c", "import torch"], capture_output=True, check=False
+            ).returncode
+            == 0
+        ):
+            return python
+    return None
+
+
+def test_run_node_with_gloo(tmp_path: Path) -> None:
+    python = _torch_python()
+    if python is None:
+        pytest.skip("no Python with torch (set GPUNODE_TORCH_PYTHON)")
+    spec = {
+        "sizes": [1 << 16, 1 << 20],
+        "iters": 2,
+        "warmup_iters": 1,
+        "cpu_ranks_per_node": 2,
+        "kernel_log_command": "true",
+        "data_path": str(tmp_path),
+        "data_size_bytes": 4 << 20,
+        "workdir": str(tmp_path),
+        "packages": ["dpkg"],
+    }
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    env = dict(os.environ, PATH="/usr/bin:/bin")  # no nvidia-smi here: a CPU node
+    proc = subprocess.run(
+        [
+            python,
+            str(RUNNER),
+            "run",
+            "--spec",
+            str(tmp_path / "spec.json"),
+            "--out",
+            str(tmp_path / "out.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["gpus"]["ok"] is False and "nvidia-smi" in result["gpus"]["error"]
+    ar = result["allreduce"]
+    assert ar["error"] is None and ar["engine"] == "torch-gloo" and ar["ranks"] == 2
+    assert [r["size_bytes"] for r in ar["rows"]] == [1 << 16, 1 << 20]
+    assert all(r["correct"] and r["wrong"] == 0 and r["busbw_gbps"] > 0 for r in ar["rows"])
+    assert result["data"]["error"] is None and result["data"]["write_mbps"] > 0
+    assert result["versions"]["packages"]["dpkg"]
+    assert result["gpu_perf"] is None and result["cuda_device_count"] == 0
+
+
+def test_runner_refuses_a_bad_spec(tmp_path: Path) -> None:
+    (tmp_path / "spec.json").write_text("{not json")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(RUNNER),
+            "run",
+            "--spec",
+            str(tmp_path / "spec.json"),
+            "--out",
+            str(tmp_path / "o.json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2 and "cannot read spec" in proc.stderr
+
+
+def test_runner_is_standard_library_only() -> None:
+    source = RUNNER.read_text()
+    assert "import toolkit" not in source and "from toolkit" not in source
+
+
+def test_pattern_fill_and_check_across_chunks() -> None:
+    python = _torch_python()
+    if python is None:
+        pytest.skip("no Python with torch (set GPUNODE_TORCH_PYTHON)")
+    script = f"""
+import importlib.util, torch
+spec = importlib.util.spec_from_file_location("nr", {str(RUNNER)!r})
+nr = importlib.util.module_from_spec(spec); spec.loader.exec_module(nr)
+nr.PATTERN_CHUNK = 5
+buf = torch.zeros(23)
+nr.fill_pattern(torch, buf, 3.0)
+assert buf.tolist()[:8] == [3.0, 6.0, 9.0, 12.0, 15.0, 18.0, 21.0, 3.0], buf.tolist()
+print(nr.check_pattern(torch, buf, 3.0))
+buf[11] += 0.5
+buf[22] = float("nan")
+print(nr.check_pattern(torch, buf, 3.0)[0])
+"""
+    out = subprocess.run([python, "-c", script], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["(0, 0.0)", "2"]

@@ -1,0 +1,383 @@
+"""Verdicts: a runner result held against the node's expectation and floors."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolkit.acceptance.thresholds import AcceptanceSpec
+from toolkit.acceptance.verdict import NodeExpectation, allreduce_checks, judge, normalise_allreduce
+
+DATA = Path(__file__).parent / "data" / "nccl"
+BUS = ["00000000:18:00.0", "00000000:2A:00.0"]
+
+
+def healthy() -> dict[str, Any]:
+    """A runner result of a healthy 2-GPU H100 node (the shape node_runner.py writes)."""
+    gpus = [
+        {
+            "index": i,
+            "name": "NVIDIA H100 80GB HBM3",
+            "uuid": f"GPU-{i}",
+            "bus_id": BUS[i],
+            "driver_version": "550.127.05",
+            "ecc_uncorrected_volatile": 0,
+            "ecc_uncorrected_aggregate": 0,
+            "retired_pages_pending": None,
+            "pcie_gen_current": 5,
+            "pcie_gen_max": 5,
+            "pcie_width_current": 16,
+            "pcie_width_max": 16,
+            "throttle_active": 0x1,
+        }
+        for i in range(2)
+    ]
+    return {
+        "schema": 1,
+        "host": "node-1",
+        "gpus": {
+            "ok": True,
+            "error": None,
+            "count": 2,
+            "list": gpus,
+            "remapped_rows": [
+                {
+                    "bus_id": b,
+                    "correctable": 0,
+                    "uncorrectable": 0,
+                    "pending": False,
+                    "failure": False,
+                }
+                for b in BUS
+            ],
+        },
+        "versions": {
+            "driver_loaded": "550.127.05",
+            "driver_proc": "550.127.05",
+            "nvml_error": None,
+            "nvml_library": None,
+            "packages": {"nvidia-driver-550-open": "550.127.05-1", "libnccl2": "2.21.5-1+cuda12.4"},
+            "nccl_loaded": None,
+        },
+        "kernel_log": {"ok": True, "command": "journalctl -k", "error": None, "xid_events": []},
+        "state": {"state": "provisioned", "stack_id": "abcdef012345"},
+        "cuda_device_count": 0,
+        "allreduce": {
+            "engine": "torch-gloo",
+            "ranks": 2,
+            "error": None,
+            "rows": [
+                {
+                    "size_bytes": 1 << 20,
+                    "time_us": 900.0,
+                    "algbw_gbps": 1.16,
+                    "busbw_gbps": 1.16,
+                    "wrong": 0,
+                    "correct": True,
+                },
+                {
+                    "size_bytes": 16 << 20,
+                    "time_us": 9000.0,
+                    "algbw_gbps": 1.86,
+                    "busbw_gbps": 1.86,
+                    "wrong": 0,
+                    "correct": True,
+                },
+            ],
+        },
+        "gpu_perf": None,
+        "data": {
+            "path": "/data",
+            "size_bytes": 1 << 26,
+            "write_mbps": 300.0,
+            "read_mbps": 900.0,
+            "error": None,
+        },
+    }
+
+
+EXPECT = NodeExpectation(
+    host="node-1",
+    stack_id="abcdef012345",
+    gpu_model="H100",
+    gpu_count=2,
+    driver_version="550.127.05",
+    packages={"nvidia-driver-550-open": "550.127.05-1", "libnccl2": "2.21.5-1+cuda12.4"},
+    nccl_version="2.21.5",
+)
+SPEC = AcceptanceSpec.model_validate(
+    {
+        "allreduce": [{"size": "16MiB", "min_busbw_gbps": 0.5}],
+        "min_data_read_mbps": 100,
+        "min_data_write_mbps": 100,
+    }
+)
+
+
+def test_healthy_node_is_ready() -> None:
+    verdict = judge(healthy(), EXPECT, SPEC)
+    assert verdict.ready, verdict.reasons()
+    names = {c.name for c in verdict.checks}
+    assert {
+        "gpu.count",
+        "gpu.model",
+        "versions.installed",
+        "versions.driver_loaded",
+        "health.ecc",
+        "health.retired_pages",
+        "health.pcie",
+        "health.throttle",
+        "health.xid",
+        "allreduce.correctness",
+        "allreduce.busbw@16MiB",
+        "data.read",
+        "data.write",
+        "stack_id",
+    } <= names
+
+
+def _gpu(i: int, **values: Any) -> Callable[[dict[str, Any]], None]:
+    def change(r: dict[str, Any]) -> None:
+        r["gpus"]["list"][i].update(values)
+
+    return change
+
+
+def _drop_gpu(r: dict[str, Any]) -> None:
+    r["gpus"]["list"].pop()
+    r["gpus"]["count"] = 1
+
+
+def _xid(code: int) -> Callable[[dict[str, Any]], None]:
+    def change(r: dict[str, Any]) -> None:
+        r["kernel_log"]["xid_events"] = [
+            {"bus_id": "0000:18:00", "xid": code, "line": f"NVRM: Xid (PCI:0000:18:00): {code}"}
+        ]
+
+    return change
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(r: dict[str, Any]) -> None:
+        node = r
+        keys = path.split(".")
+        for key in keys[:-1]:
+            node = node[int(key)] if key.isdigit() else node[key]
+        last = keys[-1]
+        node[int(last) if last.isdigit() else last] = value
+
+    return change
+
+
+FAULTS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
+    ("missing gpu", _drop_gpu, "gpu.count", "1 GPUs != 2 expected"),
+    ("wrong model", _gpu(1, name="NVIDIA A100-SXM4-80GB"), "gpu.model", "A100"),
+    ("ecc volatile", _gpu(0, ecc_uncorrected_volatile=3), "health.ecc", "volatile 3"),
+    ("ecc aggregate", _gpu(1, ecc_uncorrected_aggregate=1), "health.ecc", "aggregate 1"),
+    (
+        "row remap pending",
+        _set("gpus.remapped_rows.0.pending", True),
+        "health.retired_pages",
+        "row remap pending",
+    ),
+    (
+        "pages pending",
+        _gpu(0, retired_pages_pending="Yes"),
+        "health.retired_pages",
+        "retired pages pending",
+    ),
+    (
+        "pcie gen",
+        _gpu(1, pcie_gen_current=3, pcie_width_current=8),
+        "health.pcie",
+        "Gen3 x8 < Gen5 x16",
+    ),
+    ("thermal", _gpu(0, throttle_active=0x40), "health.throttle", "HW thermal slowdown"),
+    ("xid", _xid(119), "health.xid", "XID 119 on 0000:18:00"),
+    (
+        "kernel log",
+        _set("kernel_log", {"ok": False, "error": "no journal"}),
+        "health.xid",
+        "kernel log unreadable",
+    ),
+    (
+        "nvml mismatch",
+        _set("versions.nvml_error", "Failed to initialize NVML: Driver/library version mismatch"),
+        "versions.driver_loaded",
+        "Driver/library version mismatch",
+    ),
+    (
+        "old driver loaded",
+        _set("versions.driver_loaded", "550.90.07"),
+        "versions.driver_loaded",
+        "loaded 550.90.07",
+    ),
+    (
+        "package drift",
+        _set("versions.packages.libnccl2", "2.23.4-1+cuda12.6"),
+        "versions.installed",
+        "libnccl2: installed 2.23.4-1+cuda12.6, pinned 2.21.5-1+cuda12.4",
+    ),
+    (
+        "package missing",
+        _set("versions.packages.libnccl2", None),
+        "versions.installed",
+        "installed none",
+    ),
+    (
+        "nvidia-smi fails",
+        _set("gpus", {"ok": False, "error": "No devices were found"}),
+        "gpu.query",
+        "No devices were found",
+    ),
+    (
+        "wrong values",
+        _set(
+            "allreduce.rows.1",
+            {"size_bytes": 16 << 20, "busbw_gbps": 2.0, "wrong": 12, "correct": False},
+        ),
+        "allreduce.correctness",
+        "12 wrong values (sizes 16MiB)",
+    ),
+    (
+        "slow",
+        _set("allreduce.rows.1.busbw_gbps", 0.2),
+        "allreduce.busbw@16MiB",
+        "busbw 0.200 GB/s < floor 0.5 GB/s at 16MiB",
+    ),
+    (
+        "size missing",
+        _set(
+            "allreduce.rows",
+            [{"size_bytes": 1 << 20, "busbw_gbps": 1.0, "wrong": 0, "correct": True}],
+        ),
+        "allreduce.busbw@16MiB",
+        "size 16MiB was not measured",
+    ),
+    (
+        "allreduce error",
+        _set("allreduce.error", "rank 1: exit 1"),
+        "allreduce.run",
+        "rank 1: exit 1",
+    ),
+    ("slow disk", _set("data.write_mbps", 12.5), "data.write", "12.50 MB/s < floor 100"),
+    (
+        "no data",
+        _set("data", {"error": "/data does not exist"}),
+        "data.run",
+        "/data does not exist",
+    ),
+    (
+        "stack drift",
+        _set("state.stack_id", "999999999999"),
+        "stack_id",
+        "installed 999999999999 != inventory abcdef012345",
+    ),
+    ("never provisioned", _set("state", None), "stack_id", "no /etc/gpunode/state.json"),
+]
+
+
+@pytest.mark.parametrize(("label", "change", "check", "text"), FAULTS, ids=[f[0] for f in FAULTS])
+def test_each_fault_fails_its_check_only(
+    label: str, change: Callable[[dict[str, Any]], None], check: str, text: str
+) -> None:
+    result = healthy()
+    change(result)
+    verdict = judge(result, EXPECT, SPEC)
+    assert not verdict.ready
+    failed = {c.name: c for c in verdict.failed}
+    assert check in failed, verdict.reasons()
+    assert text in failed[check].message
+    others = set(failed) - {check, "allreduce.busbw@16MiB"}
+    assert not others, f"{label} also failed {others}"
+
+
+def test_ignored_xid_does_not_fail() -> None:
+    result = healthy()
+    _xid(13)(result)
+    assert judge(result, EXPECT, SPEC).ready
+
+
+def test_every_failed_check_is_reported() -> None:
+    result = healthy()
+    _drop_gpu(result)
+    _xid(79)(result)
+    _set("allreduce.rows.1.busbw_gbps", 0.1)(result)
+    verdict = judge(result, EXPECT, SPEC)
+    assert {c.name for c in verdict.failed} == {"gpu.count", "health.xid", "allreduce.busbw@16MiB"}
+    slow = next(c for c in verdict.failed if c.name == "allreduce.busbw@16MiB")
+    assert (slow.measured, slow.floor, slow.unit) == (0.1, 0.5, "GB/s")
+    assert verdict.to_dict()["verdict"] == "not-ready"
+
+
+def test_no_result_is_not_ready_with_the_reason() -> None:
+    verdict = judge(None, EXPECT, SPEC, runner_error="node-1: connection refused")
+    assert verdict.reasons() == ["runner: node-1: connection refused"]
+
+
+def test_gpu_floors_without_a_usable_cuda_device_fail() -> None:
+    spec = AcceptanceSpec(min_gemm_tflops=500)
+    verdict = judge(healthy(), EXPECT, spec)
+    assert "gpu_perf.run" in {c.name for c in verdict.failed}
+
+
+def test_gpu_perf_floors_and_straggler() -> None:
+    result = healthy()
+    result["cuda_device_count"] = 4
+    result["gpu_perf"] = {
+        "error": None,
+        "gemm": [{"gpu": i, "tflops": t} for i, t in enumerate([700.0, 705.0, 690.0, 520.0])],
+        "mem_bw": [{"gpu": i, "gbps": 2900.0} for i in range(4)],
+        "h2d": [{"gpu": i, "gbps": g} for i, g in enumerate([53.0, 54.0, 40.0, 53.5])],
+    }
+    spec = AcceptanceSpec(min_gemm_tflops=500, min_mem_bw_gbps=1905, min_h2d_gbps=48)
+    failed = {c.name: c for c in judge(result, EXPECT, spec).failed}
+    assert set(failed) == {"gemm.straggler", "h2d.gpu2", "h2d.straggler"}
+    assert "GPU 3 520.0 TFLOPS" in failed["gemm.straggler"].message
+    assert failed["h2d.gpu2"].measured == 40.0 and failed["h2d.gpu2"].floor == 48
+
+
+def test_nccl_loaded_must_match_the_pin() -> None:
+    result = healthy()
+    result["versions"]["nccl_loaded"] = "2.20.5"
+    failed = {c.name for c in judge(result, EXPECT, SPEC).failed}
+    assert failed == {"versions.nccl_loaded"}
+
+
+def test_nccl_tests_output_is_normalised_to_the_same_rows() -> None:
+    section = {
+        "engine": "nccl-tests",
+        "raw_output": (DATA / "current_wrong_failed.txt").read_text(),
+        "error": None,
+    }
+    data = normalise_allreduce(section)
+    assert [r["size_bytes"] for r in data["rows"]] == [1 << 20, 16 << 20, 256 << 20, 4 << 30]
+    row = data["rows"][2]
+    assert row["busbw_gbps"] == 270.24 and row["wrong"] == 1048580 and row["correct"] is False
+    assert data["ranks"] == 4 and data["nccl_version"] == "2.26.2"
+    assert "FAILED" in data["error"]
+
+
+def test_nccl_tests_healthy_rows_pass_floors() -> None:
+    section = {"engine": "nccl-tests", "raw_output": (DATA / "h200_8gpu_json.json").read_text()}
+    # The JSON document is not text: the runner ships text, so this is refused cleanly.
+    checks = allreduce_checks(section, [])
+    assert checks[0].name == "allreduce.run" and not checks[0].ok
+
+
+def test_unvalidated_nccl_tests_output_fails_correctness() -> None:
+    section = {"engine": "nccl-tests", "raw_output": (DATA / "srun_padded_na.txt").read_text()}
+    checks = {c.name: c for c in allreduce_checks(section, [])}
+    assert not checks["allreduce.correctness"].ok
+    assert checks["allreduce.correctness"].message == "results were not validated"
+
+
+def test_result_is_not_mutated() -> None:
+    result = healthy()
+    before = copy.deepcopy(result)
+    judge(result, EXPECT, SPEC)
+    assert result == before

@@ -1,0 +1,869 @@
+#!/usr/bin/env python3
+"""gpunode's node-side acceptance runner: one file, the standard library plus optional torch.
+
+It is copied to a node and run there; it never imports ``toolkit``. It measures and collects
+facts and writes one JSON result; the verdict is given on the control machine
+(``toolkit.acceptance.verdict``), which also parses nccl-tests output.
+
+Subcommands:
+
+- ``run --spec SPEC.json --out RESULT.json``: every check of one node (GPU inventory,
+  versions, health, a local all-reduce over the node's GPUs or CPU ranks, GEMM, memory and
+  host-device bandwidth per GPU, ``/data`` throughput).
+- ``allreduce --nnodes N --node-rank I --nproc P --master-addr A --master-port PORT ...``:
+  the ranks of one node of a multi-node all-reduce (torch.distributed; ``nccl`` on GPUs,
+  ``gloo`` on the CPU); with ``--p2p`` two single-rank nodes also time each direction.
+- ``worker``: one rank (internal; started by the two above).
+
+Exit codes: 0 the result was written (whatever it says), 2 bad arguments, 3 it could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+SCHEMA = 1
+DEFAULT_KERNEL_LOG_COMMAND = "journalctl -k -b -o short-monotonic --no-pager"
+NCCL_TESTS_CANDIDATES = (
+    "all_reduce_perf",
+    "/opt/nccl-tests/build/all_reduce_perf",
+    "/usr/local/bin/all_reduce_perf",
+)
+STATE_FILE = "/etc/gpunode/state.json"
+
+# `nvidia-smi --help-query-gpu`: the fields read per GPU. Health fields are read in a second
+# query so that a driver lacking one of them still reports the inventory.
+INVENTORY_FIELDS = ("index", "name", "uuid", "pci.bus_id", "driver_version")
+HEALTH_FIELDS = (
+    "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.pending",
+    "pcie.link.gen.current",
+    "pcie.link.gen.max",
+    "pcie.link.width.current",
+    "pcie.link.width.max",
+    "clocks_throttle_reasons.active",
+)
+# Newer drivers call the throttle bitmask "clocks_event_reasons".
+FIELD_ALIASES = {"clocks_throttle_reasons.active": "clocks_event_reasons.active"}
+REMAPPED_FIELDS = (
+    "gpu_bus_id",
+    "remapped_rows.correctable",
+    "remapped_rows.uncorrectable",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+)
+XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[^)]*)\): (?P<xid>\d+)(?:, (?P<rest>.*))?")
+PROC_VERSION_RE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(?P<v>\d+\.\d+(?:\.\d+)?)")
+NVML_LIB_RE = re.compile(r"NVML library version:\s*(?P<v>[\d.]+)")
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sh(argv: list[str] | str, timeout: float = 60.0) -> tuple[int, str, str]:
+    """Run a command; never raise for a missing binary or a timeout."""
+    try:
+        proc = subprocess.run(
+            argv,
+            shell=isinstance(argv, str),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError as err:
+        return 127, "", str(err)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"timed out after {timeout:.0f}s"
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def smi_value(text: str) -> str | None:
+    """One nvidia-smi CSV value; the ``[N/A]``/``[Not Supported]`` spellings become None."""
+    value = text.strip()
+    if not value or value.strip("[]").lower() in {"n/a", "not supported", "unknown error"}:
+        return None
+    return value
+
+
+def smi_int(text: str | None) -> int | None:
+    """An integer nvidia-smi value (hex bitmasks included), or None."""
+    if text is None:
+        return None
+    try:
+        return int(text, 16) if text.lower().startswith("0x") else int(float(text))
+    except ValueError:
+        return None
+
+
+def parse_smi_csv(text: str, fields: tuple[str, ...]) -> list[dict[str, str | None]]:
+    """Rows of ``--format=csv,noheader,nounits`` output, keyed by field."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        values = [smi_value(v) for v in line.split(",")]
+        if len(values) != len(fields):
+            continue
+        rows.append(dict(zip(fields, values, strict=False)))
+    return rows
+
+
+def query_gpus(smi: str) -> dict[str, Any]:
+    """GPU inventory and health from nvidia-smi."""
+    out: dict[str, Any] = {
+        "ok": False,
+        "error": None,
+        "count": 0,
+        "list": [],
+        "remapped_rows": [],
+        "unsupported_fields": [],
+    }
+    rc, stdout, stderr = sh(
+        [smi, f"--query-gpu={','.join(INVENTORY_FIELDS)}", "--format=csv,noheader,nounits"]
+    )
+    if rc != 0:
+        out["error"] = (stdout + stderr).strip() or f"nvidia-smi exited {rc}"
+        return out
+    gpus = parse_smi_csv(stdout, INVENTORY_FIELDS)
+    health: dict[str, dict[str, str | None]] = {}
+    fields = list(HEALTH_FIELDS)
+    rc, stdout, _ = sh(
+        [smi, f"--query-gpu=pci.bus_id,{','.join(fields)}", "--format=csv,noheader,nounits"]
+    )
+    if rc == 0:
+        for row in parse_smi_csv(stdout, ("pci.bus_id", *fields)):
+            health[str(row["pci.bus_id"])] = row
+    else:
+        # One unknown field fails the whole query: read the fields one at a time.
+        for field in HEALTH_FIELDS:
+            value_by_bus = None
+            for name in (field, FIELD_ALIASES.get(field)):
+                if name is None:
+                    continue
+                rc, stdout, _ = sh(
+                    [smi, f"--query-gpu=pci.bus_id,{name}", "--format=csv,noheader,nounits"]
+                )
+                if rc == 0:
+                    value_by_bus = parse_smi_csv(stdout, ("pci.bus_id", field))
+                    break
+            if value_by_bus is None:
+                out["unsupported_fields"].append(field)
+                continue
+            for row in value_by_bus:
+                health.setdefault(str(row["pci.bus_id"]), {})[field] = row[field]
+    listed = []
+    for gpu in gpus:
+        h = health.get(str(gpu["pci.bus_id"]), {})
+        listed.append(
+            {
+                "index": smi_int(gpu["index"]),
+                "name": gpu["name"],
+                "uuid": gpu["uuid"],
+                "bus_id": gpu["pci.bus_id"],
+                "driver_version": gpu["driver_version"],
+                "ecc_uncorrected_volatile": smi_int(h.get("ecc.errors.uncorrected.volatile.total")),
+                "ecc_uncorrected_aggregate": smi_int(
+                    h.get("ecc.errors.uncorrected.aggregate.total")
+                ),
+                "retired_pages_pending": h.get("retired_pages.pending"),
+                "pcie_gen_current": smi_int(h.get("pcie.link.gen.current")),
+                "pcie_gen_max": smi_int(h.get("pcie.link.gen.max")),
+                "pcie_width_current": smi_int(h.get("pcie.link.width.current")),
+                "pcie_width_max": smi_int(h.get("pcie.link.width.max")),
+                "throttle_active": smi_int(h.get("clocks_throttle_reasons.active")),
+            }
+        )
+    rc, stdout, _ = sh(
+        [smi, f"--query-remapped-rows={','.join(REMAPPED_FIELDS)}", "--format=csv,noheader,nounits"]
+    )
+    if rc == 0:
+        for row in parse_smi_csv(stdout, REMAPPED_FIELDS):
+            out["remapped_rows"].append(
+                {
+                    "bus_id": row["gpu_bus_id"],
+                    "correctable": smi_int(row["remapped_rows.correctable"]),
+                    "uncorrectable": smi_int(row["remapped_rows.uncorrectable"]),
+                    "pending": (row["remapped_rows.pending"] or "").lower() in {"yes", "1", "true"},
+                    "failure": (row["remapped_rows.failure"] or "").lower() in {"yes", "1", "true"},
+                }
+            )
+    else:
+        out["unsupported_fields"].append("remapped_rows")
+    out.update(ok=True, count=len(listed), list=listed)
+    return out
+
+
+def query_versions(smi: str | None, packages: list[str]) -> dict[str, Any]:
+    """Loaded and installed driver versions and installed package versions."""
+    out: dict[str, Any] = {
+        "driver_loaded": None,
+        "driver_proc": None,
+        "nvml_error": None,
+        "nvml_library": None,
+        "packages": {},
+    }
+    if smi:
+        rc, stdout, stderr = sh([smi, "--query-gpu=driver_version", "--format=csv,noheader"])
+        text = (stdout + stderr).strip()
+        if rc == 0:
+            values = {v.strip() for v in stdout.splitlines() if v.strip()}
+            out["driver_loaded"] = sorted(values)[0] if len(values) == 1 else sorted(values)
+        else:
+            out["nvml_error"] = text or f"nvidia-smi exited {rc}"
+            m = NVML_LIB_RE.search(text)
+            if m:
+                out["nvml_library"] = m.group("v")
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as handle:
+            m = PROC_VERSION_RE.search(handle.read())
+            out["driver_proc"] = m.group("v") if m else None
+    except OSError:
+        pass
+    if packages:
+        rc, stdout, _ = sh(
+            ["dpkg-query", "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n", *packages]
+        )
+        installed = {}
+        for line in stdout.splitlines():
+            parts = line.split("\t")
+            # Status-Abbrev: desired action (i install, h hold, ...) then the status; only
+            # the status says whether it is installed ("ii" and, for held packages, "hi").
+            if len(parts) == 3 and parts[2][1:2] == "i":
+                installed[parts[0]] = parts[1]
+        out["packages"] = {name: installed.get(name) for name in packages}
+    return out
+
+
+def read_kernel_log(command: str) -> dict[str, Any]:
+    """XID events from the kernel log (the inventory's command, then dmesg)."""
+    out: dict[str, Any] = {"command": command, "ok": False, "error": None, "xid_events": []}
+    rc, stdout, stderr = sh(command, timeout=60)
+    if rc != 0:
+        first_error = (stderr or stdout).strip()[-300:] or f"exit {rc}"
+        rc, stdout, stderr = sh(["dmesg"], timeout=60)
+        if rc != 0:
+            out["error"] = f"{command}: {first_error}; dmesg: {(stderr or stdout).strip()[-300:]}"
+            return out
+        out["command"] = "dmesg"
+    out["ok"] = True
+    out["xid_events"] = parse_xids(stdout)
+    return out
+
+
+def parse_xids(text: str) -> list[dict[str, Any]]:
+    """Every ``NVRM: Xid (PCI:...): N, ...`` line."""
+    events = []
+    for line in text.splitlines():
+        m = XID_RE.search(line)
+        if m:
+            events.append(
+                {"bus_id": m.group("bus"), "xid": int(m.group("xid")), "line": line.strip()[-300:]}
+            )
+    return events
+
+
+def read_state() -> dict[str, Any] | None:
+    """The node's /etc/gpunode/state.json, if any."""
+    try:
+        with open(STATE_FILE, encoding="utf-8") as handle:
+            data = json.load(handle)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def data_throughput(path: str, size: int) -> dict[str, Any]:
+    """Sequential write then read of one file under ``path`` (MB/s, 10^6 bytes)."""
+    out: dict[str, Any] = {
+        "path": path,
+        "size_bytes": size,
+        "write_mbps": None,
+        "read_mbps": None,
+        "error": None,
+    }
+    if not os.path.isdir(path):
+        out["error"] = f"{path} does not exist"
+        return out
+    target = os.path.join(path, f".gpunode-accept-{os.getpid()}")
+    chunk = os.urandom(1 << 20) * 4  # 4 MiB; random so compression cannot flatter
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            start = time.perf_counter()
+            written = 0
+            while written < size:
+                written += os.write(fd, chunk[: min(len(chunk), size - written)])
+            os.fsync(fd)
+            out["write_mbps"] = written / (time.perf_counter() - start) / 1e6
+        finally:
+            os.close(fd)
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            # Drop this file's pages so the read comes from the disk, not the page cache.
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            start = time.perf_counter()
+            read = 0
+            while True:
+                block = os.read(fd, 4 << 20)
+                if not block:
+                    break
+                read += len(block)
+            out["read_mbps"] = read / (time.perf_counter() - start) / 1e6
+        finally:
+            os.close(fd)
+    except OSError as err:
+        out["error"] = f"{target}: {err.strerror or err}"
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# all-reduce through torch.distributed
+
+
+def import_torch() -> Any:
+    """torch, or None when it is not installed."""
+    try:
+        import torch  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    return torch
+
+
+def busbw_factor(ranks: int) -> float:
+    """all_reduce bus bandwidth factor 2(n-1)/n (nccl-tests' PERFORMANCE.md)."""
+    return 2.0 * (ranks - 1) / ranks if ranks > 0 else 0.0
+
+
+def pattern_value(rank: int, index_mod: int) -> float:
+    """The value rank ``rank`` puts at element ``i`` (``index_mod = i % 7``): small integers,
+    so every partial sum is exact in float32 and the reduced value can be checked exactly."""
+    return float((rank + 1) * (index_mod + 1))
+
+
+PATTERN_CHUNK = 1 << 24  # elements per step of the pattern (128 MiB of int64 indices)
+P2P_MAX_BYTES = 256 << 20
+
+
+def fill_pattern(torch: Any, buf: Any, scale: float) -> None:
+    """Element i becomes ``scale * (i % 7 + 1)`` (see :func:`pattern_value`)."""
+    n = buf.numel()
+    for start in range(0, n, PATTERN_CHUNK):
+        end = min(n, start + PATTERN_CHUNK)
+        idx = torch.arange(start, end, device=buf.device, dtype=torch.int64) % 7
+        buf[start:end].copy_((idx + 1).to(buf.dtype) * scale)
+
+
+def check_pattern(torch: Any, buf: Any, scale: float) -> tuple[int, float]:
+    """Elements that differ from ``scale * (i % 7 + 1)``, and the largest difference."""
+    n = buf.numel()
+    wrong = 0
+    max_err = 0.0
+    for start in range(0, n, PATTERN_CHUNK):
+        end = min(n, start + PATTERN_CHUNK)
+        idx = torch.arange(start, end, device=buf.device, dtype=torch.int64) % 7
+        expected = (idx + 1).to(buf.dtype) * scale
+        diff = (buf[start:end] - expected).abs()
+        wrong += int((diff != 0).sum().item())
+        max_err = max(max_err, float(diff.max().item()))
+    return wrong, max_err
+
+
+def worker(args: argparse.Namespace) -> int:
+    """One rank: time the all-reduce per size, check the reduced values, time p2p if asked."""
+    torch = import_torch()
+    if torch is None:
+        print("torch is not installed", file=sys.stderr)
+        return 3
+    import torch.distributed as dist  # type: ignore[import-not-found,unused-ignore]
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = args.device == "cuda"
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        backend = "nccl"
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+    from datetime import timedelta
+
+    dist.init_process_group(
+        backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=args.timeout)
+    )
+
+    def sync() -> None:
+        if use_cuda:
+            torch.cuda.synchronize(device)
+
+    rows = []
+    factor = busbw_factor(world)
+    expected_scale = world * (world + 1) / 2.0
+    for size in args.sizes:
+        count = max(1, size // 4)
+        scratch = torch.zeros(count, dtype=torch.float32, device=device)
+        for _ in range(args.warmup):
+            dist.all_reduce(scratch)
+        sync()
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(args.iters):
+            dist.all_reduce(scratch)
+        sync()
+        elapsed = (time.perf_counter() - start) / args.iters
+        # Correctness on a pattern whose sum is known exactly, written into the same buffer
+        # chunk by chunk: a 16 GiB message must not need three more 16 GiB tensors.
+        fill_pattern(torch, scratch, float(rank + 1))
+        dist.all_reduce(scratch)
+        wrong, max_err = check_pattern(torch, scratch, expected_scale)
+        # The slowest rank's time is the collective's time.
+        t = torch.tensor([elapsed], dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        w = torch.tensor([wrong], dtype=torch.int64, device=device)
+        dist.all_reduce(w)
+        elapsed = float(t.item())
+        algbw = count * 4 / elapsed / 1e9
+        rows.append(
+            {
+                "size_bytes": count * 4,
+                "time_us": elapsed * 1e6,
+                "algbw_gbps": algbw,
+                "busbw_gbps": algbw * factor,
+                "wrong": int(w.item()),
+                "max_abs_error": max_err,
+                "correct": int(w.item()) == 0,
+            }
+        )
+        del scratch
+    p2p = None
+    if args.p2p and world == 2:
+        p2p = {}
+        size = min(args.sizes[-1], P2P_MAX_BYTES)
+        buf = torch.zeros(max(1, size // 4), dtype=torch.float32, device=device)
+        for src in (0, 1):
+            dist.barrier()
+            sync()
+            start = time.perf_counter()
+            for _ in range(args.iters):
+                if rank == src:
+                    dist.send(buf, dst=1 - src)
+                else:
+                    dist.recv(buf, src=src)
+            sync()
+            # A send may return before the bytes arrive: the receiver's clock counts.
+            t = torch.tensor(
+                [time.perf_counter() - start if rank != src else 0.0],
+                dtype=torch.float64,
+                device=device,
+            )
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            p2p[f"{src}->{1 - src}"] = buf.numel() * 4 * args.iters / float(t.item()) / 1e9
+    dist.destroy_process_group()
+    if rank == 0 and args.out:
+        result = {
+            "engine": f"torch-{backend}",
+            "backend": backend,
+            "ranks": world,
+            "device": "cuda" if use_cuda else "cpu",
+            "rows": rows,
+            "p2p_gbps": p2p,
+            "error": None,
+            "torch": torch.__version__,
+            "nccl_loaded": nccl_version(torch) if use_cuda else None,
+        }
+        write_json(args.out, result)
+    return 0
+
+
+def nccl_version(torch: Any) -> str | None:
+    """The NCCL version torch actually loaded (torch.cuda.nccl.version())."""
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception:
+        return None
+    if isinstance(v, tuple):
+        return ".".join(str(x) for x in v)
+    v = int(v)
+    return f"{v // 10000}.{(v % 10000) // 100}.{v % 100}" if v >= 10000 else str(v)
+
+
+def launch_ranks(
+    nnodes: int,
+    node_rank: int,
+    nproc: int,
+    master_addr: str,
+    master_port: int,
+    sizes: list[int],
+    iters: int,
+    warmup: int,
+    device: str,
+    timeout: float,
+    out: str | None,
+    p2p: bool = False,
+) -> dict[str, Any]:
+    """Start this node's ranks as processes and wait for them.
+
+    Returns:
+        On node 0 the result of rank 0; elsewhere ``{"error": None}``; on any failure a
+        result with ``error`` set and no rows.
+    """
+    world = nnodes * nproc
+    procs = []
+    tmp_out = out or ""
+    base_env = dict(
+        os.environ,
+        MASTER_ADDR=master_addr,
+        MASTER_PORT=str(master_port),
+        WORLD_SIZE=str(world),
+        OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+    )
+    for local in range(nproc):
+        env = dict(base_env, RANK=str(node_rank * nproc + local), LOCAL_RANK=str(local))
+        argv = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "worker",
+            "--device",
+            device,
+            "--iters",
+            str(iters),
+            "--warmup",
+            str(warmup),
+            "--timeout",
+            str(int(timeout)),
+            "--sizes",
+            *[str(s) for s in sizes],
+        ]
+        if p2p:
+            argv.append("--p2p")
+        if local == 0 and node_rank == 0 and tmp_out:
+            argv += ["--out", tmp_out]
+        procs.append(
+            subprocess.Popen(
+                argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    deadline = time.monotonic() + timeout + 30
+    errors = []
+    for local, proc in enumerate(procs):
+        try:
+            output, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            output, _ = proc.communicate()
+            errors.append(f"rank {node_rank * nproc + local}: timed out; {output.strip()[-400:]}")
+            continue
+        if proc.returncode != 0:
+            errors.append(
+                f"rank {node_rank * nproc + local}: exit {proc.returncode}: {output.strip()[-600:]}"
+            )
+    base = {
+        "engine": f"torch-{'nccl' if device == 'cuda' else 'gloo'}",
+        "ranks": world,
+        "device": device,
+        "rows": [],
+        "p2p_gbps": None,
+    }
+    if errors:
+        return {**base, "error": "; ".join(errors)}
+    if node_rank == 0 and tmp_out:
+        try:
+            with open(tmp_out, encoding="utf-8") as handle:
+                return json.load(handle)
+        except (OSError, ValueError) as err:
+            return {**base, "error": f"rank 0 wrote no result: {err}"}
+    return {**base, "error": None}
+
+
+def free_port() -> int:
+    """A free TCP port on this host for a node-local rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def find_nccl_tests() -> str | None:
+    """The all_reduce_perf binary, if installed."""
+    for candidate in NCCL_TESTS_CANDIDATES:
+        found = (
+            shutil.which(candidate)
+            if "/" not in candidate
+            else (candidate if os.access(candidate, os.X_OK) else None)
+        )
+        if found:
+            return found
+    return None
+
+
+def run_nccl_tests(
+    binary: str, ngpus: int, sizes: list[int], iters: int, warmup: int, factor: int, timeout: float
+) -> dict[str, Any]:
+    """all_reduce_perf over the node's GPUs; the text is parsed on the control machine."""
+    argv = [
+        binary,
+        "-b",
+        str(min(sizes)),
+        "-e",
+        str(max(sizes)),
+        "-f",
+        str(factor),
+        "-g",
+        str(ngpus),
+        "-c",
+        "1",
+        "-n",
+        str(iters),
+        "-w",
+        str(warmup),
+    ]
+    rc, stdout, stderr = sh(argv, timeout=timeout)
+    return {
+        "engine": "nccl-tests",
+        "ranks": ngpus,
+        "device": "cuda",
+        "command": argv,
+        "exit_code": rc,
+        "raw_output": stdout + stderr,
+        "rows": [],
+        "p2p_gbps": None,
+        "error": None if rc == 0 else f"all_reduce_perf exited {rc}",
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# per-GPU GEMM, memory bandwidth and host-to-device copies
+
+
+def gpu_perf(torch: Any, ngpus: int, spec: dict[str, Any]) -> dict[str, Any]:
+    """GEMM TFLOPS (bf16), device memory bandwidth and pinned h2d bandwidth, per GPU."""
+    out: dict[str, Any] = {"gemm": [], "mem_bw": [], "h2d": [], "error": None}
+    n = int(spec.get("gemm_n", 8192))
+    iters = int(spec.get("gpu_iters", 20))
+    nbytes = int(spec.get("mem_bytes", 1 << 30))
+    try:
+        for index in range(ngpus):
+            dev = torch.device("cuda", index)
+            torch.cuda.set_device(dev)
+            a = torch.randn(n, n, dtype=torch.bfloat16, device=dev)
+            b = torch.randn(n, n, dtype=torch.bfloat16, device=dev)
+            for _ in range(3):
+                torch.matmul(a, b)
+            torch.cuda.synchronize(dev)
+            start = time.perf_counter()
+            for _ in range(iters):
+                torch.matmul(a, b)
+            torch.cuda.synchronize(dev)
+            out["gemm"].append(
+                {"gpu": index, "tflops": 2 * n**3 * iters / (time.perf_counter() - start) / 1e12}
+            )
+            del a, b
+            src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+            dst = torch.empty_like(src)
+            dst.copy_(src)
+            torch.cuda.synchronize(dev)
+            start = time.perf_counter()
+            for _ in range(iters):
+                dst.copy_(src)
+            torch.cuda.synchronize(dev)
+            # A device-to-device copy reads and writes every byte.
+            out["mem_bw"].append(
+                {"gpu": index, "gbps": 2 * nbytes * iters / (time.perf_counter() - start) / 1e9}
+            )
+            del dst
+            host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            src.copy_(host, non_blocking=True)
+            torch.cuda.synchronize(dev)
+            start = time.perf_counter()
+            for _ in range(iters):
+                src.copy_(host, non_blocking=True)
+            torch.cuda.synchronize(dev)
+            out["h2d"].append(
+                {"gpu": index, "gbps": nbytes * iters / (time.perf_counter() - start) / 1e9}
+            )
+            del src, host
+            torch.cuda.empty_cache()
+    except Exception as err:
+        out["error"] = f"{type(err).__name__}: {err}"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def run_node(spec: dict[str, Any]) -> dict[str, Any]:
+    """Every single-node check; returns the result document."""
+    started = time.perf_counter()
+    result: dict[str, Any] = {
+        "schema": SCHEMA,
+        "host": socket.gethostname(),
+        "started": now_iso(),
+        "errors": [],
+    }
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        result["gpus"] = query_gpus(smi)
+    else:
+        result["gpus"] = {
+            "ok": False,
+            "error": "nvidia-smi not found",
+            "count": 0,
+            "list": [],
+            "remapped_rows": [],
+            "unsupported_fields": [],
+        }
+    result["versions"] = query_versions(smi, list(spec.get("packages", [])))
+    result["kernel_log"] = read_kernel_log(
+        spec.get("kernel_log_command") or DEFAULT_KERNEL_LOG_COMMAND
+    )
+    result["state"] = read_state()
+    torch = import_torch()
+    cuda_gpus = 0
+    if torch is not None:
+        result["versions"]["torch"] = torch.__version__
+        result["versions"]["torch_cuda"] = getattr(torch.version, "cuda", None)
+        try:
+            cuda_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        except Exception:
+            cuda_gpus = 0
+        result["versions"]["nccl_loaded"] = nccl_version(torch) if cuda_gpus else None
+    result["cuda_device_count"] = cuda_gpus
+    sizes = [int(s) for s in spec.get("sizes", [1 << 20])]
+    iters = int(spec.get("iters", 20))
+    warmup = int(spec.get("warmup_iters", 5))
+    timeout = float(spec.get("timeout_s", 600))
+    engine = spec.get("engine", "auto")
+    nccl_tests = find_nccl_tests() if cuda_gpus and engine in ("auto", "nccl-tests") else None
+    if nccl_tests:
+        result["allreduce"] = run_nccl_tests(
+            # Factor 2 from the smallest size reaches every power-of-two floor size.
+            nccl_tests,
+            cuda_gpus,
+            sizes,
+            iters,
+            warmup,
+            2,
+            timeout,
+        )
+    elif engine == "nccl-tests":
+        result["allreduce"] = {
+            "engine": "nccl-tests",
+            "rows": [],
+            "error": "engine nccl-tests asked for, but all_reduce_perf or a GPU is missing",
+        }
+    elif torch is None:
+        result["allreduce"] = {"engine": "torch", "rows": [], "error": "torch is not installed"}
+    else:
+        device = "cuda" if cuda_gpus else "cpu"
+        nproc = cuda_gpus or int(spec.get("cpu_ranks_per_node", 2))
+        out_file = os.path.join(spec.get("workdir", "/tmp"), f"allreduce-{os.getpid()}.json")
+        result["allreduce"] = launch_ranks(
+            1, 0, nproc, "127.0.0.1", free_port(), sizes, iters, warmup, device, timeout, out_file
+        )
+    if torch is not None and cuda_gpus:
+        result["gpu_perf"] = gpu_perf(torch, cuda_gpus, spec)
+    else:
+        result["gpu_perf"] = None
+    data_path = spec.get("data_path")
+    result["data"] = (
+        data_throughput(data_path, int(spec.get("data_size_bytes", 1 << 30))) if data_path else None
+    )
+    result["duration_s"] = time.perf_counter() - started
+    return result
+
+
+def write_json(path: str, document: dict[str, Any]) -> None:
+    """Write atomically: a reader never sees half a result."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the runner."""
+    parser = argparse.ArgumentParser(prog="gpunode-node-runner")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_run = sub.add_parser("run")
+    p_run.add_argument("--spec", required=True)
+    p_run.add_argument("--out", required=True)
+    for name in ("allreduce", "worker"):
+        p = sub.add_parser(name)
+        p.add_argument("--sizes", type=int, nargs="+", required=True)
+        p.add_argument("--iters", type=int, default=20)
+        p.add_argument("--warmup", type=int, default=5)
+        p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+        p.add_argument("--timeout", type=float, default=600)
+        p.add_argument("--p2p", action="store_true")
+        p.add_argument("--out")
+        if name == "allreduce":
+            p.add_argument("--nnodes", type=int, required=True)
+            p.add_argument("--node-rank", type=int, required=True)
+            p.add_argument("--nproc", type=int, default=0, help="0: one per GPU, else CPU ranks")
+            p.add_argument("--master-addr", required=True)
+            p.add_argument("--master-port", type=int, required=True)
+    args = parser.parse_args(argv)
+    if args.cmd == "run":
+        try:
+            with open(args.spec, encoding="utf-8") as handle:
+                spec = json.load(handle)
+        except (OSError, ValueError) as err:
+            print(f"cannot read spec {args.spec}: {err}", file=sys.stderr)
+            return 2
+        write_json(args.out, run_node(spec))
+        return 0
+    if args.cmd == "worker":
+        return worker(args)
+    torch = import_torch()
+    device = args.device
+    cuda_gpus = 0
+    if torch is not None and device in ("auto", "cuda") and torch.cuda.is_available():
+        cuda_gpus = torch.cuda.device_count()
+    if device == "auto":
+        device = "cuda" if cuda_gpus else "cpu"
+    nproc = args.nproc or cuda_gpus or 1
+    if torch is None:
+        result: dict[str, Any] = {"engine": "torch", "rows": [], "error": "torch is not installed"}
+    else:
+        out_file = f"{args.out}.rank0" if args.out else None
+        result = launch_ranks(
+            args.nnodes,
+            args.node_rank,
+            nproc,
+            args.master_addr,
+            args.master_port,
+            args.sizes,
+            args.iters,
+            args.warmup,
+            device,
+            args.timeout,
+            out_file,
+            p2p=args.p2p,
+        )
+    if args.out:
+        write_json(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

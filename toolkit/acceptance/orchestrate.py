@@ -1,0 +1,601 @@
+"""``gpunode accept``: ship the runner, run it everywhere, judge, record, mark.
+
+Fabric does the time-coordinated work (design.md, "Ansible converges, Fabric orchestrates"):
+the runner is copied to every node and run there at once; with ``--multi-node`` the ranks of
+a ring, of pairs and of re-pairings are launched on all their nodes together. Verdicts are
+given here, written to each node's ``/etc/gpunode/state.json`` (``ready`` only for the stack
+id installed now) with a Prometheus textfile, and the run is recorded under
+``.gpunode/runs/<run-id>/``. Hooks (Slurm, Kubernetes) run last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import secrets
+import shlex
+import shutil
+import threading
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
+from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
+from toolkit.acceptance.thresholds import AcceptanceSpec, effective, parse_size, sweep_sizes
+from toolkit.acceptance.verdict import Check, NodeExpectation, Verdict, judge, normalise_allreduce
+from toolkit.errors import AcceptanceError, ConfigError, RemoteError
+from toolkit.inventory import Host, Inventory, load_inventory
+from toolkit.remote import Node, open_node, parallel
+from toolkit.report import write_reports
+from toolkit.report.prometheus import TEXTFILE_PATH, render_textfile
+
+REMOTE_DIR = "/opt/gpunode/accept"
+VENV = "/opt/gpunode/venv"
+STATE_PATH = "/etc/gpunode/state.json"
+KEEP_RUNS = 50
+DEFAULT_PORT_BASE = 29500
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class AcceptOptions:
+    """What ``gpunode accept`` was asked to do."""
+
+    inventory: Path
+    limit: str | None = None
+    multi_node: bool = False
+    hooks: Sequence[str] = ()
+    runs_dir: Path = Path(".gpunode/runs")
+    hook_runner: CommandRunner = local_runner
+    runner_timeout_s: float = 1800.0
+
+
+@dataclass
+class NodePlan:
+    """One node: where it is, what it must be, the thresholds in force."""
+
+    host: Host
+    group: str
+    spec: AcceptanceSpec
+    stack: Any
+    hardware: Any
+    expect: NodeExpectation | None = None
+    node: Node | None = None
+    python: str = "python3"
+    address: str | None = None
+    os_id: str | None = None
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    verdict: Verdict | None = None
+    extra: list[Check] = field(default_factory=list)
+    written: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass
+class AcceptanceRun:
+    """A finished run."""
+
+    run_id: str
+    run_dir: Path
+    inventory: Path
+    started: str
+    finished: str
+    multi_node: bool
+    plans: list[NodePlan]
+    multinode: dict[str, Any] | None
+    hook_actions: list[dict[str, Any]]
+
+    @property
+    def all_ready(self) -> bool:
+        """Every node came out ready."""
+        return all(p.verdict is not None and p.verdict.ready for p in self.plans)
+
+    def summary(self) -> dict[str, Any]:
+        """The run as JSON-ready data (the input of every report)."""
+        return {
+            "run_id": self.run_id,
+            "inventory": str(self.inventory),
+            "started": self.started,
+            "finished": self.finished,
+            "multi_node": self.multi_node,
+            "all_ready": self.all_ready,
+            "nodes": [_node_summary(p) for p in self.plans],
+            "multinode": self.multinode,
+            "hooks": self.hook_actions,
+            "run_dir": str(self.run_dir),
+        }
+
+
+def _node_summary(plan: NodePlan) -> dict[str, Any]:
+    verdict = plan.verdict
+    assert verdict is not None
+    section = normalise_allreduce((plan.result or {}).get("allreduce"))
+    rows = section.get("rows") or []
+    largest = max(rows, key=lambda r: r["size_bytes"]) if rows else None
+    state = (plan.result or {}).get("state") or {}
+    return {
+        "host": plan.host.name,
+        "group": plan.group,
+        "address": plan.host.address,
+        "verdict": verdict.verdict,
+        "stack_id": plan.expect.stack_id if plan.expect else None,
+        "installed_stack_id": state.get("stack_id"),
+        "checks": [c.to_dict() for c in verdict.checks],
+        "failed_checks": verdict.to_dict()["failed_checks"],
+        "engine": section.get("engine"),
+        "allreduce_rows": [
+            {k: r.get(k) for k in ("size_bytes", "time_us", "algbw_gbps", "busbw_gbps", "wrong")}
+            for r in rows
+        ],
+        "busbw_at_largest_gbps": largest["busbw_gbps"] if largest else None,
+        "floors": [
+            {"size_bytes": f.size_bytes, "min_busbw_gbps": f.min_busbw_gbps}
+            for f in plan.spec.allreduce
+        ],
+        "results_digest": digest(plan.result) if plan.result else None,
+        "duration_s": (plan.result or {}).get("duration_s"),
+        "error": plan.error,
+        "written": plan.written,
+    }
+
+
+def digest(document: Any) -> str:
+    """``sha256:<hex>`` of a document's canonical JSON."""
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """A sortable, unique run id: UTC time plus random hex."""
+    now = now or datetime.now(timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+@lru_cache(maxsize=1)
+def runner_source() -> bytes:
+    """The node-side runner, as shipped."""
+    return resources.files("toolkit.acceptance").joinpath("node_runner.py").read_bytes()
+
+
+@lru_cache(maxsize=1)
+def pip_zip() -> bytes:
+    """This machine's pip as a zip that a node runs as ``python pip.zip/pip`` (no pip there).
+
+    Debian and Ubuntu ship Python without pip and ensurepip; pip runs from a zip of itself.
+    """
+    import pip
+
+    root = Path(pip.__file__).parent
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                archive.write(path, Path("pip") / path.relative_to(root))
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) -> AcceptanceRun:
+    """Run the acceptance test on the inventory's nodes and give a verdict per node.
+
+    Raises:
+        ConfigError: The inventory, a stack or a hardware profile is malformed, or the limit
+            matches no host.
+    """
+    started = datetime.now(timezone.utc)
+    inventory = load_inventory(opts.inventory)
+    hosts = inventory.hosts_for(opts.limit)
+    if not hosts:
+        raise ConfigError(f"{opts.inventory}: no hosts match {opts.limit or 'all'!r}")
+    plans = [_plan(inventory, host) for host in hosts]
+    run_id = new_run_id(started)
+    run_dir = opts.runs_dir / run_id
+    (run_dir / "nodes").mkdir(parents=True, exist_ok=True)
+    progress(f"run {run_id}: {len(plans)} node(s)")
+    try:
+        parallel([p.host for p in plans], lambda h: _stage_node(_by_host(plans, h), opts, progress))
+        multinode: MultiNodeReport | None = None
+        if opts.multi_node:
+            multinode = _stage_multi_node(plans, opts, run_id, progress)
+            for plan in plans:
+                if multinode is not None:
+                    name = plan.host.name
+                    plan.extra.extend(multinode.blame.get(name) or multinode.passed.get(name, []))
+        for plan in plans:
+            assert plan.expect is not None
+            plan.verdict = judge(
+                plan.result, plan.expect, plan.spec, runner_error=plan.error, extra=plan.extra
+            )
+        finished = datetime.now(timezone.utc)
+        parallel(
+            [p.host for p in plans if p.node is not None],
+            lambda h: _write_node_state(_by_host(plans, h), run_id, finished),
+        )
+    finally:
+        for plan in plans:
+            if plan.node is not None:
+                plan.node.close()
+    actions = []
+    if opts.hooks:
+        marks = [
+            NodeMark(
+                host=p.host.name,
+                scheduler_name=str(p.host.vars.get("gpunode_scheduler_node_name") or p.host.name),
+                ready=bool(p.verdict and p.verdict.ready),
+                reasons=tuple(p.verdict.reasons() if p.verdict else ()),
+            )
+            for p in plans
+        ]
+        actions = [a.to_dict() for a in run_hooks(opts.hooks, marks, opts.hook_runner)]
+    run = AcceptanceRun(
+        run_id=run_id,
+        run_dir=run_dir,
+        inventory=opts.inventory,
+        started=started.isoformat(),
+        finished=datetime.now(timezone.utc).isoformat(),
+        multi_node=opts.multi_node,
+        plans=plans,
+        multinode=multinode.to_dict() if opts.multi_node and multinode else None,
+        hook_actions=actions,
+    )
+    _record(run, opts.runs_dir)
+    return run
+
+
+def _by_host(plans: list[NodePlan], host: Host) -> NodePlan:
+    return next(p for p in plans if p.host.name == host.name)
+
+
+def _plan(inventory: Inventory, host: Host) -> NodePlan:
+    stack, hardware = inventory.host_config(host)
+    groups = [g for g in inventory.stack_groups() if host.name in inventory.group_hosts(g)]
+    group = groups[-1] if groups else "all"
+    return NodePlan(
+        host=host,
+        group=group,
+        spec=effective(hardware.acceptance),
+        stack=stack,
+        hardware=hardware,
+    )
+
+
+def _expectation(plan: NodePlan) -> NodeExpectation:
+    from toolkit.stack.resolve import resolve
+
+    repo_vars = {k: v for k, v in plan.host.vars.items() if k.startswith("gpunode_")}
+    resolved = resolve(plan.stack, plan.hardware, plan.os_id or "debian12", repo_vars=repo_vars)
+    packages: dict[str, str] = {}
+    for section in ("driver", "cuda", "nccl"):
+        packages.update((resolved.get(section) or {}).get("packages") or {})
+    return NodeExpectation(
+        host=plan.host.name,
+        stack_id=resolved["stack_id"],
+        gpu_model=plan.hardware.gpu.model,
+        gpu_count=plan.hardware.gpu.count,
+        driver_version=resolved["driver"]["version"],
+        packages=packages,
+        nccl_version=str(resolved["nccl"]["version"]),
+    )
+
+
+def _stage_node(plan: NodePlan, opts: AcceptOptions, progress: Progress) -> None:
+    """Connect, prepare Python and torch, run the runner, fetch its result."""
+    name = plan.host.name
+    try:
+        plan.node = open_node(plan.host)
+        node = plan.node
+        facts = node.run(
+            "cat /etc/os-release; echo GPUNODE_ADDR=$(hostname -I 2>/dev/null | cut -d' ' -f1)",
+            check=True,
+            timeout=60,
+        ).stdout
+        plan.os_id = _os_id(facts)
+        plan.address = _rendezvous_address(plan.host, facts)
+        plan.expect = _expectation(plan)
+        node.run(f"mkdir -p {REMOTE_DIR} /etc/gpunode", check=True, timeout=60)
+        node.put_text(runner_source(), f"{REMOTE_DIR}/node_runner.py", 0o755)
+        plan.python = _ensure_torch(plan, progress)
+        spec = _runner_spec(plan)
+        node.put_text(json.dumps(spec, indent=1), f"{REMOTE_DIR}/spec.json")
+        progress(f"{name}: running checks")
+        runner = shlex.quote(f"{REMOTE_DIR}/node_runner.py")
+        res = node.run(
+            f"{plan.python} {runner} run --spec {REMOTE_DIR}/spec.json "
+            f"--out {REMOTE_DIR}/result.json",
+            timeout=opts.runner_timeout_s,
+        )
+        if not res.ok:
+            raise RemoteError(
+                f"{name}: runner exited {res.returncode}: {(res.stderr or res.stdout)[-800:]}"
+            )
+        plan.result = json.loads(node.get_text(f"{REMOTE_DIR}/result.json"))
+        progress(f"{name}: checks done in {plan.result.get('duration_s', 0):.1f}s")
+    except (RemoteError, AcceptanceError, ConfigError) as err:
+        plan.error = err.message
+        progress(f"{name}: {err.message}")
+    except ValueError as err:
+        plan.error = f"unreadable runner result: {err}"
+    except Exception as err:  # one node's surprise must not cost the other nodes their verdict
+        plan.error = f"internal error on this node: {err!r} (rerun with --debug for details)"
+    if plan.expect is None:
+        plan.expect = NodeExpectation(host=name, stack_id=None)
+
+
+def _os_id(os_release: str) -> str | None:
+    from toolkit.ansible.nodefacts import UnsupportedOS, os_id
+
+    values = {}
+    for line in os_release.splitlines():
+        if "=" in line:
+            key, _, value = line.partition("=")
+            values[key.strip()] = value.strip().strip('"')
+    dist = {"debian": "Debian", "ubuntu": "Ubuntu"}.get(values.get("ID", "").lower())
+    if dist is None:
+        return None
+    try:
+        return os_id(dist, values.get("VERSION_ID", ""))
+    except UnsupportedOS:
+        return None
+
+
+def _rendezvous_address(host: Host, facts: str) -> str:
+    """The address other nodes reach this one at (the master of a multi-node set).
+
+    ``gpunode_accept_address`` wins; else the inventory's address, unless it is a loopback
+    (an SSH port forward), in which case the node's first own address is the best guess.
+    """
+    explicit = host.vars.get("gpunode_accept_address")
+    if explicit:
+        return str(explicit)
+    if host.address not in ("127.0.0.1", "::1", "localhost"):
+        return host.address
+    return _addr(facts) or host.address
+
+
+def _addr(facts: str) -> str | None:
+    for line in facts.splitlines():
+        if line.startswith("GPUNODE_ADDR="):
+            return line.split("=", 1)[1].strip() or None
+    return None
+
+
+def _ensure_torch(plan: NodePlan, progress: Progress) -> str:
+    """The Python to run the runner with: one with torch when it can be had.
+
+    torch is installed into a venv under /opt/gpunode from ``gpunode_pip_find_links`` /
+    ``gpunode_pip_index_url`` when neither the venv nor the system Python has it. Without a
+    source the runner runs without torch, and the all-reduce check says so.
+    """
+    assert plan.node is not None
+    node = plan.node
+    venv_py = f"{VENV}/bin/python"
+    for python in (venv_py, "python3"):
+        if node.run(f"{python} -c 'import torch'", timeout=120).ok:
+            return python
+    find_links = plan.host.vars.get("gpunode_pip_find_links")
+    index_url = plan.host.vars.get("gpunode_pip_index_url")
+    if not find_links and not index_url:
+        progress(f"{plan.host.name}: torch missing and no gpunode_pip_find_links/index_url set")
+        return "python3"
+    progress(f"{plan.host.name}: installing torch into {VENV}")
+    node.run(f"test -x {venv_py} || python3 -m venv --without-pip {VENV}", check=True, timeout=300)
+    node.put_text(pip_zip(), f"{REMOTE_DIR}/pip.zip")
+    source = []
+    if index_url:
+        source += ["--index-url", shlex.quote(str(index_url))]
+    else:
+        source += ["--no-index"]
+    if find_links:
+        source += ["--find-links", shlex.quote(str(find_links))]
+    for url in (index_url, find_links):
+        # pip ignores plain-http sources unless their host is trusted by name.
+        parsed = urlsplit(str(url or ""))
+        if parsed.scheme == "http" and parsed.hostname:
+            source += ["--trusted-host", shlex.quote(parsed.hostname)]
+    node.run(
+        f"{venv_py} {REMOTE_DIR}/pip.zip/pip install --no-input --disable-pip-version-check "
+        f"--no-cache-dir {' '.join(source)} torch",
+        check=True,
+        timeout=1800,
+    )
+    return venv_py
+
+
+def _runner_spec(plan: NodePlan) -> dict[str, Any]:
+    spec = plan.spec
+    assert plan.expect is not None
+    return {
+        "packages": sorted(plan.expect.packages),
+        "kernel_log_command": plan.host.vars.get("gpunode_kernel_log_command"),
+        "sizes": sweep_sizes(spec),
+        "sweep_factor": spec.sweep_factor,
+        "iters": spec.iters,
+        "warmup_iters": spec.warmup_iters,
+        "engine": spec.engine,
+        "cpu_ranks_per_node": spec.cpu_ranks_per_node,
+        "timeout_s": 900,
+        # The data disks' own mount point when the profile has them, else the floor's path.
+        "data_path": (
+            plan.hardware.data_disks.mount_point if plan.hardware.data_disks else spec.data_path
+        ),
+        "data_size_bytes": parse_size(spec.data_test_size),
+        "workdir": REMOTE_DIR,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _stage_multi_node(
+    plans: list[NodePlan], opts: AcceptOptions, run_id: str, progress: Progress
+) -> MultiNodeReport | None:
+    """Ring, pairs and re-pairs per group, over the nodes whose runner worked."""
+    reports: list[MultiNodeReport] = []
+    groups: dict[str, list[NodePlan]] = {}
+    for plan in plans:
+        groups.setdefault(plan.group, []).append(plan)
+    for group, members in groups.items():
+        usable = [p for p in members if p.result is not None and p.node is not None and p.address]
+        for p in members:
+            if p not in usable:
+                p.extra.append(
+                    Check("multinode.run", False, "left out: its single-node run failed")
+                )
+        if len(usable) < 2:
+            progress(f"group {group}: fewer than 2 usable nodes; no multi-node test")
+            continue
+        run_set = _set_runner({p.host.name: p for p in usable}, usable[0].spec, run_id, progress)
+        floors = usable[0].spec.multi_node_allreduce
+        reports.append(run_multi_node([p.host.name for p in usable], floors, run_set))
+    if not reports:
+        return None
+    merged = MultiNodeReport(None, [], [], {})
+    for report in reports:
+        if report.ring is not None:
+            merged.pairs.append(report.ring)
+        merged.pairs.extend(report.pairs)
+        merged.repairs.extend(report.repairs)
+        for host, checks in report.blame.items():
+            merged.blame.setdefault(host, []).extend(checks)
+        merged.passed.update(report.passed)
+    return merged
+
+
+_port_lock = threading.Lock()
+_port_counter = iter(range(1, 1_000_000))
+
+
+def _set_runner(
+    by_name: dict[str, NodePlan], spec: AcceptanceSpec, run_id: str, progress: Progress
+) -> Callable[[Sequence[str], bool], dict[str, Any]]:
+    sizes = sweep_sizes(spec, multi_node=True)
+
+    def run_set(names: Sequence[str], p2p: bool) -> dict[str, Any]:
+        with _port_lock:
+            tag = next(_port_counter)
+        progress(f"multi-node test {tag}: {' + '.join(names)}")
+        members = [by_name[n] for n in names]
+        # A fresh port per set: a previous set's listener may linger in TIME_WAIT.
+        port = DEFAULT_PORT_BASE + tag % 1000
+        return _launch_set(members, sizes, spec, p2p, port, run_id, tag)
+
+    return run_set
+
+
+def _launch_set(
+    members: list[NodePlan],
+    sizes: list[int],
+    spec: AcceptanceSpec,
+    p2p: bool,
+    port: int,
+    run_id: str,
+    tag: int,
+) -> dict[str, Any]:
+    """Start the ranks of one all-reduce on every member at once; rank 0's section back."""
+    master = members[0].address
+    out = f"{REMOTE_DIR}/multinode-{tag}.json"
+    results: dict[int, Any] = {}
+
+    def launch(index: int) -> None:
+        plan = members[index]
+        assert plan.node is not None and plan.result is not None
+        nproc = 0 if int(plan.result.get("cuda_device_count") or 0) else 1
+        ifname = plan.host.vars.get("gpunode_accept_socket_ifname")
+        env = f"env GLOO_SOCKET_IFNAME={shlex.quote(str(ifname))} " if ifname else ""
+        if ifname:
+            env += f"NCCL_SOCKET_IFNAME={shlex.quote(str(ifname))} "
+        command = (
+            f"{env}{plan.python} {REMOTE_DIR}/node_runner.py allreduce --nnodes {len(members)} "
+            f"--node-rank {index} --nproc {nproc} --master-addr {shlex.quote(str(master))} "
+            f"--master-port {port} --iters {spec.iters} --warmup {spec.warmup_iters} "
+            f"--timeout 120 --out {out} --sizes {' '.join(str(s) for s in sizes)}"
+            + (" --p2p" if p2p else "")
+        )
+        try:
+            res = plan.node.run(command, timeout=300)
+            if not res.ok:
+                results[index] = {
+                    "error": f"{plan.host.name}: exit {res.returncode}: "
+                    f"{(res.stderr or res.stdout)[-400:]}"
+                }
+                return
+            results[index] = json.loads(plan.node.get_text(out))
+        except (RemoteError, ValueError) as err:
+            results[index] = {"error": f"{plan.host.name}: {err}"}
+
+    threads = [threading.Thread(target=launch, args=(i,)) for i in range(len(members))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    errors = [str(r.get("error")) for r in results.values() if r.get("error")]
+    section = dict(results.get(0) or {})
+    if errors:
+        section.update(rows=[], error="; ".join(errors))
+    section["run_id"] = run_id
+    return section
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _write_node_state(plan: NodePlan, run_id: str, when: datetime) -> None:
+    """state.json and the Prometheus textfile on the node; written last, atomically."""
+    assert plan.node is not None and plan.verdict is not None
+    node = plan.node
+    previous = (plan.result or {}).get("state") or {}
+    installed = previous.get("stack_id")
+    ready = plan.verdict.ready
+    state = {
+        **previous,
+        "state": "ready" if ready else "not-ready",
+        "reason": plan.verdict.reasons(),
+        "stack_id": installed,
+        "run_id": run_id,
+        "time": when.isoformat(),
+        "valid_until": (when + timedelta(hours=plan.spec.max_result_age_h)).isoformat(),
+        "results_digest": digest(plan.result) if plan.result else None,
+    }
+    try:
+        node.put_text(json.dumps(state, indent=2, sort_keys=True) + "\n", f"{STATE_PATH}.tmp")
+        node.run(f"mv -f {STATE_PATH}.tmp {STATE_PATH}", check=True, timeout=60)
+        plan.written["state"] = True
+    except RemoteError as err:
+        plan.written["state"] = False
+        plan.error = (plan.error + "; " if plan.error else "") + err.message
+    summary = _node_summary(plan)
+    text = render_textfile(summary, run_id, when.timestamp())
+    directory = str(Path(TEXTFILE_PATH).parent)
+    try:
+        node.run(f"mkdir -p {directory}", check=True, timeout=60)
+        node.put_text(text, f"{TEXTFILE_PATH}.tmp")
+        node.run(f"mv -f {TEXTFILE_PATH}.tmp {TEXTFILE_PATH}", check=True, timeout=60)
+        plan.written["textfile"] = True
+    except RemoteError as err:
+        plan.written["textfile"] = False
+        plan.error = (plan.error + "; " if plan.error else "") + err.message
+
+
+def _record(run: AcceptanceRun, runs_dir: Path) -> None:
+    """run.json, the reports and each node's raw result; old runs rotate out."""
+    summary = run.summary()
+    write_reports(summary, run.run_dir)
+    for plan in run.plans:
+        if plan.result is not None:
+            (run.run_dir / "nodes" / f"{plan.host.name}.result.json").write_text(
+                json.dumps(plan.result, indent=1, sort_keys=True) + "\n"
+            )
+    runs = sorted(p for p in runs_dir.iterdir() if p.is_dir())
+    for old in runs[:-KEEP_RUNS]:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,538 @@
+"""Verdicts: a node's runner result held against its hardware profile, its pins and floors.
+
+Pure: the inputs are the runner's JSON result (``node_runner.py``), what the inventory says
+the node must be (:class:`NodeExpectation`) and the thresholds in force. Every check that
+fails is kept, with the measured value and the floor it missed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse_text
+from toolkit.acceptance.thresholds import AcceptanceSpec, BusbwFloor, format_size
+
+READY = "ready"
+NOT_READY = "not-ready"
+
+# `clocks_throttle_reasons.active` bits that mean the hardware is slowing itself down
+# (nvidia-smi --help-query-gpu: 0x8 HW slowdown, 0x20 SW thermal slowdown, 0x40 HW thermal
+# slowdown, 0x80 HW power brake slowdown). Idle (0x1), application clocks (0x4) and the
+# software power cap (0x2) are normal states.
+BAD_THROTTLE_BITS = {
+    0x8: "HW slowdown",
+    0x20: "SW thermal slowdown",
+    0x40: "HW thermal slowdown",
+    0x80: "HW power brake slowdown",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of one node."""
+
+    name: str
+    ok: bool
+    message: str
+    measured: Any = None
+    floor: Any = None
+    unit: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The check as JSON-ready data."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class NodeExpectation:
+    """What the inventory says one node must be."""
+
+    host: str
+    stack_id: str | None
+    gpu_model: str | None = None
+    gpu_count: int | None = None
+    driver_version: str | None = None
+    # package name -> exact apt version, for every pinned package the runner was asked about
+    packages: dict[str, str] = field(default_factory=dict)
+    nccl_version: str | None = None  # "2.21.5" (without the +cuda build)
+
+
+@dataclass
+class Verdict:
+    """The verdict of one node."""
+
+    host: str
+    checks: list[Check]
+
+    @property
+    def ready(self) -> bool:
+        """Ready only when every check passed (and there was at least one)."""
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    @property
+    def verdict(self) -> str:
+        """``ready`` or ``not-ready``."""
+        return READY if self.ready else NOT_READY
+
+    @property
+    def failed(self) -> list[Check]:
+        """Every failed check."""
+        return [c for c in self.checks if not c.ok]
+
+    def reasons(self) -> list[str]:
+        """One line per failed check: ``check: message``."""
+        return [f"{c.name}: {c.message}" for c in self.failed]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The verdict as JSON-ready data."""
+        return {
+            "host": self.host,
+            "verdict": self.verdict,
+            "checks": [c.to_dict() for c in self.checks],
+            "failed_checks": [
+                {"check": c.name, "message": c.message, "measured": c.measured, "floor": c.floor}
+                for c in self.failed
+            ],
+        }
+
+
+def normalise_allreduce(section: dict[str, Any] | None) -> dict[str, Any]:
+    """The all-reduce section in one shape whichever engine produced it.
+
+    nccl-tests output is parsed here (the runner ships it raw); each size gets the lower of
+    its two placements and its wrong count summed, as torch rows already are.
+    """
+    if not section:
+        return {"engine": None, "rows": [], "error": "no all-reduce was run", "ranks": None}
+    if section.get("engine") != "nccl-tests" or not section.get("raw_output"):
+        return section
+    try:
+        parsed = parse_text(str(section["raw_output"]))
+    except NotNcclTestsOutput as err:
+        error = section.get("error") or f"all_reduce_perf output unreadable: {err.message}"
+        return {**section, "rows": [], "error": error}
+    rows = []
+    for row in parsed.rows:
+        placements = row.placements()
+        slowest = max(placements, key=lambda p: p.time_us)
+        wrong = sum(p.wrong or 0 for p in placements)
+        rows.append(
+            {
+                "size_bytes": row.size_bytes,
+                "time_us": slowest.time_us,
+                "algbw_gbps": min(p.algbw_gbps for p in placements),
+                "busbw_gbps": min(p.busbw_gbps for p in placements),
+                "wrong": wrong,
+                "correct": wrong == 0,
+            }
+        )
+    error = section.get("error")
+    if parsed.footer_failed and not error:
+        error = f"nccl-tests footer: {parsed.out_of_bounds} out-of-bounds results (FAILED)"
+    return {
+        **section,
+        "rows": rows,
+        "ranks": parsed.ranks or section.get("ranks"),
+        "nccl_version": parsed.nccl_version,
+        "validated": parsed.validated,
+        "error": error,
+    }
+
+
+def allreduce_checks(
+    section: dict[str, Any] | None, floors: list[BusbwFloor], prefix: str = "allreduce"
+) -> list[Check]:
+    """Correctness (exact) and busbw floors at named sizes of one all-reduce result."""
+    data = normalise_allreduce(section)
+    if data.get("error"):
+        return [Check(f"{prefix}.run", False, str(data["error"]))]
+    rows = data.get("rows") or []
+    if not rows:
+        return [Check(f"{prefix}.run", False, "the all-reduce produced no result rows")]
+    checks = []
+    wrong = sum(int(r.get("wrong") or 0) for r in rows)
+    unchecked = [r["size_bytes"] for r in rows if r.get("correct") is None]
+    if data.get("validated") is False:
+        checks.append(Check(f"{prefix}.correctness", False, "results were not validated"))
+    elif wrong or unchecked:
+        bad = [format_size(r["size_bytes"]) for r in rows if r.get("correct") is False]
+        checks.append(
+            Check(
+                f"{prefix}.correctness",
+                False,
+                f"{wrong} wrong values (sizes {', '.join(bad) or 'unknown'})",
+                measured=wrong,
+                floor=0,
+            )
+        )
+    else:
+        checks.append(
+            Check(f"{prefix}.correctness", True, "every reduced value exact", measured=0, floor=0)
+        )
+    by_size = {int(r["size_bytes"]): r for r in rows}
+    for floor in floors:
+        name = f"{prefix}.busbw@{floor.size}"
+        row = by_size.get(floor.size_bytes)
+        if row is None:
+            checks.append(Check(name, False, f"size {floor.size} was not measured"))
+            continue
+        busbw = float(row["busbw_gbps"])
+        ok = busbw >= floor.min_busbw_gbps
+        checks.append(
+            Check(
+                name,
+                ok,
+                f"busbw {busbw:.3f} GB/s {'>=' if ok else '<'} floor {floor.min_busbw_gbps} GB/s"
+                f" at {floor.size}",
+                measured=round(busbw, 4),
+                floor=floor.min_busbw_gbps,
+                unit="GB/s",
+            )
+        )
+    return checks
+
+
+def _floor_check(name: str, value: float | None, floor: float | None, unit: str) -> Check | None:
+    if floor is None:
+        return None
+    if value is None:
+        return Check(name, False, "not measured", floor=floor, unit=unit)
+    ok = value >= floor
+    return Check(
+        name,
+        ok,
+        f"{value:.2f} {unit} {'>=' if ok else '<'} floor {floor} {unit}",
+        measured=round(value, 3),
+        floor=floor,
+        unit=unit,
+    )
+
+
+def _per_gpu(
+    kind: str,
+    entries: list[dict[str, Any]],
+    key: str,
+    floor: float | None,
+    unit: str,
+    tolerance: float,
+) -> list[Check]:
+    checks = []
+    values = [float(e[key]) for e in entries if e.get(key) is not None]
+    for entry in entries:
+        check = _floor_check(f"{kind}.gpu{entry['gpu']}", entry.get(key), floor, unit)
+        if check is not None:
+            checks.append(check)
+    if len(values) >= 2:
+        median = statistics.median(values)
+        slow = [e for e in entries if float(e[key]) < (1 - tolerance) * median]
+        message = (
+            "; ".join(f"GPU {e['gpu']} {float(e[key]):.1f} {unit}" for e in slow)
+            + f" below {(1 - tolerance):.0%} of the node median {median:.1f} {unit}"
+            if slow
+            else f"every GPU within {tolerance:.0%} of the median {median:.1f} {unit}"
+        )
+        checks.append(
+            Check(f"{kind}.straggler", not slow, message, measured=[e["gpu"] for e in slow])
+        )
+    return checks
+
+
+def judge(
+    result: dict[str, Any] | None,
+    expect: NodeExpectation,
+    spec: AcceptanceSpec,
+    *,
+    runner_error: str | None = None,
+    extra: list[Check] | None = None,
+) -> Verdict:
+    """Give one node's verdict.
+
+    Args:
+        result: The runner's JSON result (None when the runner failed).
+        expect: What the inventory says the node must be.
+        spec: The thresholds in force (``thresholds.effective``).
+        runner_error: Why there is no result, when there is none.
+        extra: Checks decided elsewhere (multi-node blame) to add to this node's.
+
+    Returns:
+        The verdict with every check.
+    """
+    checks: list[Check] = []
+    if result is None:
+        checks.append(Check("runner", False, runner_error or "the runner produced no result"))
+        checks.extend(extra or [])
+        return Verdict(expect.host, checks)
+    checks += _inventory_checks(result, expect)
+    checks += _version_checks(result, expect)
+    checks += _health_checks(result, spec)
+    checks += allreduce_checks(result.get("allreduce"), spec.allreduce)
+    checks += _perf_checks(result, spec)
+    checks += _data_checks(result, spec)
+    checks.append(_stack_check(result, expect))
+    checks.extend(extra or [])
+    return Verdict(expect.host, checks)
+
+
+def _inventory_checks(result: dict[str, Any], expect: NodeExpectation) -> list[Check]:
+    gpus = result.get("gpus") or {}
+    if not gpus.get("ok"):
+        return [Check("gpu.query", False, f"nvidia-smi failed: {gpus.get('error')}")]
+    checks = []
+    listed = gpus.get("list") or []
+    count = len(listed)
+    if expect.gpu_count is not None:
+        ok = count == expect.gpu_count
+        checks.append(
+            Check(
+                "gpu.count",
+                ok,
+                f"{count} GPUs {'==' if ok else '!='} {expect.gpu_count} expected",
+                measured=count,
+                floor=expect.gpu_count,
+            )
+        )
+    if expect.gpu_model is not None:
+        from toolkit.stack import catalog
+
+        want = catalog.lookup_gpu(expect.gpu_model)
+        wrong = [
+            g["name"]
+            for g in listed
+            if (catalog.lookup_gpu(str(g.get("name") or "")) or None) != want
+        ]
+        checks.append(
+            Check(
+                "gpu.model",
+                not wrong,
+                f"found {', '.join(sorted(set(wrong)))}; expected {expect.gpu_model}"
+                if wrong
+                else f"every GPU is a {expect.gpu_model}",
+                measured=sorted({str(g.get("name")) for g in listed}),
+                floor=expect.gpu_model,
+            )
+        )
+    return checks
+
+
+def _version_checks(result: dict[str, Any], expect: NodeExpectation) -> list[Check]:
+    versions = result.get("versions") or {}
+    checks = []
+    packages = versions.get("packages") or {}
+    if expect.packages:
+        bad = {
+            name: packages.get(name)
+            for name, want in expect.packages.items()
+            if packages.get(name) != want
+        }
+        checks.append(
+            Check(
+                "versions.installed",
+                not bad,
+                "; ".join(
+                    f"{n}: installed {v or 'none'}, pinned {expect.packages[n]}"
+                    for n, v in sorted(bad.items())
+                )
+                if bad
+                else "every pinned package installed at its pinned version",
+                measured=bad or None,
+            )
+        )
+    if expect.driver_version is not None:
+        loaded = versions.get("driver_loaded")
+        if versions.get("nvml_error"):
+            lib = versions.get("nvml_library")
+            checks.append(
+                Check(
+                    "versions.driver_loaded",
+                    False,
+                    f"{versions['nvml_error']}"
+                    + (f" (user space {lib}, pinned {expect.driver_version})" if lib else ""),
+                )
+            )
+        else:
+            ok = loaded == expect.driver_version
+            proc = versions.get("driver_proc")
+            if proc and proc != expect.driver_version:
+                ok = False
+            checks.append(
+                Check(
+                    "versions.driver_loaded",
+                    ok,
+                    f"loaded {loaded or 'none'} (/proc: {proc or 'n/a'}), pinned "
+                    f"{expect.driver_version}",
+                    measured=loaded,
+                    floor=expect.driver_version,
+                )
+            )
+    nccl_loaded = versions.get("nccl_loaded")
+    if expect.nccl_version is not None and nccl_loaded:
+        ok = nccl_loaded == expect.nccl_version
+        checks.append(
+            Check(
+                "versions.nccl_loaded",
+                ok,
+                f"torch loaded NCCL {nccl_loaded}, pinned {expect.nccl_version}",
+                measured=nccl_loaded,
+                floor=expect.nccl_version,
+            )
+        )
+    return checks
+
+
+def _health_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
+    gpus = result.get("gpus") or {}
+    listed = gpus.get("list") or []
+    checks = []
+    if gpus.get("ok"):
+        ecc = [
+            f"GPU {g['index']} ({g['bus_id']}): volatile {g.get('ecc_uncorrected_volatile')}, "
+            f"aggregate {g.get('ecc_uncorrected_aggregate')}"
+            for g in listed
+            if (g.get("ecc_uncorrected_volatile") or 0) > 0
+            or (g.get("ecc_uncorrected_aggregate") or 0) > 0
+        ]
+        checks.append(Check("health.ecc", not ecc, "; ".join(ecc) or "no uncorrectable ECC errors"))
+        pages = [
+            f"GPU {g['index']}: retired pages pending"
+            for g in listed
+            if str(g.get("retired_pages_pending") or "").lower() in {"yes", "1", "true"}
+        ]
+        pages += [
+            f"{r['bus_id']}: row remap {'failure' if r.get('failure') else 'pending'}"
+            f" ({r.get('uncorrectable')} uncorrectable rows)"
+            for r in gpus.get("remapped_rows") or []
+            if r.get("pending") or r.get("failure")
+        ]
+        checks.append(
+            Check(
+                "health.retired_pages",
+                not pages,
+                "; ".join(pages) or "no pending page retirement or row remap",
+            )
+        )
+        if spec.check_pcie:
+            slow = [
+                f"GPU {g['index']} ({g['bus_id']}): Gen{g['pcie_gen_current']} "
+                f"x{g['pcie_width_current']} < Gen{g['pcie_gen_max']} x{g['pcie_width_max']}"
+                for g in listed
+                if None
+                not in (
+                    g.get("pcie_gen_current"),
+                    g.get("pcie_gen_max"),
+                    g.get("pcie_width_current"),
+                    g.get("pcie_width_max"),
+                )
+                and (
+                    g["pcie_gen_current"] < g["pcie_gen_max"]
+                    or g["pcie_width_current"] < g["pcie_width_max"]
+                )
+            ]
+            checks.append(
+                Check("health.pcie", not slow, "; ".join(slow) or "every link at its maximum")
+            )
+        if spec.check_throttle:
+            throttled = []
+            for g in listed:
+                mask = g.get("throttle_active") or 0
+                names = [n for bit, n in BAD_THROTTLE_BITS.items() if mask & bit]
+                if names:
+                    throttled.append(f"GPU {g['index']}: {', '.join(names)}")
+            checks.append(
+                Check(
+                    "health.throttle",
+                    not throttled,
+                    "; ".join(throttled) or "no hardware or thermal slowdown",
+                )
+            )
+    log = result.get("kernel_log") or {}
+    if not log.get("ok"):
+        checks.append(Check("health.xid", False, f"kernel log unreadable: {log.get('error')}"))
+    else:
+        events = [e for e in log.get("xid_events") or [] if e.get("xid") not in spec.ignore_xids]
+        checks.append(
+            Check(
+                "health.xid",
+                not events,
+                "; ".join(f"XID {e['xid']} on {e['bus_id']}" for e in events[:5])
+                + (f" (+{len(events) - 5} more)" if len(events) > 5 else "")
+                if events
+                else "no XID events since boot",
+                measured=[e["xid"] for e in events],
+            )
+        )
+    return checks
+
+
+def _perf_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
+    perf = result.get("gpu_perf")
+    if not perf:
+        # No CUDA device (the lab, or torch missing): GPU floors cannot be proven.
+        floors = [
+            name
+            for name, value in (
+                ("gemm", spec.min_gemm_tflops),
+                ("mem_bw", spec.min_mem_bw_gbps),
+                ("h2d", spec.min_h2d_gbps),
+            )
+            if value is not None
+        ]
+        if (
+            floors
+            and int(result.get("cuda_device_count") or 0) == 0
+            and ((result.get("gpus") or {}).get("count"))
+        ):
+            return [
+                Check(
+                    "gpu_perf.run",
+                    False,
+                    f"floors set for {', '.join(floors)} but no CUDA device is usable by torch",
+                )
+            ]
+        return []
+    checks: list[Check] = []
+    if perf.get("error"):
+        checks.append(Check("gpu_perf.run", False, str(perf["error"])))
+    tol = spec.straggler_tolerance
+    checks += _per_gpu(
+        "gemm", perf.get("gemm") or [], "tflops", spec.min_gemm_tflops, "TFLOPS", tol
+    )
+    checks += _per_gpu(
+        "mem_bw", perf.get("mem_bw") or [], "gbps", spec.min_mem_bw_gbps, "GB/s", tol
+    )
+    checks += _per_gpu("h2d", perf.get("h2d") or [], "gbps", spec.min_h2d_gbps, "GB/s", tol)
+    return checks
+
+
+def _data_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
+    data = result.get("data")
+    if spec.min_data_read_mbps is None and spec.min_data_write_mbps is None:
+        return []
+    if not data or data.get("error"):
+        return [Check("data.run", False, (data or {}).get("error") or "not measured")]
+    checks = []
+    for name, key, floor in (
+        ("data.write", "write_mbps", spec.min_data_write_mbps),
+        ("data.read", "read_mbps", spec.min_data_read_mbps),
+    ):
+        check = _floor_check(name, data.get(key), floor, "MB/s")
+        if check is not None:
+            checks.append(check)
+    return checks
+
+
+def _stack_check(result: dict[str, Any], expect: NodeExpectation) -> Check:
+    state = result.get("state") or {}
+    installed = state.get("stack_id")
+    if expect.stack_id is None:
+        return Check("stack_id", False, "the inventory's stack could not be resolved")
+    ok = installed == expect.stack_id
+    return Check(
+        "stack_id",
+        ok,
+        f"installed {installed or 'unknown (no /etc/gpunode/state.json)'}"
+        f" {'==' if ok else '!='} inventory {expect.stack_id}",
+        measured=installed,
+        floor=expect.stack_id,
+    )

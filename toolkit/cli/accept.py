@@ -1,0 +1,153 @@
+"""``gpunode accept``: the acceptance test, verdicts and marking nodes ready."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from toolkit.cli.options import json_option
+from toolkit.cli.output import emit_json, err_console, out_console, say
+from toolkit.errors import EXIT_FAILED, EXIT_OK, AcceptanceError, ConfigError
+
+
+@click.group(invoke_without_command=True)
+@click.option(
+    "-i",
+    "--inventory",
+    "inventory",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Inventory directory (for example inventories/lab). Required to run the test.",
+)
+@click.option(
+    "-l", "--limit", "limit", default=None, help="Only these hosts or groups (comma-separated)."
+)
+@click.option(
+    "--multi-node",
+    is_flag=True,
+    help="Also run a ring over each group's nodes and pairwise tests to find a slow node.",
+)
+@click.option(
+    "--hook",
+    "hooks",
+    multiple=True,
+    type=click.Choice(["slurm", "kubernetes"]),
+    help="Mark nodes in a scheduler after the verdict (repeatable).",
+)
+@click.option(
+    "--runs-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".gpunode/runs"),
+    show_default=True,
+    help="Where the run is recorded on this machine.",
+)
+@json_option
+@click.pass_context
+def accept(
+    ctx: click.Context,
+    inventory: Path | None,
+    limit: str | None,
+    multi_node: bool,
+    hooks: tuple[str, ...],
+    runs_dir: Path,
+    as_json: bool,
+) -> None:
+    """Run the acceptance test and mark nodes ready.
+
+    Ships the node-side runner, runs the checks and the all-reduce on every node (and with
+    --multi-node across nodes), gives a verdict per node, writes /etc/gpunode/state.json and
+    the Prometheus textfile on each node and records the run. Exits 1 when any node is not
+    ready. `gpunode accept parse FILE` reads a captured nccl-tests output instead.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if inventory is None:
+        raise click.UsageError("Missing option '-i' / '--inventory' (or use: accept parse FILE).")
+    from toolkit.acceptance.orchestrate import AcceptOptions, run_acceptance
+
+    run = run_acceptance(
+        AcceptOptions(
+            inventory=inventory,
+            limit=limit,
+            multi_node=multi_node,
+            hooks=hooks,
+            runs_dir=runs_dir,
+        ),
+        progress=say,
+    )
+    if as_json:
+        emit_json(run.summary())
+    else:
+        _print_verdicts(run.summary())
+        err_console.print(f"Run {run.run_id} recorded in {run.run_dir}")
+    click.get_current_context().exit(EXIT_OK if run.all_ready else EXIT_FAILED)
+
+
+def _print_verdicts(summary: dict[str, Any]) -> None:
+    table = Table(title=f"gpunode acceptance (run {summary['run_id']})")
+    for column in ("node", "verdict", "stack id", "busbw (GB/s)", "failed checks"):
+        table.add_column(column)
+    for node in summary["nodes"]:
+        failed = "; ".join(f"{f['check']}: {f['message']}" for f in node["failed_checks"])
+        table.add_row(
+            node["host"],
+            node["verdict"],
+            node.get("stack_id") or "-",
+            _fmt(node.get("busbw_at_largest_gbps")),
+            failed or "-",
+        )
+    out_console.print(table)
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+@accept.command("parse")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@json_option
+def parse_cmd(file: Path, as_json: bool) -> None:
+    """Parse a captured nccl-tests output (text or -J JSON).
+
+    Exit 0 when the output is correct (no wrong values, footer OK), 1 when not, 2 when the
+    file is not an nccl-tests output.
+    """
+    from toolkit.acceptance.nccltests import parse
+
+    try:
+        text = file.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: file not found") from None
+    except OSError as err:
+        raise AcceptanceError(f"{file}: cannot read: {err}") from None
+    result = parse(text)
+    document = result.to_dict()
+    if as_json:
+        emit_json(document)
+    else:
+        _print_parsed(file, document)
+    click.get_current_context().exit(EXIT_OK if result.ok else EXIT_FAILED)
+
+
+def _print_parsed(file: Path, doc: dict[str, Any]) -> None:
+    table = Table(title=f"{file.name}: {doc['ranks'] or '?'} ranks ({doc['ranks_source'] or '-'})")
+    for column in ("size (B)", "oop busbw", "ip busbw", "oop wrong", "ip wrong"):
+        table.add_column(column, justify="right")
+    for row in doc["rows"]:
+        oop, inp = row["out_of_place"] or {}, row["in_place"] or {}
+        table.add_row(
+            str(row["size_bytes"]),
+            _fmt(oop.get("busbw_gbps")),
+            _fmt(inp.get("busbw_gbps")),
+            str(oop.get("wrong", "-")),
+            str(inp.get("wrong", "-")),
+        )
+    out_console.print(table)
+    out_console.print(
+        f"peak busbw {doc['peak_busbw_gbps']:.2f} GB/s; at {doc['largest_size_bytes']} B: "
+        f"{doc['busbw_at_largest_gbps']:.2f} GB/s; wrong {doc['wrong_total']}; "
+        f"NCCL {doc['nccl_version'] or 'unknown'}; {'OK' if doc['ok'] else 'NOT OK'}"
+    )

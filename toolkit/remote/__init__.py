@@ -1,0 +1,210 @@
+"""Fabric connections built from the inventory, with host keys always checked.
+
+Fabric's default is paramiko's ``AutoAddPolicy`` (trust any key on first sight); gpunode
+replaces it with ``RejectPolicy`` and loads the known_hosts file the inventory names
+(``-o UserKnownHostsFile=...`` in ``ansible_ssh_common_args``), else the user's
+``~/.ssh/known_hosts``. A host whose key is unknown or different is refused.
+
+Third-party errors (paramiko, socket, invoke) become :class:`RemoteError` naming the host.
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+import socket
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import paramiko
+from fabric import Connection
+from invoke.exceptions import CommandTimedOut, UnexpectedExit
+
+from toolkit.errors import RemoteError
+from toolkit.inventory import Host
+
+T = TypeVar("T")
+DEFAULT_USER = "root"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one remote command returned."""
+
+    host: str
+    command: str
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        """Exit status 0."""
+        return self.returncode == 0
+
+
+def connect(host: Host, *, connect_timeout: int = 20) -> Connection:
+    """An (unopened) Fabric connection to one inventory host, host keys enforced.
+
+    Raises:
+        RemoteError: No known_hosts file to check the host's key against.
+    """
+    known_hosts = host.known_hosts_file or Path("~/.ssh/known_hosts").expanduser()
+    if not known_hosts.is_file():
+        raise RemoteError(
+            f"{host.name}: no known_hosts file at {known_hosts}; gpunode never connects to a "
+            "host whose key it cannot check (set -o UserKnownHostsFile=... in "
+            "ansible_ssh_common_args)"
+        )
+    kwargs: dict[str, object] = {"allow_agent": False}
+    if host.private_key_file is not None:
+        kwargs["key_filename"] = [str(host.private_key_file)]
+        kwargs["look_for_keys"] = False
+    conn = Connection(
+        host=host.address,
+        port=host.port,
+        user=host.user or DEFAULT_USER,
+        connect_timeout=connect_timeout,
+        connect_kwargs=kwargs,
+    )
+    conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    try:
+        conn.client.load_host_keys(str(known_hosts))
+    except (OSError, paramiko.SSHException) as err:
+        raise RemoteError(f"{host.name}: cannot read known_hosts {known_hosts}: {err}") from None
+    return conn
+
+
+def _wrap(host: Host, what: str, err: BaseException) -> RemoteError:
+    if isinstance(err, paramiko.BadHostKeyException):
+        return RemoteError(
+            f"{host.name}: host key mismatch for {host.address}: refusing to connect"
+        )
+    if isinstance(err, paramiko.SSHException) and "not found in known_hosts" in str(err):
+        return RemoteError(f"{host.name}: host key of {host.address} is not in known_hosts")
+    if isinstance(err, paramiko.AuthenticationException):
+        return RemoteError(f"{host.name}: SSH authentication failed as {host.user or DEFAULT_USER}")
+    return RemoteError(f"{host.name}: {what}: {type(err).__name__}: {err}")
+
+
+_REMOTE_ERRORS = (paramiko.SSHException, OSError, socket.timeout, EOFError)
+
+
+class Node:
+    """One open connection to one inventory host."""
+
+    def __init__(self, host: Host, conn: Connection) -> None:
+        self.host = host
+        self.conn = conn
+
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = False,
+    ) -> Result:
+        """Run a shell command on the node.
+
+        Args:
+            command: The command line (run by the login user's shell).
+            timeout: Seconds before the command is abandoned.
+            env: Variables to set, prefixed to the command (sshd often refuses SetEnv).
+            check: Raise RemoteError on a non-zero exit.
+
+        Raises:
+            RemoteError: The connection failed, the command timed out, or ``check`` is set
+                and it exited non-zero.
+        """
+        if env:
+            prefix = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items())
+            command = f"env {prefix} {command}"
+        try:
+            res = self.conn.run(command, hide=True, warn=True, timeout=timeout, in_stream=False)
+        except CommandTimedOut:
+            raise RemoteError(
+                f"{self.host.name}: timed out after {timeout:.0f}s: {command[:120]}"
+            ) from None
+        except UnexpectedExit as err:  # only with warn=False; kept for safety
+            res = err.result
+        except _REMOTE_ERRORS as err:
+            raise _wrap(self.host, f"running {command[:80]!r}", err) from None
+        result = Result(self.host.name, command, res.exited, res.stdout, res.stderr)
+        if check and not result.ok:
+            tail = (result.stderr or result.stdout).strip()[-500:]
+            raise RemoteError(
+                f"{self.host.name}: `{command[:120]}` exited {result.returncode}: {tail}"
+            )
+        return result
+
+    def put_text(self, text: str | bytes, remote_path: str, mode: int = 0o644) -> None:
+        """Write a file on the node."""
+        data = text.encode() if isinstance(text, str) else text
+        try:
+            self.conn.put(io.BytesIO(data), remote=remote_path)
+            self.conn.sftp().chmod(remote_path, mode)
+        except _REMOTE_ERRORS as err:
+            raise _wrap(self.host, f"writing {remote_path}", err) from None
+
+    def put(self, local: Path, remote_path: str) -> None:
+        """Copy a local file to the node."""
+        try:
+            self.conn.put(str(local), remote=remote_path)
+        except _REMOTE_ERRORS as err:
+            raise _wrap(self.host, f"copying {local} to {remote_path}", err) from None
+
+    def get_text(self, remote_path: str) -> str:
+        """Read a file from the node."""
+        buffer = io.BytesIO()
+        try:
+            self.conn.get(remote_path, local=buffer)
+        except _REMOTE_ERRORS as err:
+            raise _wrap(self.host, f"reading {remote_path}", err) from None
+        return buffer.getvalue().decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+
+def open_node(host: Host, *, connect_timeout: int = 20) -> Node:
+    """Connect to one host.
+
+    Raises:
+        RemoteError: The host cannot be reached, its key is unknown or wrong, or login fails.
+    """
+    conn = connect(host, connect_timeout=connect_timeout)
+    try:
+        conn.open()
+    except _REMOTE_ERRORS as err:
+        raise _wrap(host, "connecting", err) from None
+    return Node(host, conn)
+
+
+def parallel(
+    hosts: Iterable[Host], func: Callable[[Host], T], *, max_workers: int = 32
+) -> dict[str, T | RemoteError]:
+    """Run ``func`` for every host at once; a host's RemoteError is its result, not a crash.
+
+    Returns:
+        Host name -> the function's return value or the RemoteError it raised.
+    """
+    hosts = list(hosts)
+    out: dict[str, T | RemoteError] = {}
+    if not hosts:
+        return out
+
+    def call(host: Host) -> T | RemoteError:
+        try:
+            return func(host)
+        except RemoteError as err:
+            return err
+
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(hosts))) as pool:
+        for host, value in zip(hosts, pool.map(call, hosts), strict=True):
+            out[host.name] = value
+    return out

@@ -1,0 +1,172 @@
+"""The HTML report: a table of nodes, busbw against message size per node (inline SVG), and
+every failed check. One self-contained file: no scripts, no external assets."""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from typing import Any
+
+PLOT_W, PLOT_H = 520, 260
+MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 60, 20, 20, 40
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px}
+th{background:#f3f3f3}.ready{color:#116611;font-weight:bold}
+.not-ready{color:#aa1111;font-weight:bold}.plots{display:flex;flex-wrap:wrap;gap:1em}
+figure{margin:0}figcaption{font-weight:bold}
+"""
+
+
+def _size_label(size: int) -> str:
+    for unit, factor in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if size >= factor:
+            value = size / factor
+            return f"{value:g}{unit}"
+    return f"{size}B"
+
+
+def render_svg(rows: list[dict[str, Any]], floors: list[dict[str, Any]] | None = None) -> str:
+    """A line plot of busbw (GB/s) against message size (log2 axis) as inline SVG.
+
+    Args:
+        rows: ``{"size_bytes", "busbw_gbps"}`` per size.
+        floors: ``{"size_bytes", "min_busbw_gbps"}`` markers to draw.
+
+    Returns:
+        The ``<svg>`` element (an empty-plot note when there are no rows).
+    """
+    points = sorted(
+        (int(r["size_bytes"]), float(r["busbw_gbps"])) for r in rows if int(r["size_bytes"]) > 0
+    )
+    inner_w = PLOT_W - MARGIN_L - MARGIN_R
+    inner_h = PLOT_H - MARGIN_T - MARGIN_B
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{PLOT_W}" height="{PLOT_H}" '
+        f'role="img" aria-label="busbw against message size">',
+        f'<rect x="{MARGIN_L}" y="{MARGIN_T}" width="{inner_w}" height="{inner_h}" '
+        'fill="none" stroke="#999"/>',
+    ]
+    if not points:
+        parts.append(f'<text x="{PLOT_W / 2}" y="{PLOT_H / 2}" text-anchor="middle">no data</text>')
+        return "".join(parts) + "</svg>"
+    floor_points = [
+        (int(f["size_bytes"]), float(f["min_busbw_gbps"])) for f in floors or [] if f["size_bytes"]
+    ]
+    lo = math.log2(min(p[0] for p in points + floor_points))
+    hi = math.log2(max(p[0] for p in points + floor_points))
+    top = max([p[1] for p in points + floor_points] + [1e-9]) * 1.1
+
+    def x(size: int) -> float:
+        span = hi - lo or 1.0
+        return MARGIN_L + (math.log2(size) - lo) / span * inner_w
+
+    def y(value: float) -> float:
+        return MARGIN_T + inner_h - value / top * inner_h
+
+    path = " ".join(f"{x(s):.1f},{y(v):.1f}" for s, v in points)
+    parts.append(f'<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="{path}"/>')
+    for s, v in points:
+        parts.append(
+            f'<circle cx="{x(s):.1f}" cy="{y(v):.1f}" r="3" fill="#1f77b4">'
+            f"<title>{_size_label(s)}: {v:.3f} GB/s</title></circle>"
+        )
+    for s, v in floor_points:
+        parts.append(
+            f'<line x1="{x(s) - 8:.1f}" x2="{x(s) + 8:.1f}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
+            f'stroke="#d62728" stroke-width="3"><title>floor {v:g} GB/s at {_size_label(s)}'
+            "</title></line>"
+        )
+    for s, _v in points[:: max(1, len(points) // 6)]:
+        parts.append(
+            f'<text x="{x(s):.1f}" y="{PLOT_H - MARGIN_B + 15}" font-size="10" '
+            f'text-anchor="middle">{_size_label(s)}</text>'
+        )
+    for frac in (0.0, 0.5, 1.0):
+        value = top / 1.1 * frac
+        parts.append(
+            f'<text x="{MARGIN_L - 5}" y="{y(value) + 3:.1f}" font-size="10" '
+            f'text-anchor="end">{value:.3g}</text>'
+        )
+    parts.append(
+        f'<text x="{PLOT_W / 2}" y="{PLOT_H - 5}" font-size="11" text-anchor="middle">'
+        "message size (bytes)</text>"
+        f'<text x="12" y="{PLOT_H / 2}" font-size="11" text-anchor="middle" '
+        f'transform="rotate(-90 12 {PLOT_H / 2})">busbw (GB/s)</text>'
+    )
+    return "".join(parts) + "</svg>"
+
+
+def render_html(summary: dict[str, Any]) -> str:
+    """The run as one HTML page.
+
+    Args:
+        summary: The run summary.
+
+    Returns:
+        The HTML document.
+    """
+    run_id = escape(str(summary["run_id"]))
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>gpunode acceptance {run_id}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>gpunode acceptance, run {run_id}</h1>",
+        f"<p>Started {escape(str(summary.get('started')))}, finished "
+        f"{escape(str(summary.get('finished')))}; inventory "
+        f"<code>{escape(str(summary.get('inventory')))}</code>; multi-node: "
+        f"{'yes' if summary.get('multi_node') else 'no'}.</p>",
+        "<h2>Nodes</h2><table><tr><th>node</th><th>group</th><th>verdict</th>"
+        "<th>stack id (inventory / installed)</th><th>busbw at largest size (GB/s)</th>"
+        "<th>failed checks</th></tr>",
+    ]
+    for node in summary["nodes"]:
+        verdict = str(node["verdict"])
+        busbw = node.get("busbw_at_largest_gbps")
+        out.append(
+            f"<tr><td>{escape(node['host'])}</td><td>{escape(str(node.get('group') or ''))}</td>"
+            f'<td class="{escape(verdict)}">{escape(verdict)}</td>'
+            f"<td>{escape(str(node.get('stack_id')))} / "
+            f"{escape(str(node.get('installed_stack_id')))}</td>"
+            f"<td>{'-' if busbw is None else f'{busbw:.3f}'}</td>"
+            f"<td>{len(node.get('failed_checks') or [])}</td></tr>"
+        )
+    out.append("</table><h2>All-reduce bus bandwidth by message size</h2><div class='plots'>")
+    for node in summary["nodes"]:
+        out.append(
+            f"<figure><figcaption>{escape(node['host'])}</figcaption>"
+            f"{render_svg(node.get('allreduce_rows') or [], node.get('floors'))}</figure>"
+        )
+    out.append("</div><h2>Failed checks</h2>")
+    failed_any = False
+    for node in summary["nodes"]:
+        failed = node.get("failed_checks") or []
+        if not failed:
+            continue
+        failed_any = True
+        out.append(
+            f"<h3>{escape(node['host'])}</h3><table><tr><th>check</th><th>message</th>"
+            "<th>measured</th><th>floor</th></tr>"
+        )
+        for check in failed:
+            out.append(
+                f"<tr><td>{escape(str(check['check']))}</td><td>{escape(str(check['message']))}"
+                f"</td><td>{escape(str(check.get('measured')))}</td>"
+                f"<td>{escape(str(check.get('floor')))}</td></tr>"
+            )
+        out.append("</table>")
+    if not failed_any:
+        out.append("<p>None: every node passed every check.</p>")
+    multinode = summary.get("multinode")
+    if multinode:
+        out.append("<h2>Multi-node</h2><table><tr><th>set</th><th>ok</th><th>error</th></tr>")
+        sets = ([multinode["ring"]] if multinode.get("ring") else []) + multinode.get("pairs", [])
+        for item in sets + multinode.get("repairs", []):
+            out.append(
+                f"<tr><td>{escape(' + '.join(item['hosts']))}</td><td>{item['ok']}</td>"
+                f"<td>{escape(str(item.get('error') or ''))}</td></tr>"
+            )
+        out.append("</table>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

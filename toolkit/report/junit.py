@@ -1,0 +1,44 @@
+"""JUnit XML for CI systems: one test suite per run, one test case per node and check."""
+
+from __future__ import annotations
+
+from typing import Any
+from xml.etree import ElementTree as ET
+
+
+def render_junit(summary: dict[str, Any]) -> str:
+    """The run as JUnit XML (``testsuites`` > ``testsuite`` per node > ``testcase`` per check).
+
+    Args:
+        summary: The run summary.
+
+    Returns:
+        The XML document.
+    """
+    root = ET.Element("testsuites", name=f"gpunode acceptance {summary['run_id']}")
+    total = failures = 0
+    for node in summary["nodes"]:
+        checks = node.get("checks") or []
+        failed = [c for c in checks if not c["ok"]]
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=node["host"],
+            tests=str(len(checks)),
+            failures=str(len(failed)),
+            errors="0",
+        )
+        for check in checks:
+            case = ET.SubElement(suite, "testcase", classname=node["host"], name=check["name"])
+            if not check["ok"]:
+                failure = ET.SubElement(case, "failure", message=check["message"])
+                failure.text = f"measured: {check.get('measured')!r}; floor: {check.get('floor')!r}"
+        if not checks:
+            case = ET.SubElement(suite, "testcase", classname=node["host"], name="verdict")
+            ET.SubElement(case, "failure", message="no checks ran")
+        total += max(1, len(checks))
+        failures += len(failed) or (0 if checks else 1)
+    root.set("tests", str(total))
+    root.set("failures", str(failures))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
