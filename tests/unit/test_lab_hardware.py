@@ -195,3 +195,16 @@ def test_reading_a_file_with_a_wrong_type_fails() -> None:
     data["gpus"][0]["memory_total_mib"] = "81559"
     with pytest.raises(ConfigError, match="memory_total_mib"):
         NodeHardware.from_json(json.dumps(data))
+
+
+@pytest.mark.parametrize("key", sorted(GPU_MODELS))
+def test_emulated_gpu_agrees_with_the_stack_catalog(key: str) -> None:
+    """The lab's emulated GPUs are what the compatibility checker knows them to be."""
+    from toolkit.stack.catalog import lookup_gpu
+
+    emulated = GPU_MODELS[key]
+    known = lookup_gpu(emulated.name)
+    assert known is not None, f"{emulated.name!r} is not in toolkit/stack/gpus.yml"
+    assert known.model == key
+    assert known.compute_capability == emulated.compute_cap
+    assert known.architecture == emulated.architecture.split()[0].casefold()
