@@ -36,6 +36,7 @@ DEFAULT_DIR = Path("inventories") / "lab"
 GROUP = "lab"
 BOOT_ID_COMMAND = "cat /run/gpunode-lab/boot_id"
 KERNEL_LOG_COMMAND = "journalctl -b -t kernel -o short-monotonic --no-pager"
+UDEV_COMMAND = "/usr/local/sbin/gpunode-lab-udev"  # what udev does on its own on a real node
 
 # The lab's default stack (docs/architecture.md, "The lab"): what the lab repository
 # carries and what `gpunode provision -i inventories/lab` installs unless told otherwise.
@@ -139,10 +140,12 @@ def render(
         ),
         "group_vars/all/lab.yml": _yaml(
             name,
-            "Lab nodes share the host's kernel: their kernel log and boot id are the lab's.",
+            "Lab nodes share the host's kernel: their kernel log and boot id are the lab's,"
+            " and no udev runs in them: the lab's stand-in makes the /dev/disk links.",
             {
                 "gpunode_kernel_log_command": KERNEL_LOG_COMMAND,
                 "gpunode_reboot_boot_time_command": BOOT_ID_COMMAND,
+                "data_disks_udev_settle_command": UDEV_COMMAND,
             },
         ),
         f"group_vars/{GROUP}/stack.yml": _yaml(
