@@ -140,8 +140,7 @@ def render(
         ),
         "group_vars/all/lab.yml": _yaml(
             name,
-            "Lab nodes share the host's kernel: their kernel log and boot id are the lab's,"
-            " and no udev runs in them: the lab's stand-in makes the /dev/disk links.",
+            "Lab nodes share the host's kernel (kernel log, boot id) and run no udev.",
             {
                 "gpunode_kernel_log_command": KERNEL_LOG_COMMAND,
                 "gpunode_reboot_boot_time_command": BOOT_ID_COMMAND,
