@@ -4,7 +4,7 @@ The lab is ``$GPUNODE_TEST_LAB`` (default ``gpunode-test``): 2 nodes with 2 data
 It is brought up once per session through the Python API (removed first if an earlier run
 left it behind, so every session starts from clean nodes) and torn down at the end; set
 ``GPUNODE_TEST_KEEP_LAB=1`` to keep it for debugging. Modules run in file-name order
-(01 lab, 02 provision, 03 disks, 04 accept) and share the nodes, so every module leaves
+(01 lab, 02 disks, 03 provision, 04 accept) and share the nodes, so every module leaves
 them as it found them.
 
 Without a reachable Docker engine the tests fail (they never skip): CI installs and starts

@@ -1,6 +1,6 @@
 """Acceptance on the lab: a real gloo all-reduce across two nodes, each injected fault, marking.
 
-Runs after 02 (provision) and 03 (disks): the nodes carry the lab stack, its state.json and
+Runs after 02 (disks) and 03 (provision): the nodes carry the lab stack, its state.json and
 /data. The lab is ``$GPUNODE_TEST_LAB`` (default ``gpunode-test``, the shared lab of
 conftest.py); without a running lab (or Docker) these tests fail, they do not skip. The
 Slurm hook test runs a real slurmctld and slurmd from Debian's packages when installed.

@@ -1,6 +1,6 @@
 """Data disks on the lab: the safety matrix made for real on loop disks, then convergence.
 
-Runs after 02 (provision) and before 04 (accept), against the shared lab of conftest.py
+Runs after 01 (lab) and before 03 (provision) and 04 (accept), against the shared lab of conftest.py
 (``$GPUNODE_TEST_LAB``). Node 1 gets two extra 320 MiB disks (hot-added like new NVMe) on
 which every hostile state is made for real; each is refused by ``playbooks/disks.yml`` run
 for real (not in check mode) and the checksum of every disk of the node is unchanged
@@ -8,7 +8,7 @@ afterwards. Then allow_wipe proceeds, one disk converges to XFS, and the lab's o
 converge to btrfs RAID0 at /data on both nodes (this kernel has no md; md RAID0 is covered by
 the planner's unit tests and a check-mode plan here), survive a second run (changed=0), a
 kernel-name swap and a node restart. The module leaves /data mounted on both nodes, which
-04 (accept) and the container runtime use.
+03 (provision: the container runtime's storage) and 04 (accept) use.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def ctx(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ctx]:
     while len(extras) < 2:
         extras.append(lab_core.add_disk(lab.name, 1, EXTRA_SIZE))
     hosts = [n.name for n in sorted(lab.nodes, key=lambda n: n.index)]
-    # The container runtimes 02 (provision) left running must run again at the end.
+    # Container runtimes running before this module (none in the suite's order) must run again.
     active = {
         node.index: [
             unit
@@ -564,7 +564,7 @@ def test_lab_disks_converge_to_btrfs_raid0_at_data_on_both_nodes(ctx: Ctx) -> No
                 index, f"cat /etc/systemd/system/{service}.service.d/gpunode-data-mount.conf"
             ).stdout
             assert "RequiresMountsFor=/data" in dropin
-            # Where 02 (provision) installed the runtime, systemd orders it after the mount.
+            # Where a runtime is installed, systemd orders it after the mount (03 asserts it too).
             installed = ctx.lab.ssh(index, f"systemctl cat {service}.service", check=False)
             if installed.returncode == 0:
                 after = ctx.lab.ssh(

@@ -1,0 +1,300 @@
+"""The pinned stack on the lab: provision, idempotence, check mode, drift, pin moves.
+
+Runs after 01 (lab) and 02 (disks) against the shared lab of conftest.py
+(``$GPUNODE_TEST_LAB``), through the real CLI (``python -m toolkit``), real SSH and real
+Ansible, on a copy of the lab inventory (the tests change its stack). /data is mounted (02),
+so Docker's and containerd's storage go there. The module leaves every node on the lab's
+default stack, provisioned, which 04 expects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from toolkit.inventory import load_inventory
+from toolkit.stack import resolve
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_DRIVER = "550.127.05"
+UPGRADE_DRIVER = "550.144.03"
+DRIVER_550 = [
+    "nvidia-driver-550-open",
+    "nvidia-dkms-550-open",
+    "nvidia-utils-550",
+    "libnvidia-compute-550",
+]
+STACK_580 = {
+    "driver": {"version": "580.95.05", "flavour": "open"},
+    "cuda": "12.8.1",
+    "nccl": "2.26.2-1+cuda12.8",
+    "fabric_manager": "auto",
+    "container_toolkit": "1.16.2",
+}
+
+
+@pytest.fixture(scope="module")
+def inv(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the lab inventory, whose stack the tests change."""
+    target = tmp_path_factory.mktemp("provision") / "inv"
+    shutil.copytree(lab.inventory, target)
+    return target
+
+
+@pytest.fixture(scope="module")
+def default_stack(inv: Path) -> dict[str, Any]:
+    return yaml.safe_load((inv / "group_vars/lab/stack.yml").read_text())
+
+
+@pytest.fixture(scope="module")
+def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("state")
+
+
+def gpunode(
+    state_dir: Path, *args: str, check: bool = False, timeout: float = 1200
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GPUNODE_STATE_DIR": str(state_dir), "COLUMNS": "200"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "toolkit", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(f"gpunode {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def provision(state_dir: Path, inv: Path, *extra: str, expect: int = 0) -> dict[str, Any]:
+    proc = gpunode(state_dir, "provision", "-i", str(inv), "--json", *extra)
+    assert proc.returncode == expect, proc.stderr[-4000:]
+    return json.loads(proc.stdout)
+
+
+def set_stack(inv: Path, stack: dict[str, Any]) -> None:
+    (inv / "group_vars/lab/stack.yml").write_text(yaml.safe_dump({"stack": stack}))
+
+
+def expected_pins(inv: Path) -> dict[str, dict[str, str]]:
+    """Per host: every package of the resolved stack -> its exact version (Debian 12)."""
+    inventory = load_inventory(inv)
+    pins = {}
+    for host in inventory.hosts_for(None):
+        stack, hardware = inventory.host_config(host)
+        resolved = resolve(stack, hardware, "debian12")
+        merged: dict[str, str] = {}
+        for part in ("driver", "cuda", "nccl", "fabric_manager", "container_toolkit"):
+            section = resolved[part]
+            if part == "fabric_manager" and not section["enabled"]:
+                continue
+            merged.update(section["packages"])
+            merged.update(section.get("pinning_packages") or {})
+        pins[host.name] = merged
+    return pins
+
+
+def installed(lab: Any, node: str) -> dict[str, str]:
+    out = lab.ssh(node, "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'").stdout
+    return {
+        line.split()[0]: line.split()[1]
+        for line in out.splitlines()
+        if len(line.split()) >= 3 and line.split()[2][1] == "i"
+    }
+
+
+def holds(lab: Any, node: str) -> set[str]:
+    return set(lab.ssh(node, "apt-mark showhold").stdout.split())
+
+
+def loaded_driver(lab: Any, node: str) -> str:
+    proc = lab.ssh(node, "nvidia-smi --query-gpu=driver_version --format=csv,noheader", check=False)
+    return proc.stdout.strip().splitlines()[0] if proc.returncode == 0 else proc.stdout
+
+
+def assert_converged(lab: Any, inv: Path) -> None:
+    for host, pins in expected_pins(inv).items():
+        have = installed(lab, host)
+        for package, version in pins.items():
+            assert have.get(package) == version, (
+                f"{host}: {package} {have.get(package)} != {version}"
+            )
+        assert set(pins) <= holds(lab, host), f"{host}: not all pins are held"
+        prefs = lab.ssh(host, "cat /etc/apt/preferences.d/gpunode-*.pref").stdout
+        for package, version in pins.items():
+            assert f"Package: {package}\nPin: version {version}\nPin-Priority: 1001" in prefs
+        driver = next(
+            v for p, v in pins.items() if p.startswith("nvidia-driver-") and "pinning" not in p
+        )
+        assert loaded_driver(lab, host) == driver.rsplit("-", 1)[0]
+
+
+def node_state(lab: Any, node: str) -> dict[str, Any]:
+    return json.loads(lab.ssh(node, "cat /etc/gpunode/state.json").stdout)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def restore_default_stack(
+    lab: Any, inv: Path, default_stack: dict[str, Any], state_dir: Path
+) -> Iterator[None]:
+    """Whatever happens, leave the nodes on the lab's default stack for later modules."""
+    yield
+    set_stack(inv, default_stack["stack"])
+    proc = gpunode(state_dir, "provision", "-i", str(inv), "--json")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_check_on_fresh_nodes_predicts_the_installs(lab: Any, inv: Path, state_dir: Path) -> None:
+    for node in lab.nodes:
+        assert "nvidia-driver-550-open" not in installed(lab, node.name)
+    result = provision(state_dir, inv, "--check")
+    assert result["check"] is True
+    for host, counts in result["hosts"].items():
+        assert counts["changed"] > 0 and counts["failed"] == 0, host
+        predictions = " ".join(c["msg"] for c in result["changes"] if c["host"] == host)
+        assert f"nvidia-driver-550-open={DEFAULT_DRIVER}-1" in predictions
+        assert "cuda-toolkit-12-4=12.4.1-1" in predictions
+        assert "libnccl2=2.21.5-1+cuda12.4" in predictions
+    for node in lab.nodes:  # check mode changed nothing
+        assert "nvidia-driver-550-open" not in installed(lab, node.name)
+        assert lab.ssh(node.name, "test -e /etc/gpunode/state.json", check=False).returncode != 0
+
+
+def test_incoherent_stack_exits_2_before_any_host_is_touched(
+    inv: Path, default_stack: dict[str, Any], tmp_path: Path
+) -> None:
+    broken = tmp_path / "inv"
+    shutil.copytree(inv, broken)
+    set_stack(broken, {**default_stack["stack"], "cuda": "12.8.1"})
+    proc = gpunode(tmp_path / "state", "provision", "-i", str(broken))
+    assert proc.returncode == 2, proc.stderr
+    assert "550.127.05" in proc.stderr and "12.8" in proc.stderr
+    assert not (tmp_path / "state" / "runs").exists()  # no playbook ran
+
+
+def test_first_provision_installs_exact_versions(lab: Any, inv: Path, state_dir: Path) -> None:
+    result = provision(state_dir, inv)
+    assert result["ok"] and set(result["hosts"]) == {n.name for n in lab.nodes}
+    assert_converged(lab, inv)
+    for node in lab.nodes:
+        state = node_state(lab, node.name)
+        assert state["state"] == "provisioned" and len(state["stack_id"]) == 12
+        assert state["run_id"] == result["run_id"]
+        daemon = json.loads(lab.ssh(node.name, "cat /etc/docker/daemon.json").stdout)
+        assert "nvidia" in daemon["runtimes"]
+        # Container storage on the data disk, and both services ordered after its mount.
+        root = lab.ssh(node.name, "docker info --format '{{.DockerRootDir}}'").stdout.strip()
+        assert root == "/data/containers/docker"
+        assert lab.ssh(node.name, f"findmnt -n -o TARGET -T {root}").stdout.strip() == "/data"
+        containerd = lab.ssh(node.name, "containerd config dump").stdout
+        assert 'root = "/data/containers/containerd"' in containerd
+        for service in ("docker", "containerd"):
+            after = lab.ssh(node.name, f"systemctl show -p After --value {service}").stdout
+            assert "data.mount" in after.split(), f"{node.name}: {service} After={after}"
+        assert (
+            "nouveau"
+            in lab.ssh(node.name, "cat /etc/modprobe.d/gpunode-blacklist-nouveau.conf").stdout
+        )
+        sources = lab.ssh(node.name, "cat /etc/apt/sources.list.d/gpunode-*.list").stdout
+        assert "signed-by=/etc/apt/keyrings/gpunode-" in sources and "trusted" not in sources
+
+
+def test_second_run_and_check_change_nothing(lab: Any, inv: Path, state_dir: Path) -> None:
+    again = provision(state_dir, inv)
+    assert {h: c["changed"] for h, c in again["hosts"].items()} == {n.name: 0 for n in lab.nodes}
+    check = provision(state_dir, inv, "--check")
+    assert {h: c["changed"] for h, c in check["hosts"].items()} == {n.name: 0 for n in lab.nodes}
+
+
+def test_unattended_upgrade_is_drift_and_provision_restores_it(
+    lab: Any, inv: Path, state_dir: Path
+) -> None:
+    upgraded, other = lab.nodes[0].name, lab.nodes[1].name
+    # Both nodes were accepted for this stack; only the upgraded one must lose it.
+    for node in (upgraded, other):
+        state = node_state(lab, node)
+        ready = {**state, "state": "ready", "reason": []}
+        lab.ssh(node, f"echo '{json.dumps(ready)}' > /etc/gpunode/state.json")
+    versions = " ".join(f"{p}={UPGRADE_DRIVER}-1" for p in DRIVER_550)
+    lab.ssh(
+        upgraded,
+        f"apt-mark unhold {' '.join(DRIVER_550)} && DEBIAN_FRONTEND=noninteractive "
+        f"apt-get install -y -q {versions}",
+    )
+    proc = gpunode(state_dir, "drift", "-i", str(inv))
+    assert proc.returncode == 1
+    expected = f"{upgraded}: nvidia-driver-550-open pinned {DEFAULT_DRIVER}-1, "
+    assert expected + f"installed {UPGRADE_DRIVER}-1" in proc.stderr
+    assert other not in proc.stderr.split("drift on", 1)[1]
+    report = json.loads(gpunode(state_dir, "drift", "-i", str(inv), "--json").stdout)
+    assert report["drifted"] == [upgraded]
+    kinds = {(d["package"], d["kind"]) for d in report["nodes"][upgraded]["drift"]}
+    assert ("nvidia-driver-550-open", "version") in kinds
+    assert ("kernel module", "loaded") in kinds  # user space moved, the module did not
+    assert node_state(lab, upgraded)["state"] == "not-ready"
+    assert any(UPGRADE_DRIVER in r for r in node_state(lab, upgraded)["reason"])
+    assert node_state(lab, other)["state"] == "ready"
+
+    provision(state_dir, inv)
+    assert gpunode(state_dir, "drift", "-i", str(inv)).returncode == 0
+    assert_converged(lab, inv)
+    status = json.loads(gpunode(state_dir, "status", "-i", str(inv), "--json").stdout)
+    assert status["nodes"][other]["state"] == "ready"
+    assert status["nodes"][upgraded]["state"] == "provisioned"  # acceptance must run again
+
+
+def test_missing_pin_fails_before_anything_is_removed(
+    lab: Any, inv: Path, state_dir: Path, default_stack: dict[str, Any]
+) -> None:
+    before = {n.name: installed(lab, n.name) for n in lab.nodes}
+    set_stack(
+        inv, {**default_stack["stack"], "driver": {"version": "550.163.01", "flavour": "open"}}
+    )
+    try:
+        proc = gpunode(state_dir, "provision", "-i", str(inv))
+    finally:
+        set_stack(inv, default_stack["stack"])
+    assert proc.returncode == 1
+    assert "nvidia-driver-550-open=550.163.01-1" in proc.stderr
+    for node in lab.nodes:
+        after = installed(lab, node.name)
+        assert {p: after.get(p) for p in DRIVER_550} == {
+            p: before[node.name][p] for p in DRIVER_550
+        }
+        assert set(DRIVER_550) <= holds(lab, node.name)
+
+
+def test_moving_branch_and_cuda_converges_and_verifies(
+    lab: Any, inv: Path, state_dir: Path
+) -> None:
+    before = {n.name: node_state(lab, n.name) for n in lab.nodes}
+    set_stack(inv, STACK_580)
+    result = provision(state_dir, inv)
+    assert result["ok"]
+    assert_converged(lab, inv)
+    for node in lab.nodes:
+        have = installed(lab, node.name)
+        assert not [p for p in have if "-550" in p], f"{node.name} keeps 550 packages"
+        assert "cuda-toolkit-12-4" not in have
+        state = node_state(lab, node.name)
+        assert state["stack_id"] != before[node.name]["stack_id"]
+        if before[node.name]["state"] == "ready":  # accepted for the old stack only
+            assert state["state"] == "not-ready"
+            assert any("stack changed" in r for r in state["reason"])
+        else:
+            assert state["state"] == "provisioned"
+    assert gpunode(state_dir, "drift", "-i", str(inv)).returncode == 0

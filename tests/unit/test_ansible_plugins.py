@@ -1,0 +1,159 @@
+"""gpunode's action and filter plugins, run by real Ansible on the control machine.
+
+A small playbook runs against ``localhost`` (local connection) through ansible-runner with
+the same environment ``gpunode`` uses; nothing on the machine is changed (read-only probes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ansible_runner
+import pytest
+import yaml
+
+from toolkit.ansible.content import find_content
+from toolkit.ansible.events import EventCollector
+from toolkit.ansible.runner import ansible_env
+
+STACK = {
+    "driver": {"version": "550.127.05", "flavour": "open"},
+    "cuda": "12.4.1",
+    "nccl": "2.21.5-1+cuda12.4",
+    "fabric_manager": "auto",
+    "container_toolkit": "1.16.2",
+}
+HARDWARE = {"gpu": {"model": "H100", "count": 8, "nvswitch": True}}
+
+
+def play(name: str, tasks: list[dict[str, Any]], **vars_: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "hosts": "localhost",
+        "gather_facts": False,
+        "vars": vars_,
+        "tasks": tasks,
+    }
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> EventCollector:
+    tmp = tmp_path_factory.mktemp("plugins")
+    playbook = [
+        play(
+            "Resolve a coherent stack",
+            [{"name": "Resolve", "gpunode_stack": {"os_id": "debian12"}}],
+            stack=STACK,
+            hardware=HARDWARE,
+        ),
+        play(
+            "Refuse an incoherent stack",
+            [
+                {
+                    "name": "Refuse",
+                    "gpunode_stack": {"os_id": "debian12"},
+                    "ignore_errors": True,
+                    "register": "refused",
+                },
+                {
+                    "name": "Keep the refusal",
+                    "ansible.builtin.set_fact": {"refusal": "{{ refused.msg }}"},
+                },
+            ],
+            stack={**STACK, "cuda": "12.8.1"},
+            hardware=HARDWARE,
+        ),
+        play(
+            "Refuse an unsupported OS",
+            [
+                {
+                    "name": "Refuse the OS",
+                    "gpunode_stack": {},
+                    "ignore_errors": True,
+                    "register": "os_refused",
+                },
+                {
+                    "name": "Keep the OS refusal",
+                    "ansible.builtin.set_fact": {"os_refusal": "{{ os_refused.msg }}"},
+                },
+            ],
+            stack=STACK,
+            hardware=HARDWARE,
+            ansible_distribution="CentOS",
+            ansible_distribution_version="9",
+        ),
+        play(
+            "Probe this machine and use the filters",
+            [
+                {
+                    "name": "Probe",
+                    "gpunode_node_facts": {"stack": "{{ resolved }}", "hardware": HARDWARE},
+                },
+                {
+                    "name": "Apply the filters",
+                    "ansible.builtin.set_fact": {
+                        "names": "{{ {'b': '2', 'a': '1'} | gpunode_apt_names }}",
+                        "missing": "{{ {'x': '1', 'y': '2'} | gpunode_missing_pins(MADISON) }}",
+                        "changes": "{{ {'cuda-toolkit-12-4': '1'} | gpunode_family_changes(NEW) }}",
+                    },
+                },
+            ],
+            MADISON="x | 1 | repo",
+            NEW={"cuda-toolkit-12-8": "2"},
+            resolved={
+                "stack_id": "x",
+                "driver": {
+                    "version": "550.127.05",
+                    "packages": {"nvidia-utils-550": "550.127.05-1"},
+                },
+            },
+        ),
+    ]
+    path = tmp / "plugins.yml"
+    path.write_text(yaml.safe_dump(playbook, sort_keys=False))
+    (tmp / "run").mkdir()
+    collector = EventCollector()
+    runner = ansible_runner.run(
+        private_data_dir=str(tmp / "run"),
+        playbook=str(path),
+        inventory="localhost ansible_connection=local ansible_python_interpreter=auto_silent",
+        envvars=ansible_env(find_content()),
+        event_handler=collector.handle,
+        quiet=True,
+    )
+    assert runner.rc == 0, runner.stdout.read()[-3000:]
+    return collector
+
+
+def test_gpunode_stack_resolves(run: EventCollector) -> None:
+    resolved = run.facts["localhost"]["gpunode_stack"]
+    assert resolved["os"] == "debian12" and len(resolved["stack_id"]) == 12
+    assert resolved["driver"]["packages"]["nvidia-driver-550-open"] == "550.127.05-1"
+    assert resolved["fabric_manager"]["enabled"] is True
+    assert resolved["cuda"]["packages"] == {"cuda-toolkit-12-4": "12.4.1-1"}
+
+
+def test_gpunode_stack_refuses_incoherent_stack(run: EventCollector) -> None:
+    refusal = run.facts["localhost"]["refusal"]
+    assert "incoherent" in refusal and "550.127.05" in refusal and "12.8" in refusal
+
+
+def test_gpunode_stack_refuses_unsupported_os(run: EventCollector) -> None:
+    assert "unsupported OS CentOS 9" in run.facts["localhost"]["os_refusal"]
+
+
+def test_gpunode_node_facts_on_a_machine_without_gpus(run: EventCollector) -> None:
+    node = run.facts["localhost"]["gpunode_node"]
+    assert node["kernel"]
+    assert node["gpu_count"] == 0
+    assert node["loaded_driver"]["version"] is None
+    # Nothing of the stack is installed here: every pin is missing, the module is not loaded.
+    kinds = {(d["package"], d["kind"]) for d in node["drift"]}
+    assert kinds == {("nvidia-utils-550", "missing"), ("kernel module", "loaded")}
+
+
+def test_filters(run: EventCollector) -> None:
+    facts = run.facts["localhost"]
+    assert facts["names"] == ["a=1", "b=2"]
+    assert facts["missing"] == ["y=2"]
+    assert facts["changes"]["stale"] == ["cuda-toolkit-12-4"]

@@ -1,0 +1,1 @@
+"""Running gpunode's Ansible content: where it lives, the ansible-runner wrapper, plugins."""

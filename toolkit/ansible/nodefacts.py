@@ -1,0 +1,570 @@
+"""Facts about a node: pure parsers of command output, and the drift comparison.
+
+The commands run on the node (through Ansible action plugins on the controller); only the
+parsing lives here, so it is tested table by table without a node.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# Distribution + major version as Ansible reports them -> NVIDIA's repository OS id.
+# Source: NVIDIA CUDA repository layout (developer.download.nvidia.com/compute/cuda/repos/).
+SUPPORTED_OS: dict[tuple[str, str], str] = {
+    ("Ubuntu", "22.04"): "ubuntu2204",
+    ("Ubuntu", "24.04"): "ubuntu2404",
+    ("Debian", "12"): "debian12",
+}
+
+NVIDIA_VENDOR = "10de"
+# PCI class codes (PCI SIG class code list): VGA 0300, 3D controller 0302, other bridge 0680.
+GPU_CLASSES = {"0300", "0302"}
+NVSWITCH_CLASS = "0680"
+
+MISMATCH = "Driver/library version mismatch"
+
+
+class UnsupportedOS(ValueError):
+    """The node's OS is not one gpunode supports."""
+
+
+def os_id(distribution: str, version: str) -> str:
+    """NVIDIA's OS id for a node: ``ubuntu2204``, ``ubuntu2404`` or ``debian12``.
+
+    Args:
+        distribution: ``ansible_distribution`` (``Debian``, ``Ubuntu``).
+        version: ``ansible_distribution_version`` (``22.04``, ``12.7`` or ``12``).
+
+    Raises:
+        UnsupportedOS: Naming the OS and the supported ones.
+    """
+    dist = distribution.strip()
+    ver = version.strip()
+    key_version = ver if dist == "Ubuntu" else ver.split(".")[0]
+    found = SUPPORTED_OS.get((dist, key_version))
+    if found is None:
+        supported = ", ".join(f"{d} {v}" for d, v in SUPPORTED_OS)
+        raise UnsupportedOS(f"unsupported OS {dist} {ver}; supported: {supported}")
+    return found
+
+
+@dataclass(frozen=True)
+class PciDevice:
+    """One NVIDIA PCI device from ``lspci -nn``."""
+
+    slot: str
+    pci_class: str
+    device_id: str
+    description: str
+
+
+_LSPCI = re.compile(
+    r"^(?P<slot>\S+)\s+(?P<cls_name>[^\[]*)\[(?P<cls>[0-9a-f]{4})\]:\s+(?P<desc>.*?)"
+    r"\s*\[(?P<vendor>[0-9a-f]{4}):(?P<device>[0-9a-f]{4})\]",
+    re.IGNORECASE,
+)
+
+
+def parse_lspci(text: str) -> list[PciDevice]:
+    """NVIDIA devices in ``lspci -nn`` output (other vendors are left out)."""
+    devices = []
+    for line in text.splitlines():
+        match = _LSPCI.match(line.strip())
+        if match and match["vendor"].lower() == NVIDIA_VENDOR:
+            devices.append(
+                PciDevice(
+                    slot=match["slot"],
+                    pci_class=match["cls"].lower(),
+                    device_id=match["device"].lower(),
+                    description=match["desc"].strip(),
+                )
+            )
+    return devices
+
+
+def lspci_gpus(devices: Iterable[PciDevice]) -> list[PciDevice]:
+    """The GPUs among NVIDIA PCI devices (display and 3D controllers)."""
+    return [d for d in devices if d.pci_class in GPU_CLASSES]
+
+
+def lspci_nvswitches(devices: Iterable[PciDevice]) -> list[PciDevice]:
+    """The NVSwitches among NVIDIA PCI devices (NVIDIA bridges)."""
+    return [d for d in devices if d.pci_class == NVSWITCH_CLASS]
+
+
+_SMI_LIST = re.compile(r"^GPU\s+(?P<index>\d+):\s+(?P<name>.+?)\s+\(UUID:\s*(?P<uuid>[^)]+)\)")
+
+
+def parse_nvidia_smi_list(text: str) -> list[dict[str, str]]:
+    """GPUs from ``nvidia-smi -L``: index, name and UUID of each."""
+    gpus = []
+    for line in text.splitlines():
+        match = _SMI_LIST.match(line.strip())
+        if match:
+            gpus.append(
+                {"index": match["index"], "name": match["name"], "uuid": match["uuid"].strip()}
+            )
+    return gpus
+
+
+def parse_secure_boot(text: str) -> bool | None:
+    """Secure Boot state from ``mokutil --sb-state``: True, False, or None when unknown."""
+    lowered = text.lower()
+    if "secureboot enabled" in lowered:
+        return True
+    if "secureboot disabled" in lowered or "doesn't support secure boot" in lowered:
+        return False
+    return None
+
+
+def parse_dpkg_query(text: str) -> dict[str, str]:
+    """Installed packages from ``dpkg-query -W`` with Package, Version and db:Status-Abbrev.
+
+    Only packages whose status is installed (``ii``, ``hi``) count; removed-but-configured
+    (``rc``) and half-installed ones do not.
+    """
+    installed = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3:
+            continue
+        name, version, status = parts[0].strip(), parts[1].strip(), parts[2].strip()
+        if len(status) >= 2 and status[1] == "i" and version:
+            installed[name.split(":")[0]] = version
+    return installed
+
+
+def parse_holds(text: str) -> set[str]:
+    """Held packages from ``apt-mark showhold`` (one name per line, maybe with ``:arch``)."""
+    return {line.strip().split(":")[0] for line in text.splitlines() if line.strip()}
+
+
+_VERSION = re.compile(r"\b(\d{3}\.\d+(?:\.\d+)?)\b")
+
+
+@dataclass(frozen=True)
+class LoadedDriver:
+    """What the kernel has loaded, as ``nvidia-smi`` or ``/proc/driver/nvidia/version`` say."""
+
+    version: str | None
+    mismatch: bool = False
+    library_version: str | None = None
+    source: str = ""
+    detail: str = ""
+
+
+def parse_nvidia_smi_driver(stdout: str, stderr: str, rc: int | None) -> LoadedDriver:
+    """The loaded driver from ``nvidia-smi --query-gpu=driver_version --format=csv,noheader``.
+
+    Args:
+        stdout: Its standard output (one version per GPU).
+        stderr: Its standard error.
+        rc: Its exit status; None when ``nvidia-smi`` is not installed.
+
+    Returns:
+        The loaded version; on a driver/library mismatch, ``mismatch`` and the library version
+        (newer drivers print ``NVML library version: <V>``).
+    """
+    if rc is None:
+        return LoadedDriver(version=None, source="nvidia-smi", detail="nvidia-smi not installed")
+    text = f"{stdout}\n{stderr}"
+    if MISMATCH in text:
+        library = re.search(r"NVML library version:\s*(\S+)", text)
+        return LoadedDriver(
+            version=None,
+            mismatch=True,
+            library_version=library.group(1) if library else None,
+            source="nvidia-smi",
+            detail=MISMATCH,
+        )
+    if rc != 0:
+        first = text.strip().splitlines()[0] if text.strip() else f"exit status {rc}"
+        return LoadedDriver(version=None, source="nvidia-smi", detail=first)
+    versions = {line.strip() for line in stdout.splitlines() if line.strip()}
+    if len(versions) == 1:
+        return LoadedDriver(version=versions.pop(), source="nvidia-smi")
+    if not versions:
+        return LoadedDriver(version=None, source="nvidia-smi", detail="no GPU reported")
+    return LoadedDriver(
+        version=None,
+        source="nvidia-smi",
+        detail=f"GPUs report different drivers: {sorted(versions)}",
+    )
+
+
+def parse_proc_driver_version(text: str) -> tuple[str | None, bool | None]:
+    """Version and flavour from ``/proc/driver/nvidia/version``: (version, open or not)."""
+    for line in text.splitlines():
+        if line.startswith("NVRM version:"):
+            match = _VERSION.search(line)
+            return (match.group(1) if match else None, "Open Kernel Module" in line)
+    return (None, None)
+
+
+def strip_epoch_revision(apt_version: str) -> str:
+    """The upstream part of an apt version: ``550.127.05-1`` -> ``550.127.05``."""
+    version = apt_version.split(":", 1)[-1]
+    return version.rsplit("-", 1)[0] if "-" in version else version
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One difference between what is pinned and what a node has."""
+
+    component: str
+    package: str
+    pinned: str
+    found: str
+    kind: str  # "version" | "missing" | "not-held" | "loaded"
+
+    def message(self, host: str = "") -> str:
+        """A sentence naming the node (when given), the package and both versions."""
+        prefix = f"{host}: " if host else ""
+        if self.kind == "not-held":
+            return f"{prefix}{self.package} {self.found} is not held"
+        if self.kind == "missing":
+            return f"{prefix}{self.package} pinned {self.pinned} is not installed"
+        if self.kind == "loaded":
+            return f"{prefix}driver module loaded {self.found}, pinned {self.pinned}"
+        return f"{prefix}{self.package} pinned {self.pinned}, installed {self.found}"
+
+
+COMPONENTS = ("driver", "cuda", "nccl", "fabric_manager", "container_toolkit")
+
+
+def pinned_packages(resolved: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """Component -> {package: exact version} from a resolved stack (disabled parts left out)."""
+    pins: dict[str, dict[str, str]] = {}
+    for component in COMPONENTS:
+        part = resolved.get(component)
+        if not isinstance(part, Mapping):
+            continue
+        if component == "fabric_manager" and not part.get("enabled", True):
+            continue
+        packages = dict(part.get("packages") or {})
+        if component == "driver":
+            packages.update(part.get("pinning_packages") or {})
+        pins[component] = {str(k): str(v) for k, v in packages.items()}
+    return pins
+
+
+def compare(
+    resolved: Mapping[str, Any],
+    installed: Mapping[str, str],
+    held: Iterable[str],
+    loaded: LoadedDriver,
+) -> tuple[dict[str, Any], list[Drift]]:
+    """Pinned vs installed vs loaded for one node.
+
+    Args:
+        resolved: The node's resolved stack (``gpunode_stack``).
+        installed: Installed package versions (``parse_dpkg_query``).
+        held: Held package names (``parse_holds``).
+        loaded: The loaded driver (``parse_nvidia_smi_driver``).
+
+    Returns:
+        A report (component -> package -> pinned/installed/held) and every drift found.
+    """
+    held_set = set(held)
+    report: dict[str, Any] = {}
+    drifts: list[Drift] = []
+    for component, packages in pinned_packages(resolved).items():
+        rows = {}
+        for package, pinned in sorted(packages.items()):
+            found = installed.get(package)
+            is_held = package in held_set
+            rows[package] = {"pinned": pinned, "installed": found, "held": is_held}
+            if found is None:
+                drifts.append(Drift(component, package, pinned, "", "missing"))
+            elif found != pinned:
+                drifts.append(Drift(component, package, pinned, found, "version"))
+            elif not is_held:
+                drifts.append(Drift(component, package, pinned, found, "not-held"))
+        report[component] = rows
+    driver = resolved.get("driver") or {}
+    pinned_driver = str(driver.get("version") or "")
+    loaded_text = loaded.version or (
+        f"mismatch (library {loaded.library_version})" if loaded.mismatch else loaded.detail
+    )
+    report["loaded_driver"] = {
+        "pinned": pinned_driver,
+        "loaded": loaded.version,
+        "mismatch": loaded.mismatch,
+        "detail": loaded.detail,
+    }
+    if pinned_driver and loaded.version != pinned_driver:
+        drifts.append(
+            Drift("driver", "kernel module", pinned_driver, loaded_text or "none", "loaded")
+        )
+    return report, drifts
+
+
+def drift_dicts(host: str, drifts: Iterable[Drift]) -> list[dict[str, str]]:
+    """Drifts as plain data with their message (for JSON and for node state reasons)."""
+    return [{**asdict(d), "host": host, "message": d.message(host)} for d in drifts]
+
+
+# One round trip gathers every fact: each command's output between markers, with its exit
+# status ("missing" when the command is not installed).
+PROBE_SCRIPT = r"""
+section() {
+  name=$1; shift
+  echo "@@gpunode-begin $name"
+  if command -v "$1" >/dev/null 2>&1; then
+    LC_ALL=C "$@" 2>&1
+    echo "@@gpunode-end $name $?"
+  else
+    echo "@@gpunode-end $name missing"
+  fi
+}
+section lspci lspci -nn
+section smi_list nvidia-smi -L
+section smi_driver nvidia-smi --query-gpu=driver_version --format=csv,noheader
+section proc_version cat /proc/driver/nvidia/version
+section mokutil mokutil --sb-state
+section dpkg dpkg-query -W -f '${Package}\t${Version}\t${db:Status-Abbrev}\n'
+section holds apt-mark showhold
+section kernel uname -r
+"""
+
+_BEGIN = "@@gpunode-begin "
+_END = "@@gpunode-end "
+
+
+def parse_sections(text: str) -> dict[str, tuple[int | None, str]]:
+    """Split the probe script's output: section -> (exit status or None if missing, output)."""
+    sections: dict[str, tuple[int | None, str]] = {}
+    current: str | None = None
+    body: list[str] = []
+    for line in text.splitlines():
+        if line.startswith(_BEGIN):
+            current, body = line[len(_BEGIN) :].strip(), []
+        elif line.startswith(_END) and current is not None:
+            status = line[len(_END) :].split()[-1]
+            rc = None if status == "missing" else int(status) if status.isdigit() else 1
+            sections[current] = (rc, "\n".join(body))
+            current = None
+        elif current is not None:
+            body.append(line)
+    return sections
+
+
+# Packages worth reporting about a node (the rest of dpkg's list is left out of facts).
+RELEVANT_PACKAGE = re.compile(
+    r"^(nvidia|libnvidia|cuda|libnccl|libcudnn|datacenter-gpu-manager|docker|containerd|"
+    r"linux-headers|linux-image)"
+)
+
+
+def node_facts(
+    sections: Mapping[str, tuple[int | None, str]], resolved: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The fact ``gpunode_node`` from probe sections, with drift when a stack is resolved.
+
+    Args:
+        sections: ``parse_sections`` of the probe script's output.
+        resolved: The node's resolved stack (``gpunode_stack``), or None before preflight.
+
+    Returns:
+        GPUs (and where they were seen), NVSwitches, Secure Boot, kernel, relevant installed
+        packages, holds, the loaded driver, and (with a stack) the drift report.
+    """
+
+    def get(name: str) -> tuple[int | None, str]:
+        return sections.get(name, (None, ""))
+
+    lspci_rc, lspci_out = get("lspci")
+    devices = parse_lspci(lspci_out) if lspci_rc == 0 else []
+    list_rc, list_out = get("smi_list")
+    smi_gpus = parse_nvidia_smi_list(list_out) if list_rc == 0 else []
+    if smi_gpus:
+        gpus = [g["name"] for g in smi_gpus]
+        gpu_source = "nvidia-smi"
+    elif lspci_rc == 0 and lspci_gpus(devices):
+        gpus = [d.description for d in lspci_gpus(devices)]
+        gpu_source = "lspci"
+    else:
+        gpus = []
+        gpu_source = "lspci" if lspci_rc == 0 else "none"
+    nvswitches = len(lspci_nvswitches(devices)) if lspci_rc == 0 else None
+
+    sb_rc, sb_out = get("mokutil")
+    secure_boot = parse_secure_boot(sb_out) if sb_rc is not None else None
+
+    dpkg_rc, dpkg_out = get("dpkg")
+    all_installed = parse_dpkg_query(dpkg_out) if dpkg_rc == 0 else {}
+    pinned = {
+        package for packages in pinned_packages(resolved or {}).values() for package in packages
+    }
+    installed = {
+        name: version
+        for name, version in all_installed.items()
+        if name in pinned or RELEVANT_PACKAGE.match(name)
+    }
+    holds_rc, holds_out = get("holds")
+    held = sorted(parse_holds(holds_out)) if holds_rc == 0 else []
+
+    smi_rc, smi_out = get("smi_driver")
+    loaded = parse_nvidia_smi_driver(smi_out, "", smi_rc)
+    proc_rc, proc_out = get("proc_version")
+    proc_version, proc_open = parse_proc_driver_version(proc_out) if proc_rc == 0 else (None, None)
+    if loaded.version is None and not loaded.mismatch and proc_version:
+        loaded = LoadedDriver(version=proc_version, source="/proc/driver/nvidia/version")
+
+    facts: dict[str, Any] = {
+        "kernel": get("kernel")[1].strip(),
+        "gpus": gpus,
+        "gpu_count": len(gpus),
+        "gpu_source": gpu_source,
+        "nvswitch_count": nvswitches,
+        "secure_boot": secure_boot,
+        "installed": installed,
+        "held": held,
+        "loaded_driver": asdict(loaded),
+        "module_open": proc_open,
+    }
+    if resolved:
+        report, drifts = compare(resolved, all_installed, held, loaded)
+        facts["versions"] = report
+        facts["drift"] = [{**asdict(d), "message": "drift: " + d.message()} for d in drifts]
+    return facts
+
+
+def gpu_model_names(names: Iterable[str], lookup: Any) -> list[str | None]:
+    """Catalog model of each GPU name (``lookup`` is ``toolkit.stack.catalog.lookup_gpu``).
+
+    ``lspci`` descriptions carry the marketing name in brackets
+    (``GH100 [H100 SXM5 80GB]``); that part is looked up when the whole name is unknown.
+    """
+    models: list[str | None] = []
+    for name in names:
+        info = lookup(name)
+        if info is None:
+            bracket = re.search(r"\[([^\]]+)\]", name)
+            info = lookup(bracket.group(1)) if bracket else None
+        models.append(info.model if info is not None else None)
+    return models
+
+
+def parse_madison(text: str) -> dict[str, list[str]]:
+    """Versions the repositories offer, from ``apt-cache madison PKG...``.
+
+    Lines look like ``  libnccl2 | 2.21.5-1+cuda12.4 | http://... Packages``.
+    """
+    offered: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) >= 3 and parts[0] and parts[1]:
+            versions = offered.setdefault(parts[0], [])
+            if parts[1] not in versions:
+                versions.append(parts[1])
+    return offered
+
+
+def missing_pins(pins: Mapping[str, str], offered: Mapping[str, Iterable[str]]) -> list[str]:
+    """``package=version`` of every pin the repositories do not carry, sorted."""
+    return sorted(
+        f"{name}={version}"
+        for name, version in pins.items()
+        if version not in set(offered.get(name, ()))
+    )
+
+
+_BRANCH_IN_NAME = re.compile(r"-(\d{3})(?:-|$)")
+_PROPRIETARY_ONLY = re.compile(r"^(nvidia-driver-\d{3}|nvidia-dkms-\d{3}|cuda-drivers(-\d{3})?)$")
+
+
+def is_stale_driver_package(name: str, pins: Mapping[str, str], branch: str, flavour: str) -> bool:
+    """Whether an installed driver-family package belongs to another pin and must go.
+
+    Dependencies of the pinned packages (``libnvidia-compute-<branch>``, ``nvidia-persistenced``
+    ...) are not pinned themselves; they stay. A package goes when its name carries another
+    branch, when it is another version's lock package, or when it belongs to the other module
+    flavour (``nvidia-open``, ``*-open`` versus ``nvidia-driver-<b>``, ``cuda-drivers``).
+    """
+    if name in pins:
+        return False
+    match = _BRANCH_IN_NAME.search(name)
+    if match and match.group(1) != branch:
+        return True
+    if name.startswith("nvidia-driver-pinning-"):
+        return True
+    if name == "nvidia-open":
+        # The R580+ open meta-package: pinned whenever it belongs to the stack.
+        return True
+    if flavour == "open":
+        return bool(_PROPRIETARY_ONLY.match(name))
+    return name == "nvidia-open" or name.endswith("-open")
+
+
+def parse_rdepends(text: str) -> list[str]:
+    """Package names from ``apt-cache rdepends --installed PKG...`` (the reverse dependencies).
+
+    Output is each queried package, a ``Reverse Depends:`` line, then indented names
+    (``|`` marks an alternative).
+    """
+    names = []
+    for line in text.splitlines():
+        if line.startswith(" ") and line.strip():
+            name = line.strip().lstrip("|").split(":")[0].strip()
+            if name and name not in names:
+                names.append(name)
+    return sorted(names)
+
+
+def family_changes(
+    installed: Mapping[str, str],
+    pins: Mapping[str, str],
+    branch: str = "",
+    flavour: str = "",
+) -> dict[str, list[str]]:
+    """What moving to ``pins`` does to installed packages of one family.
+
+    Args:
+        installed: Installed packages of the family (name -> version).
+        pins: The pinned packages of the family (name -> exact version).
+        branch: The pinned driver branch (``550``); with ``flavour``, enables the driver rules
+            of :func:`is_stale_driver_package`. Without them every unpinned package is stale.
+        flavour: ``open`` or ``proprietary``.
+
+    Returns:
+        ``stale``: installed, belonging to another pin (to remove); ``moving``: pinned,
+        installed at another version (to unhold and replace); ``install``: pinned, absent.
+    """
+    if branch:
+        stale = [n for n in installed if is_stale_driver_package(n, pins, branch, flavour)]
+    else:
+        stale = [n for n in installed if n not in pins]
+    return {
+        "stale": sorted(stale),
+        "moving": sorted(
+            name
+            for name, version in pins.items()
+            if name in installed and installed[name] != version
+        ),
+        "install": sorted(name for name in pins if name not in installed),
+    }
+
+
+def profile_warnings(facts: Mapping[str, Any], hardware: Mapping[str, Any]) -> list[str]:
+    """Differences between what a node shows and its hardware profile that do not stop it.
+
+    A missing GPU or a fabric that is not seen is a hardware fault for the acceptance test
+    to report with its reason; provisioning goes on and says so.
+    """
+    gpu = hardware.get("gpu") or {}
+    warnings = []
+    count = facts.get("gpu_count") or 0
+    if count and gpu.get("count") and count != gpu["count"]:
+        warnings.append(
+            f"{count} GPU(s) seen by {facts.get('gpu_source')}, the hardware profile says "
+            f"{gpu['count']}"
+        )
+    if gpu.get("nvswitch") and facts.get("nvswitch_count") == 0:
+        warnings.append("the hardware profile says NVSwitch, but lspci shows no NVSwitch")
+    if not count and facts.get("gpu_source") == "lspci":
+        warnings.append("no NVIDIA GPU on the PCI bus (lspci)")
+    return warnings

@@ -1,0 +1,57 @@
+"""Action plugin ``gpunode_node_facts``: GPUs, Secure Boot, packages, holds, loaded driver.
+
+One shell round trip runs read-only probes on the node (so it also runs in check mode);
+the output is parsed on the controller by the pure functions of ``toolkit.ansible.nodefacts``.
+With the fact ``gpunode_stack`` set (preflight), it also compares pinned, installed and
+loaded versions: the fact ``gpunode_node.drift`` lists every difference.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+from toolkit.ansible.nodefacts import (
+    PROBE_SCRIPT,
+    gpu_model_names,
+    node_facts,
+    parse_sections,
+    profile_warnings,
+)
+
+
+class ActionModule(ActionBase):
+    """Gather ``gpunode_node`` facts (or the fact named by ``fact``) from the node."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("stack", "hardware", "fact"))
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run the probe script and return ``ansible_facts.gpunode_node``."""
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        result["changed"] = False
+        resolved = self._task.args.get("stack", task_vars.get("gpunode_stack"))
+        command = "/bin/sh -c " + shlex.quote(PROBE_SCRIPT)
+        out = self._low_level_execute_command(command, sudoable=True)
+        if out.get("rc") != 0 and "@@gpunode-begin" not in out.get("stdout", ""):
+            result["failed"] = True
+            result["msg"] = f"could not probe the node: {out.get('stderr') or out.get('stdout')}"
+            return result
+        sections = parse_sections(out.get("stdout", ""))
+        facts = node_facts(sections, dict(resolved) if resolved else None)
+        hardware = self._task.args.get("hardware", task_vars.get("hardware")) or {}
+        expected = (hardware.get("gpu") or {}).get("model") if hasattr(hardware, "get") else None
+        if expected:
+            from toolkit.stack.catalog import lookup_gpu
+
+            facts["gpu_models"] = gpu_model_names(facts["gpus"], lookup_gpu)
+            [facts["gpu_model_expected"]] = gpu_model_names([str(expected)], lookup_gpu)
+            warnings = profile_warnings(facts, hardware)
+            if warnings:
+                result["warnings"] = warnings
+        fact = str(self._task.args.get("fact") or "gpunode_node")
+        result["ansible_facts"] = {fact: facts}
+        return result

@@ -1,0 +1,126 @@
+"""Action plugin ``gpunode_stack``: check and resolve a host's pinned stack on the controller.
+
+It runs the same checker as ``gpunode stack check`` on the host's ``stack`` and ``hardware``
+variables, maps the node's OS to NVIDIA's OS id, and returns the resolved stack as the fact
+``gpunode_stack`` (the dict described in docs/architecture.md). Every violation is reported,
+not only the first; warnings are shown as Ansible warnings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+from toolkit.ansible.nodefacts import UnsupportedOS, os_id
+from toolkit.errors import ToolkitError
+
+# Inventory variables that move the repositories (docs/architecture.md, "Repository variables").
+REPO_VARS = ("gpunode_nvidia_repo_url", "gpunode_container_toolkit_repo_url")
+
+
+def _plain(value: Any) -> Any:
+    # Ansible hands templated values as its own str/dict subclasses; the schema wants plain ones.
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def _issues(checked: Any) -> tuple[list[str], list[str]]:
+    """(errors, warnings) from what ``toolkit.stack.check`` returns."""
+    items: list[Any]
+    if hasattr(checked, "violations"):
+        items = list(checked.violations) + list(getattr(checked, "warnings", []) or [])
+    else:
+        items = list(checked or [])
+    errors: list[str] = []
+    warnings: list[str] = []
+    for item in items:
+        severity = str(getattr(item, "severity", getattr(item, "level", "error"))).lower()
+        rule = getattr(item, "rule", "")
+        message = str(getattr(item, "message", item))
+        text = f"{rule}: {message}" if rule else message
+        (warnings if severity.startswith("warn") else errors).append(text)
+    return errors, warnings
+
+
+class ActionModule(ActionBase):
+    """Check the host's stack against the compatibility matrix and resolve it for its OS."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("stack", "hardware", "os_id"))
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Return ``ansible_facts.gpunode_stack`` or fail naming every violation."""
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        result["changed"] = False
+        host = task_vars.get("inventory_hostname", "?")
+        stack_data = self._task.args.get("stack", task_vars.get("stack"))
+        hardware_data = self._task.args.get("hardware", task_vars.get("hardware"))
+        missing = [
+            name
+            for name, value in (("stack", stack_data), ("hardware", hardware_data))
+            if not value
+        ]
+        if missing:
+            result["failed"] = True
+            result["msg"] = (
+                f"host {host} has no {' and no '.join(missing)} variable; set them in "
+                "group_vars/<group>/stack.yml and hardware.yml (docs/architecture.md)"
+            )
+            return result
+
+        target_os = self._task.args.get("os_id")
+        try:
+            if not target_os:
+                target_os = os_id(
+                    str(task_vars.get("ansible_distribution", "")),
+                    str(task_vars.get("ansible_distribution_version", "")),
+                )
+        except UnsupportedOS as err:
+            result["failed"] = True
+            result["msg"] = f"host {host}: {err}"
+            return result
+
+        try:
+            from toolkit.config import validate
+            from toolkit.stack import check, resolve
+            from toolkit.stack.models import HardwareProfile, Stack
+
+            source = f"host vars of {host}"
+            stack = validate(Stack, _plain(stack_data), source, prefix=("stack",))
+            hardware = validate(
+                HardwareProfile, _plain(hardware_data), source, prefix=("hardware",)
+            )
+            errors, warnings = _issues(check(stack, hardware))
+            if errors:
+                result["failed"] = True
+                result["msg"] = f"the stack of {host} is incoherent:\n  " + "\n  ".join(errors)
+                result["violations"] = errors
+                result["warnings"] = warnings
+                return result
+            machine = str(task_vars.get("ansible_architecture", ""))
+            resolved = resolve(
+                stack,
+                hardware,
+                target_os,
+                # NVIDIA's repository names Arm servers sbsa, never aarch64.
+                arch={"aarch64": "sbsa", "x86_64": "x86_64"}.get(machine),
+                repo_vars={name: task_vars[name] for name in REPO_VARS if task_vars.get(name)},
+            )
+        except ToolkitError as err:
+            result["failed"] = True
+            result["msg"] = err.message
+            return result
+
+        if warnings:
+            result["warnings"] = warnings
+        result["ansible_facts"] = {"gpunode_stack": _plain(resolved)}
+        result["msg"] = f"stack {resolved.get('stack_id')} for {target_os}"
+        return result

@@ -1,0 +1,76 @@
+"""Filters for gpunode's roles: parsing apt and dpkg output with ``toolkit.ansible.nodefacts``.
+
+Filters run on the controller, so the parsing lives (and is tested) in the toolkit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from toolkit.ansible.nodefacts import (
+    family_changes,
+    missing_pins,
+    parse_dpkg_query,
+    parse_holds,
+    parse_madison,
+    parse_rdepends,
+)
+
+
+def gpunode_dpkg_installed(text: str) -> dict[str, str]:
+    """Installed packages (name -> version) from gpunode's dpkg-query format."""
+    return parse_dpkg_query(str(text))
+
+
+def gpunode_madison(text: str) -> dict[str, list[str]]:
+    """Offered versions (name -> versions) from ``apt-cache madison``."""
+    return parse_madison(str(text))
+
+
+def gpunode_missing_pins(pins: Mapping[str, Any], madison_text: str) -> list[str]:
+    """``pkg=version`` of each pin the repositories do not offer."""
+    return missing_pins({str(k): str(v) for k, v in pins.items()}, parse_madison(str(madison_text)))
+
+
+def gpunode_family_changes(
+    installed: Mapping[str, Any], pins: Mapping[str, Any], branch: str = "", flavour: str = ""
+) -> dict[str, Any]:
+    """Stale, moving and new packages when a family moves to ``pins``."""
+    return family_changes(
+        {str(k): str(v) for k, v in installed.items()},
+        {str(k): str(v) for k, v in pins.items()},
+        str(branch),
+        str(flavour),
+    )
+
+
+def gpunode_rdepends(text: str) -> list[str]:
+    """Reverse dependencies from ``apt-cache rdepends --installed``."""
+    return parse_rdepends(str(text))
+
+
+def gpunode_holds(text: str) -> list[str]:
+    """Held package names from ``apt-mark showhold``."""
+    return sorted(parse_holds(str(text)))
+
+
+def gpunode_apt_names(pins: Mapping[str, Any]) -> list[str]:
+    """``name=version`` arguments for ``ansible.builtin.apt`` from a pin dict, sorted."""
+    return [f"{name}={version}" for name, version in sorted(pins.items())]
+
+
+class FilterModule:
+    """gpunode's filters."""
+
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        """Filter name -> function."""
+        return {
+            "gpunode_dpkg_installed": gpunode_dpkg_installed,
+            "gpunode_madison": gpunode_madison,
+            "gpunode_missing_pins": gpunode_missing_pins,
+            "gpunode_family_changes": gpunode_family_changes,
+            "gpunode_holds": gpunode_holds,
+            "gpunode_rdepends": gpunode_rdepends,
+            "gpunode_apt_names": gpunode_apt_names,
+        }

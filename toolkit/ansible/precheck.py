@@ -1,0 +1,67 @@
+"""The stack check every host-changing command runs before it touches a host.
+
+The same checker as ``gpunode stack check``, over the hosts a command targets (each host's
+merged ``stack`` and ``hardware``): an incoherent stack stops the command with exit 2 and
+nothing is changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from toolkit.errors import StackError
+
+
+@dataclass
+class Precheck:
+    """What the check found for the targeted hosts."""
+
+    hosts: list[str] = field(default_factory=list)
+    stack_ids: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def check_inventory(inventory: Path, limit: str | None = None) -> Precheck:
+    """Check the stack of every host the command targets.
+
+    Args:
+        inventory: The inventory directory.
+        limit: The command's ``--limit`` pattern.
+
+    Returns:
+        The hosts, their stack ids and the warnings (shown, not fatal).
+
+    Raises:
+        ConfigError: The inventory or a stack file is malformed, or the limit matches nothing.
+        StackError: A stack violates the compatibility matrix; the message lists every
+            violation with the hosts that share it.
+    """
+    from toolkit.inventory import load_inventory
+    from toolkit.stack import check, stack_id
+
+    inv = load_inventory(inventory)
+    hosts = inv.hosts_for(limit)
+    if not hosts:
+        raise StackError(f"{inventory}: no host matches {limit or 'all'!r}")
+    result = Precheck()
+    errors: dict[str, list[str]] = {}
+    seen_warnings: set[str] = set()
+    for host in hosts:
+        stack, hardware = inv.host_config(host)
+        result.hosts.append(host.name)
+        result.stack_ids[host.name] = stack_id(stack, hardware)
+        for violation in check(stack, hardware):
+            if violation.severity == "warning":
+                if violation.message not in seen_warnings:
+                    seen_warnings.add(violation.message)
+                    result.warnings.append(violation.message)
+            else:
+                errors.setdefault(violation.message, []).append(host.name)
+    if errors:
+        lines = [f"{msg} (hosts: {', '.join(names)})" for msg, names in errors.items()]
+        raise StackError(
+            f"the stack of {len({h for v in errors.values() for h in v})} host(s) is incoherent; "
+            "nothing was changed:\n  " + "\n  ".join(lines)
+        )
+    return result

@@ -1,0 +1,288 @@
+"""The one way gpunode runs a playbook: ansible-runner with an event handler.
+
+Each run gets its own id and directory under the state directory
+(``.gpunode/runs/<run-id>/``, git-ignored; old runs are rotated away). Ansible is pointed at
+the project's roles, action plugins and modules through environment variables, with host key
+checking on. Progress comes from events, the per-host summary from the stats, failure
+details from failed events.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+from toolkit.ansible.content import Content, find_content
+from toolkit.ansible.events import EventCollector, RunResult, summaries_from_stats
+from toolkit.errors import ConfigError, PlaybookError
+
+# How many run directories are kept under <state>/runs (the oldest go first).
+KEEP_RUNS = 30
+
+# Extra variables are written to the run's artifacts (env/extravars), so secrets must never
+# travel that way: names that look like one are refused.
+SECRET_NAME = re.compile(r"(pass(word|wd)?|secret|token|api_?key|private_key$|credential)", re.I)
+
+Listener = Callable[[EventCollector], None]
+
+
+def state_dir() -> Path:
+    """The control machine's state directory: ``$GPUNODE_STATE_DIR`` or ``./.gpunode``."""
+    env = os.environ.get("GPUNODE_STATE_DIR")
+    return Path(env) if env else Path.cwd() / ".gpunode"
+
+
+def new_run_id(playbook: str) -> str:
+    """A sortable, unique run id: UTC time, the playbook's stem and a short random suffix."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    stem = Path(playbook).stem
+    return f"{stamp}-{stem}-{uuid.uuid4().hex[:6]}"
+
+
+def check_extravars(extravars: Mapping[str, Any]) -> None:
+    """Refuse extra variables whose names look like secrets (they are written to disk).
+
+    Raises:
+        ConfigError: Naming the variable and the rule.
+    """
+    for name in extravars:
+        if SECRET_NAME.search(str(name)):
+            raise ConfigError(
+                f"extra variable {name!r} looks like a secret; extra variables are written to "
+                "the run's artifacts, so pass secrets through Ansible Vault or the inventory"
+            )
+
+
+def rotate_runs(runs: Path, keep: int = KEEP_RUNS) -> list[Path]:
+    """Remove the oldest run directories so that at most ``keep`` remain.
+
+    Returns:
+        The directories removed.
+    """
+    if not runs.is_dir():
+        return []
+    entries = sorted((p for p in runs.iterdir() if p.is_dir()), key=lambda p: p.name)
+    removed = entries[: max(0, len(entries) - keep)]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+def ansible_env(content: Content) -> dict[str, str]:
+    """Environment variables pointing Ansible at the project's content, host keys checked."""
+    env = {
+        "PATH": _search_path(),
+        "ANSIBLE_ROLES_PATH": str(content.roles),
+        "ANSIBLE_ACTION_PLUGINS": str(content.action_plugins),
+        "ANSIBLE_LIBRARY": str(content.modules),
+        "ANSIBLE_FILTER_PLUGINS": str(content.filter_plugins),
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_FORCE_COLOR": "False",
+        "ANSIBLE_NOCOLOR": "True",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        # The action plugins import toolkit; make it importable whatever the working directory.
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")) if p
+        ),
+    }
+    if content.config is not None:
+        env["ANSIBLE_CONFIG"] = str(content.config)
+    return env
+
+
+def _search_path() -> str:
+    # Run the ansible-playbook of this interpreter's environment (the one that has toolkit
+    # installed), not whichever one is first on PATH. (ansible-runner's `binary` argument
+    # would switch it to raw mode, dropping the playbook and options.)
+    bin_dir = str(Path(sys.executable).parent)
+    return os.pathsep.join([bin_dir, os.environ.get("PATH", "/usr/bin:/bin")])
+
+
+def run_playbook(
+    playbook: str,
+    inventory: Path,
+    *,
+    limit: str | None = None,
+    tags: Sequence[str] | None = None,
+    check: bool = False,
+    diff: bool = False,
+    extravars: Mapping[str, Any] | None = None,
+    forks: int | None = None,
+    verbosity: int = 0,
+    listeners: Sequence[Listener] = (),
+    display: Callable[[str, bool], AbstractContextManager[Any]] | None = None,
+    raise_on_failure: bool = False,
+    content: Content | None = None,
+) -> RunResult:
+    """Run one of gpunode's playbooks against an inventory through ansible-runner.
+
+    Args:
+        playbook: The playbook's file name or stem (``provision``).
+        inventory: The inventory directory or file.
+        limit: An Ansible host pattern (``--limit``).
+        tags: Only tasks with these tags (``--tags``).
+        check: Predict changes without making them (``--check``).
+        diff: Show file differences (``--diff``).
+        extravars: Extra variables (``-e``); no secrets (they are written to disk).
+        forks: Parallel hosts (Ansible's default when None).
+        verbosity: Ansible's verbosity (0-4), for the run's stdout artifact.
+        listeners: Called with the collector after every event (live progress).
+        display: A factory ``(playbook, check) -> context manager`` yielding a listener, for
+            a live display that must be opened and closed around the run.
+        raise_on_failure: Raise PlaybookError when any host failed or was unreachable.
+        content: Where the playbooks and roles are (found automatically when None).
+
+    Returns:
+        The run's result: per-host counts, failures, facts set by tasks, stats data.
+
+    Raises:
+        ConfigError: Unknown playbook, missing inventory, or secret-looking extra variables.
+        PlaybookError: ansible-runner could not start, or (``raise_on_failure``) the run failed.
+    """
+    import ansible_runner  # slow import: only when a playbook actually runs
+
+    content = content or find_content()
+    playbook_path = content.playbook(playbook)
+    inventory = Path(inventory).resolve()
+    if not inventory.exists():
+        raise ConfigError(f"inventory {inventory} does not exist")
+    extravars = dict(extravars or {})
+    check_extravars(extravars)
+    run_id, run_dir = _new_run_dir(playbook_path.name)
+    # Roles stamp the node state with the run that wrote it.
+    extravars.setdefault("gpunode_run_id", run_id)
+
+    cmdline = [arg for flag, arg in ((check, "--check"), (diff, "--diff")) if flag]
+    collector = EventCollector(listeners=list(listeners))
+    cm: AbstractContextManager[Any] = (
+        display(playbook_path.stem, check) if display is not None else nullcontext(None)
+    )
+    try:
+        with cm as live:
+            if live is not None:
+                collector.add_listener(live)
+            runner = ansible_runner.run(
+                private_data_dir=str(run_dir),
+                ident=run_id,
+                playbook=str(playbook_path),
+                inventory=str(inventory),
+                limit=limit,
+                tags=",".join(tags) if tags else None,
+                cmdline=" ".join(cmdline) or None,
+                extravars=extravars,
+                envvars=ansible_env(content),
+                forks=forks,
+                verbosity=verbosity or None,
+                event_handler=collector.handle,
+                quiet=True,
+            )
+    except Exception as err:  # ansible-runner raises plain exceptions when it cannot start
+        if isinstance(err, (ConfigError, PlaybookError)):
+            raise
+        raise PlaybookError(f"could not run playbook {playbook_path.name}: {err}") from err
+
+    stats = runner.stats or collector.stats
+    result = RunResult(
+        run_id=run_id,
+        playbook=playbook_path.stem,
+        rc=int(runner.rc if runner.rc is not None else -1),
+        status=str(runner.status),
+        artifact_dir=str(run_dir / "artifacts" / run_id),
+        check=check,
+        hosts=summaries_from_stats(stats),
+        failures=list(collector.failures),
+        stats_data=dict(collector.stats_data),
+        facts=collector.facts,
+        results=collector.results,
+        changes=collector.changes,
+    )
+    if raise_on_failure and not result.ok:
+        raise PlaybookError(describe_failure(result))
+    return result
+
+
+def _new_run_dir(label: str) -> tuple[str, Path]:
+    runs = state_dir() / "runs"
+    run_id = new_run_id(label)
+    run_dir = runs / run_id
+    run_dir.mkdir(parents=True, exist_ok=False)
+    rotate_runs(runs)
+    return run_id, run_dir
+
+
+def run_module(
+    module: str,
+    inventory: Path,
+    *,
+    module_args: str = "",
+    limit: str | None = None,
+    forks: int | None = None,
+    content: Content | None = None,
+) -> RunResult:
+    """Run one module ad hoc (``ansible HOSTS -m MODULE``) through ansible-runner.
+
+    Each host's result is in ``RunResult.results``; used to read node state and to time
+    ``ansible -m setup``.
+
+    Raises:
+        ConfigError: Missing inventory.
+        PlaybookError: ansible-runner could not start.
+    """
+    import ansible_runner
+
+    content = content or find_content()
+    inventory = Path(inventory).resolve()
+    if not inventory.exists():
+        raise ConfigError(f"inventory {inventory} does not exist")
+    run_id, run_dir = _new_run_dir(module.rsplit(".", 1)[-1])
+    collector = EventCollector()
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(run_dir),
+            ident=run_id,
+            module=module,
+            module_args=module_args or None,
+            host_pattern=limit or "all",
+            inventory=str(inventory),
+            envvars=ansible_env(content),
+            forks=forks,
+            event_handler=collector.handle,
+            quiet=True,
+        )
+    except Exception as err:
+        raise PlaybookError(f"could not run module {module}: {err}") from err
+    return RunResult(
+        run_id=run_id,
+        playbook=module,
+        rc=int(runner.rc if runner.rc is not None else -1),
+        status=str(runner.status),
+        artifact_dir=str(run_dir / "artifacts" / run_id),
+        hosts=summaries_from_stats(runner.stats or collector.stats),
+        failures=list(collector.failures),
+        facts=collector.facts,
+        results=collector.results,
+    )
+
+
+def describe_failure(result: RunResult) -> str:
+    """One message for a failed run: every failure with host, task and message."""
+    if not result.failures:
+        return (
+            f"playbook {result.playbook} failed (status {result.status}, rc {result.rc}); "
+            f"see {result.artifact_dir}/stdout"
+        )
+    lines = [
+        f"playbook {result.playbook} failed on {len({f.host for f in result.failures})} host(s):"
+    ]
+    for failure in result.failures:
+        what = "unreachable" if failure.unreachable else f"task '{failure.task}'"
+        lines.append(f"  {failure.host}: {what}: {failure.message}")
+    return "\n".join(lines)

@@ -1,0 +1,191 @@
+"""``gpunode provision`` and ``gpunode drift``: converge nodes to their pinned stack, and
+compare pinned, installed and loaded versions (thin layers over toolkit.ansible)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from toolkit.cli import run_context
+from toolkit.cli.options import inventory_option, json_option, limit_option
+from toolkit.cli.output import emit_json, err_console, out_console
+from toolkit.errors import EXIT_FAILED, PlaybookError, ToolkitError
+
+tags_option = click.option(
+    "-t",
+    "--tags",
+    "tags",
+    multiple=True,
+    help="Only these parts (repeat or comma-separate): driver, cuda, nccl, fabric_manager, "
+    "container_runtime.",
+)
+
+
+def _progress(as_json: bool) -> Any:
+    """The live display factory for the runner (none with --json: stdout stays pure data)."""
+    if as_json:
+        return None
+    from toolkit.ansible.progress import LiveProgress
+
+    @contextmanager
+    def display(playbook: str, check: bool) -> Iterator[LiveProgress]:
+        with LiveProgress(err_console, playbook, check=check) as live:
+            yield live
+
+    return display
+
+
+def _precheck(inventory: Path, limit: str | None, as_json: bool) -> None:
+    from toolkit.ansible.precheck import check_inventory
+
+    found = check_inventory(inventory, limit)
+    for warning in found.warnings:
+        err_console.print(Text.assemble(("warning: ", "yellow"), warning))
+    if not as_json:
+        ids = sorted(set(found.stack_ids.values()))
+        err_console.print(
+            f"stack check passed for {len(found.hosts)} host(s) (stack id {', '.join(ids)})"
+        )
+
+
+@click.command(
+    epilog="""\b
+Exit codes: 0 converged, 1 a host failed or was unreachable, 2 incoherent stack or bad
+inventory (nothing is touched).
+
+\b
+Examples:
+  gpunode provision -i inventories/lab
+  gpunode provision -i inventories/lab --check
+  gpunode provision -i inventories/lab --limit lab-node-1 --tags driver --json
+"""
+)
+@inventory_option
+@limit_option
+@tags_option
+@click.option("--check", is_flag=True, help="Predict the changes without making them.")
+@click.option("--diff", is_flag=True, help="Show the differences of changed files.")
+@json_option
+def provision(
+    inventory: Path,
+    limit: str | None,
+    tags: tuple[str, ...],
+    check: bool,
+    diff: bool,
+    as_json: bool,
+) -> None:
+    """Converge nodes to their pinned stack.
+
+    Checks every targeted host's stack first (as `gpunode stack check`), then runs the
+    provision playbook: driver, CUDA, NCCL, Fabric Manager, container runtime, node state.
+    """
+    from toolkit.ansible.progress import summary_table
+    from toolkit.ansible.runner import describe_failure, run_playbook
+
+    _precheck(inventory, limit, as_json)
+    tag_list = [t.strip() for value in tags for t in value.split(",") if t.strip()]
+    result = run_playbook(
+        "provision",
+        inventory,
+        limit=limit,
+        tags=tag_list or None,
+        check=check,
+        diff=diff,
+        display=_progress(as_json),
+        verbosity=3 if run_context()["debug"] else 0,
+    )
+    reboots = {
+        host: facts.get("node_state_reasons") or []
+        for host, facts in result.facts.items()
+        if facts.get("nvidia_driver_reboot_required") and not check
+    }
+    if as_json:
+        emit_json({**result.to_dict(), "needs_reboot": sorted(reboots)})
+    else:
+        out_console.print(summary_table(result))
+        for host in sorted(reboots):
+            out_console.print(Text.assemble((f"{host}: ", "bold"), ("needs a reboot", "yellow")))
+    if not result.ok:
+        raise ToolkitError(describe_failure(result), EXIT_FAILED)
+
+
+@click.command(
+    epilog="""\b
+Exit codes: 0 no drift, 1 drift found (or a node could not be read), 2 incoherent stack
+or bad inventory.
+
+\b
+Examples:
+  gpunode drift -i inventories/lab
+  gpunode drift -i inventories/lab --limit lab-node-2 --json
+"""
+)
+@inventory_option
+@limit_option
+@json_option
+def drift(inventory: Path, limit: str | None, as_json: bool) -> None:
+    """Compare pinned, installed and loaded versions.
+
+    For the driver, CUDA, NCCL, Fabric Manager and the container toolkit, per node:
+    pinned vs installed vs loaded, and whether each package is held. A ready node with
+    drift becomes not-ready with the drift as its reason.
+    """
+    from toolkit.ansible.reports import drift_report
+    from toolkit.ansible.runner import run_playbook
+
+    _precheck(inventory, limit, as_json)
+    result = run_playbook("drift", inventory, limit=limit, display=_progress(as_json))
+    report = drift_report(result)
+    if as_json:
+        emit_json({**report, "run_id": result.run_id})
+    else:
+        _print_drift(report)
+    if not report["ok"]:
+        lines = [d["message"] for n in report["nodes"].values() for d in n["drift"]]
+        lines += [
+            f"{host}: could not read versions: {msg}" for host, msg in report["errors"].items()
+        ]
+        raise PlaybookError(f"drift on {len(report['drifted'])} node(s):\n  " + "\n  ".join(lines))
+
+
+def _print_drift(report: dict[str, Any]) -> None:
+    table = Table(title="pinned vs installed vs loaded", title_justify="left")
+    for column in ("node", "component", "package", "pinned", "installed", "held", "drift"):
+        # Fold rather than cut: a version cut short hides exactly what drifted.
+        table.add_column(column, overflow="fold")
+    for host, node in sorted(report["nodes"].items()):
+        drifted = {(d["component"], d["package"]) for d in node["drift"]}
+        for component, rows in node["versions"].items():
+            if component == "loaded_driver":
+                continue
+            for package, row in rows.items():
+                bad = (component, package) in drifted
+                table.add_row(
+                    host,
+                    component,
+                    package,
+                    row["pinned"],
+                    row["installed"] or "-",
+                    "yes" if row["held"] else "no",
+                    Text("DRIFT", style="bold red") if bad else Text("ok", style="green"),
+                )
+        loaded = node["versions"].get("loaded_driver", {})
+        bad = ("driver", "kernel module") in drifted
+        table.add_row(
+            host,
+            "driver",
+            "kernel module (loaded)",
+            loaded.get("pinned", ""),
+            loaded.get("loaded") or loaded.get("detail") or "-",
+            "",
+            Text("DRIFT", style="bold red") if bad else Text("ok", style="green"),
+        )
+    out_console.print(table)
+    for host, message in sorted(report["errors"].items()):
+        out_console.print(Text.assemble((f"{host}: ", "bold red"), message))
