@@ -9,7 +9,6 @@ become a message on stderr and a documented exit code; a traceback is shown only
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 import traceback
 from typing import Any
@@ -47,10 +46,10 @@ class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name in COMMANDS if _available(name)]
+        return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in COMMANDS or not _available(cmd_name):
+        if cmd_name not in COMMANDS:
             return None
         target, _summary = COMMANDS[cmd_name]
         module_name, attr = target.split(":")
@@ -63,11 +62,6 @@ class LazyGroup(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
-
-
-def _available(name: str) -> bool:
-    module_name = COMMANDS[name][0].split(":")[0]
-    return importlib.util.find_spec(module_name) is not None
 
 
 _debug = False
