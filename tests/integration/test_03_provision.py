@@ -199,7 +199,10 @@ def test_first_provision_installs_exact_versions(lab: Any, inv: Path, state_dir:
         # Container storage on the data disk, and both services ordered after its mount.
         root = lab.ssh(node.name, "docker info --format '{{.DockerRootDir}}'").stdout.strip()
         assert root == "/data/containers/docker"
-        assert lab.ssh(node.name, f"findmnt -n -o TARGET -T {root}").stdout.strip() == "/data"
+        # Docker bind-mounts its root onto itself, so compare filesystems, not mount points.
+        uuid = "findmnt -n -o UUID -T"
+        data_fs = lab.ssh(node.name, f"{uuid} /data").stdout.strip()
+        assert data_fs and lab.ssh(node.name, f"{uuid} {root}").stdout.strip() == data_fs
         containerd = lab.ssh(node.name, "containerd config dump").stdout
         assert 'root = "/data/containers/containerd"' in containerd
         for service in ("docker", "containerd"):
