@@ -204,7 +204,14 @@ def up(
         inventory.remove(state.inventory_dir, spec.name)
     state.inventory_dir = inventory.write(target, spec.name, inventory_files)
     lab_state.save(state)
-    _wait_server(server_ip)
+    network.wait_for_banner(
+        server_ip,
+        server.PORT,
+        b"HTTP/",
+        "the lab package server",
+        time.monotonic() + 30,
+        send=b"HEAD / HTTP/1.0\r\n\r\n",
+    )
     say(f"lab {spec.name}: {len(state.nodes)} node(s) up; inventory {state.inventory_dir}")
     return state
 
@@ -296,21 +303,6 @@ def _write_known_hosts(home: Path, state: LabState) -> Path:
         public = ssh.host_key(home, node.name).with_suffix(".pub").read_text()
         entries.append(([node.ip, node.name], public))
     return ssh.write_known_hosts(home / ssh.KNOWN_HOSTS, entries)
-
-
-def _wait_server(ip: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection((ip, server.PORT), timeout=2) as sock:
-                sock.sendall(b"HEAD / HTTP/1.0\r\n\r\n")
-                if sock.recv(16).startswith(b"HTTP/"):
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise LabError(f"the lab package server at http://{ip}/ does not answer")
-        time.sleep(0.3)
 
 
 # --- using a running lab ------------------------------------------------------------------

@@ -8,6 +8,8 @@ valid across restarts: ``.1`` is the host (bridge gateway), ``.2`` the package s
 from __future__ import annotations
 
 import ipaddress
+import socket
+import time
 
 import docker
 import docker.errors
@@ -102,3 +104,33 @@ def remove_networks(client: docker.DockerClient, lab_name: str) -> list[str]:
             raise LabError(f"cannot remove network {network.name}: {err}") from err
         removed.append(str(network.name))
     return removed
+
+
+def wait_for_banner(
+    ip: str, port: int, expect: bytes, what: str, deadline: float, send: bytes = b""
+) -> None:
+    """Wait until a TCP service on the lab network answers with its banner.
+
+    Args:
+        ip: The service's address.
+        port: Its port.
+        expect: What the first bytes of its answer start with (``b"SSH-"``, ``b"HTTP/"``).
+        what: The service, for the error message.
+        deadline: A ``time.monotonic()`` value.
+        send: Bytes to send first (a request), for services that speak only when asked.
+
+    Raises:
+        LabError: The service did not answer by the deadline.
+    """
+    while True:
+        try:
+            with socket.create_connection((ip, port), timeout=2) as sock:
+                if send:
+                    sock.sendall(send)
+                if sock.recv(64).startswith(expect):
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise LabError(f"{what} at {ip}:{port} does not answer")
+        time.sleep(0.3)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import secrets
-import socket
 import tarfile
 import time
 from collections.abc import Mapping, Sequence
@@ -23,7 +22,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from toolkit.errors import LabError
-from toolkit.lab import paths
+from toolkit.lab import network, paths
 
 STOP_SIGNAL = "SIGRTMIN+3"  # what makes systemd shut down cleanly
 DEVICE_RULES = ("b 7:* rwm", "b 9:* rwm", "b 259:* rwm")
@@ -191,21 +190,8 @@ def wait_ready(container: Container, ip: str, timeout: float = 120, strict: bool
             container, ["systemctl", "--failed", "--no-legend", "--plain"], check=False
         )
         raise LabError(f"node {container.name} booted with failed units: {failed.strip()}")
-    _wait_ssh(container.name or ip, ip, deadline)
+    network.wait_for_banner(ip, 22, b"SSH-", f"sshd on node {container.name}", deadline)
     return state
-
-
-def _wait_ssh(name: str, ip: str, deadline: float) -> None:
-    while True:
-        try:
-            with socket.create_connection((ip, 22), timeout=2) as sock:
-                if sock.recv(64).startswith(b"SSH-"):
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise LabError(f"sshd on node {name} ({ip}) does not answer")
-        time.sleep(0.3)
 
 
 def get_container(client: docker.DockerClient, name: str) -> Container | None:

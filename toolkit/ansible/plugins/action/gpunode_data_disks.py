@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import shlex
 import uuid
-from collections.abc import Mapping
 from typing import Any
 
 from ansible.plugins.action import ActionBase
 
+from toolkit.ansible.values import plain
 from toolkit.config import validate
 from toolkit.disks.gather import gather_script, node_facts, parse_sections
 from toolkit.disks.planner import DEFAULT_SETTLE, Plan, plan
@@ -28,17 +28,6 @@ from toolkit.disks.units import RUNTIME_SERVICES
 from toolkit.errors import ToolkitError
 
 FACT = "gpunode_data_disks"
-
-
-def _plain(value: Any) -> Any:
-    # Ansible hands templated values as its own str/dict subclasses; the schema wants plain ones.
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, str):
-        return str(value)
-    return value
 
 
 def plan_diff(result: Plan) -> list[dict[str, str]]:
@@ -108,7 +97,7 @@ class ActionModule(ActionBase):
             host = str(task_vars.get("inventory_hostname", "host"))
             spec = validate(
                 DataDisksSpec,
-                _plain(raw_spec),
+                plain(raw_spec),
                 f"hardware profile of {host}",
                 prefix=("hardware", "data_disks"),
             )

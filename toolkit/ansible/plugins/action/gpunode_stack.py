@@ -8,27 +8,16 @@ not only the first; warnings are shown as Ansible warnings.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from ansible.plugins.action import ActionBase
 
 from toolkit.ansible.nodefacts import UnsupportedOS, os_id
+from toolkit.ansible.values import plain
 from toolkit.errors import ToolkitError
 
 # Inventory variables that move the repositories (docs/architecture.md, "Repository variables").
 REPO_VARS = ("gpunode_nvidia_repo_url", "gpunode_container_toolkit_repo_url")
-
-
-def _plain(value: Any) -> Any:
-    # Ansible hands templated values as its own str/dict subclasses; the schema wants plain ones.
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, str):
-        return str(value)
-    return value
 
 
 def _issues(checked: Any) -> tuple[list[str], list[str]]:
@@ -94,10 +83,8 @@ class ActionModule(ActionBase):
             from toolkit.stack.models import HardwareProfile, Stack
 
             source = f"host vars of {host}"
-            stack = validate(Stack, _plain(stack_data), source, prefix=("stack",))
-            hardware = validate(
-                HardwareProfile, _plain(hardware_data), source, prefix=("hardware",)
-            )
+            stack = validate(Stack, plain(stack_data), source, prefix=("stack",))
+            hardware = validate(HardwareProfile, plain(hardware_data), source, prefix=("hardware",))
             errors, warnings = _issues(check(stack, hardware))
             if errors:
                 result["failed"] = True
@@ -121,6 +108,6 @@ class ActionModule(ActionBase):
 
         if warnings:
             result["warnings"] = warnings
-        result["ansible_facts"] = {"gpunode_stack": _plain(resolved)}
+        result["ansible_facts"] = {"gpunode_stack": plain(resolved)}
         result["msg"] = f"stack {resolved.get('stack_id')} for {target_os}"
         return result
