@@ -7,9 +7,7 @@ from collections.abc import Generator
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
+from shared_fixtures import REPO
 
 # In CI (`CI=true`, set by the CI runner) every prerequisite is installed by scripts/setup-host,
 # so a skip means a broken set-up, not a missing optional tool. Only these reasons, which a

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SHARED_FIXTURES
+from shared_fixtures import SHARED_FIXTURES
 
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, infer_ranks, parse, strip_prefix
 
