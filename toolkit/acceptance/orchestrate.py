@@ -373,9 +373,11 @@ def _addr(facts: str) -> str | None:
 def _ensure_torch(plan: NodePlan, progress: Progress) -> str:
     """The Python to run the runner with: one with torch when it can be had.
 
-    torch is installed into a venv under /opt/gpunode from ``gpunode_pip_find_links`` /
-    ``gpunode_pip_index_url`` when neither the venv nor the system Python has it. Without a
-    source the runner runs without torch, and the all-reduce check says so.
+    torch is installed into a venv under /opt/gpunode when neither the venv nor the system
+    Python has it, and only from a hashed lock (``gpunode_acceptance_requirements``: lines
+    ``name==version --hash=sha256:...``, installed with ``--require-hashes``) fetched from
+    ``gpunode_pip_find_links`` / ``gpunode_pip_index_url``. Without a lock or a source nothing
+    is installed: the runner runs without torch and the all-reduce check says so.
     """
     assert plan.node is not None
     node = plan.node
@@ -385,12 +387,22 @@ def _ensure_torch(plan: NodePlan, progress: Progress) -> str:
             return python
     find_links = plan.host.vars.get("gpunode_pip_find_links")
     index_url = plan.host.vars.get("gpunode_pip_index_url")
-    if not find_links and not index_url:
-        progress(f"{plan.host.name}: torch missing and no gpunode_pip_find_links/index_url set")
+    lock = plan.host.vars.get("gpunode_acceptance_requirements")
+    if not lock or not (find_links or index_url):
+        progress(
+            f"{plan.host.name}: torch missing; installing it needs gpunode_acceptance_requirements"
+            " (a hashed lock) and gpunode_pip_find_links or gpunode_pip_index_url"
+        )
         return "python3"
-    progress(f"{plan.host.name}: installing torch into {VENV}")
+    if isinstance(lock, str) or not all("--hash=sha256:" in str(line) for line in lock):
+        raise AcceptanceError(
+            f"{plan.host.name}: gpunode_acceptance_requirements must be a list of "
+            "'name==version --hash=sha256:<digest>' lines (pip --require-hashes)"
+        )
+    progress(f"{plan.host.name}: installing torch into {VENV} from its hashed lock")
     node.run(f"test -x {venv_py} || python3 -m venv --without-pip {VENV}", check=True, timeout=300)
     node.put_text(pip_zip(), f"{REMOTE_DIR}/pip.zip")
+    node.put_text("".join(f"{line}\n" for line in lock), f"{REMOTE_DIR}/requirements.txt")
     source = []
     if index_url:
         source += ["--index-url", shlex.quote(str(index_url))]
@@ -399,13 +411,15 @@ def _ensure_torch(plan: NodePlan, progress: Progress) -> str:
     if find_links:
         source += ["--find-links", shlex.quote(str(find_links))]
     for url in (index_url, find_links):
-        # pip ignores plain-http sources unless their host is trusted by name.
+        # pip ignores plain-http sources unless their host is trusted by name; the hashes,
+        # which came over SSH, are what vouches for the files.
         parsed = urlsplit(str(url or ""))
         if parsed.scheme == "http" and parsed.hostname:
             source += ["--trusted-host", shlex.quote(parsed.hostname)]
     node.run(
         f"{venv_py} {REMOTE_DIR}/pip.zip/pip install --no-input --disable-pip-version-check "
-        f"--no-cache-dir {' '.join(source)} torch",
+        f"--no-cache-dir --require-hashes --only-binary=:all: {' '.join(source)} "
+        f"-r {REMOTE_DIR}/requirements.txt",
         check=True,
         timeout=1800,
     )

@@ -22,6 +22,7 @@ when the marker says it is this lab's.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,7 @@ def render(
     nodes: list[NodeState],
     key_file: Path,
     known_hosts: Path,
-    repo_vars: dict[str, str],
+    repo_vars: Mapping[str, object],
     ca_bundle: Path | None,
     md_available: bool,
 ) -> dict[str, str]:

@@ -196,7 +196,7 @@ def up(
         nodes=state.nodes,
         key_file=key,
         known_hosts=known_hosts,
-        repo_vars=server.repository_urls(server_ip, repo),
+        repo_vars=server.repository_vars(server_ip, repo, wheels),
         ca_bundle=ca_bundle,
         md_available=Path("/proc/mdstat").exists(),
     )

@@ -15,6 +15,7 @@ restarting anything.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -88,6 +89,23 @@ def ensure_wheels(dest: Path, requirement: str = TORCH_REQUIREMENT) -> Path:
     return dest
 
 
+def requirements_lock(wheels: Path) -> list[str]:
+    """A pip lock of the served wheels: ``name==version --hash=sha256:...``, one a line.
+
+    Nodes install from it with ``--require-hashes`` (gpunode_acceptance_requirements), so
+    what they run is exactly what was downloaded here, whatever the HTTP path in between.
+    """
+    lock = []
+    for wheel in sorted(wheels.glob("*.whl")):
+        # PEP 427: {distribution}-{version}(-{build})?-{python}-{abi}-{platform}.whl
+        distribution, version = wheel.name.split("-")[:2]
+        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        lock.append(f"{distribution}=={version} --hash=sha256:{digest}")
+    if not lock:
+        raise LabError(f"no wheels in {wheels}: the lab cannot offer torch to its nodes")
+    return lock
+
+
 def ensure_server(
     client: docker.DockerClient,
     *,
@@ -139,7 +157,7 @@ def ensure_server(
     return container
 
 
-def repository_urls(server_ip: str, repo: RepoInfo) -> dict[str, str]:
+def repository_vars(server_ip: str, repo: RepoInfo, wheels: Path) -> dict[str, object]:
     """The repository variables of the inventory (docs/architecture.md) for this server."""
     base = f"http://{server_ip}"
     return {
@@ -150,4 +168,5 @@ def repository_urls(server_ip: str, repo: RepoInfo) -> dict[str, str]:
         ),
         "gpunode_container_toolkit_repo_key_url": f"{base}/{repo.container_toolkit_key_url_path}",
         "gpunode_pip_find_links": f"{base}/wheels/",
+        "gpunode_acceptance_requirements": requirements_lock(wheels),
     }
