@@ -82,7 +82,9 @@ def accept(
         emit_json(run.summary())
     else:
         _print_verdicts(run.summary())
-        err_console.print(f"Run {run.run_id} recorded in {run.run_dir}")
+        err_console.print(
+            f"Run {run.run_id} recorded in {run.run_dir}: report.html, junit.xml, run.json"
+        )
     click.get_current_context().exit(EXIT_OK if run.all_ready else EXIT_FAILED)
 
 
