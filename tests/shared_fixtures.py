@@ -1,12 +1,30 @@
-"""Where the shared captures live: ``../shared/fixtures`` beside the repository.
+"""What several test tiers share: where the shared captures are, which Python has torch.
 
-They are not part of the project: tests read them there and skip cleanly when absent.
-(A module of its own, not conftest.py: several conftest modules share that name.)
+The captures in ``../shared/fixtures`` beside the repository are not part of the project:
+tests read them there and skip cleanly when absent. (A module of its own, not conftest.py:
+several conftest modules share that name.)
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
+
+
+def torch_python() -> str | None:
+    """A Python that imports torch: ``$GPUNODE_TORCH_PYTHON``, else this one, else None."""
+    for python in (os.environ.get("GPUNODE_TORCH_PYTHON"), sys.executable):
+        if (
+            python
+            and subprocess.run(
+                [python, "-c", "import torch"], capture_output=True, check=False
+            ).returncode
+            == 0
+        ):
+            return python
+    return None

@@ -9,13 +9,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from shared_fixtures import torch_python
 
 from toolkit.acceptance import node_runner
 
@@ -41,19 +41,6 @@ BARE = textwrap.dedent(
     dist.destroy_process_group()
     """
 )
-
-
-def _torch_python() -> str | None:
-    for python in (os.environ.get("GPUNODE_TORCH_PYTHON"), sys.executable):
-        if (
-            python
-            and subprocess.run(
-                [python, "-c", "import torch"], capture_output=True, check=False
-            ).returncode
-            == 0
-        ):
-            return python
-    return None
 
 
 def _bare_loop(python: str, tmp: Path, port: int) -> float:
@@ -120,7 +107,7 @@ def _runner(python: str, tmp: Path, port: int) -> tuple[float, dict[str, object]
 
 
 def test_bench_runner_overhead_vs_bare_loop(tmp_path: Path) -> None:
-    python = _torch_python()
+    python = torch_python()
     if python is None:
         pytest.skip("no Python with torch (set GPUNODE_TORCH_PYTHON)")
     bare = min(_bare_loop(python, tmp_path, 29700 + i) for i in range(2))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_fixtures import torch_python
 
 from toolkit.acceptance import node_runner as nr
 from toolkit.acceptance.thresholds import AcceptanceSpec
@@ -173,21 +174,8 @@ def test_driver_mismatch_is_reported(lab_env: Any, tmp_path: Path) -> None:
     assert versions["nvml_library"] == "12.550"
 
 
-def _torch_python() -> str | None:
-    for python in (os.environ.get("GPUNODE_TORCH_PYTHON"), sys.executable):
-        if (
-            python
-            and subprocess.run(
-                [python, "-c", "import torch"], capture_output=True, check=False
-            ).returncode
-            == 0
-        ):
-            return python
-    return None
-
-
 def test_run_node_with_gloo(tmp_path: Path) -> None:
-    python = _torch_python()
+    python = torch_python()
     if python is None:
         pytest.skip("no Python with torch (set GPUNODE_TORCH_PYTHON)")
     spec = {
@@ -256,7 +244,7 @@ def test_runner_is_standard_library_only() -> None:
 
 
 def test_pattern_fill_and_check_across_chunks() -> None:
-    python = _torch_python()
+    python = torch_python()
     if python is None:
         pytest.skip("no Python with torch (set GPUNODE_TORCH_PYTHON)")
     script = f"""
