@@ -1,8 +1,7 @@
-"""The runner's helpers: run ids and rotation, secrets in extravars, content, environment."""
+"""The runner's helpers: secrets in extravars, content, environment."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -10,22 +9,6 @@ import pytest
 from toolkit.ansible import runner
 from toolkit.ansible.content import find_content
 from toolkit.errors import ConfigError
-
-
-def test_new_run_id_is_sortable_and_unique() -> None:
-    first = runner.new_run_id("provision.yml")
-    second = runner.new_run_id("provision.yml")
-    assert re.fullmatch(r"\d{8}T\d{6}Z-provision-[0-9a-f]{6}", first)
-    assert first != second
-
-
-def test_rotate_runs_keeps_the_newest(tmp_path: Path) -> None:
-    for index in range(5):
-        (tmp_path / f"2026010{index}T000000Z-provision-aaaaaa").mkdir()
-    removed = runner.rotate_runs(tmp_path, keep=2)
-    assert [p.name[:9] for p in removed] == ["20260100T", "20260101T", "20260102T"]
-    assert sorted(p.name[:9] for p in tmp_path.iterdir()) == ["20260103T", "20260104T"]
-    assert runner.rotate_runs(tmp_path / "missing") == []
 
 
 @pytest.mark.parametrize(
@@ -38,13 +21,6 @@ def test_secret_extravars_are_refused(name: str) -> None:
 
 def test_plain_extravars_pass() -> None:
     runner.check_extravars({"gpunode_run_id": "r", "ansible_ssh_private_key_file": "/k"})
-
-
-def test_state_dir_follows_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("GPUNODE_STATE_DIR", str(tmp_path))
-    assert runner.state_dir() == tmp_path
-    monkeypatch.delenv("GPUNODE_STATE_DIR")
-    assert runner.state_dir() == Path.cwd() / ".gpunode"
 
 
 def test_content_is_found_in_the_checkout(repo_root: Path) -> None:

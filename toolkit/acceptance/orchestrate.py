@@ -13,9 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import secrets
 import shlex
-import shutil
 import threading
 import zipfile
 from collections.abc import Callable, Sequence
@@ -27,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from toolkit import runs
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective, parse_size, sweep_sizes
@@ -40,7 +39,6 @@ from toolkit.report.prometheus import TEXTFILE_PATH, render_textfile
 REMOTE_DIR = "/opt/gpunode/accept"
 VENV = "/opt/gpunode/venv"
 STATE_PATH = "/etc/gpunode/state.json"
-KEEP_RUNS = 50
 DEFAULT_PORT_BASE = 29500
 
 Progress = Callable[[str], None]
@@ -54,7 +52,7 @@ class AcceptOptions:
     limit: str | None = None
     multi_node: bool = False
     hooks: Sequence[str] = ()
-    runs_dir: Path = Path(".gpunode/runs")
+    runs_dir: Path = field(default_factory=runs.runs_dir)
     hook_runner: CommandRunner = local_runner
     runner_timeout_s: float = 1800.0
 
@@ -154,12 +152,6 @@ def digest(document: Any) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def new_run_id(now: datetime | None = None) -> str:
-    """A sortable, unique run id: UTC time plus random hex."""
-    now = now or datetime.now(timezone.utc)
-    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
-
-
 @lru_cache(maxsize=1)
 def runner_source() -> bytes:
     """The node-side runner, as shipped."""
@@ -199,8 +191,8 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
     if not hosts:
         raise ConfigError(f"{opts.inventory}: no hosts match {opts.limit or 'all'!r}")
     plans = [_plan(inventory, host) for host in hosts]
-    run_id = new_run_id(started)
-    run_dir = opts.runs_dir / run_id
+    run_dir = runs.start_run("accept", opts.runs_dir, started)
+    run_id = run_dir.name
     (run_dir / "nodes").mkdir(parents=True, exist_ok=True)
     progress(f"run {run_id}: {len(plans)} node(s)")
     try:
@@ -249,7 +241,7 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
         multinode=multinode.to_dict() if opts.multi_node and multinode else None,
         hook_actions=actions,
     )
-    _record(run, opts.runs_dir)
+    _record(run)
     return run
 
 
@@ -601,8 +593,8 @@ def _write_node_state(plan: NodePlan, run_id: str, when: datetime) -> None:
         plan.error = (plan.error + "; " if plan.error else "") + err.message
 
 
-def _record(run: AcceptanceRun, runs_dir: Path) -> None:
-    """run.json, the reports and each node's raw result; old runs rotate out."""
+def _record(run: AcceptanceRun) -> None:
+    """run.json, the reports and each node's raw result (evidence: never rotated away)."""
     summary = run.summary()
     write_reports(summary, run.run_dir)
     for plan in run.plans:
@@ -610,6 +602,3 @@ def _record(run: AcceptanceRun, runs_dir: Path) -> None:
             (run.run_dir / "nodes" / f"{plan.host.name}.result.json").write_text(
                 json.dumps(plan.result, indent=1, sort_keys=True) + "\n"
             )
-    runs = sorted(p for p in runs_dir.iterdir() if p.is_dir())
-    for old in runs[:-KEEP_RUNS]:
-        shutil.rmtree(old, ignore_errors=True)

@@ -1,50 +1,32 @@
 """The one way gpunode runs a playbook: ansible-runner with an event handler.
 
 Each run gets its own id and directory under the state directory
-(``.gpunode/runs/<run-id>/``, git-ignored; old runs are rotated away). Ansible is pointed at
-the project's roles, action plugins and modules through environment variables, with host key
-checking on. Progress comes from events, the per-host summary from the stats, failure
-details from failed events.
+(``.gpunode/runs/<run-id>/``, git-ignored; ``toolkit.runs`` owns their names and rotation).
+Ansible is pointed at the project's roles, action plugins and modules through environment
+variables, with host key checking on. Progress comes from events, the per-host summary from
+the stats, failure details from failed events.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
-import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from toolkit import runs
 from toolkit.ansible.content import Content, find_content
 from toolkit.ansible.events import EventCollector, RunResult, summaries_from_stats
 from toolkit.errors import ConfigError, PlaybookError
-
-# How many run directories are kept under <state>/runs (the oldest go first).
-KEEP_RUNS = 30
 
 # Extra variables are written to the run's artifacts (env/extravars), so secrets must never
 # travel that way: names that look like one are refused.
 SECRET_NAME = re.compile(r"(pass(word|wd)?|secret|token|api_?key|private_key$|credential)", re.I)
 
 Listener = Callable[[EventCollector], None]
-
-
-def state_dir() -> Path:
-    """The control machine's state directory: ``$GPUNODE_STATE_DIR`` or ``./.gpunode``."""
-    env = os.environ.get("GPUNODE_STATE_DIR")
-    return Path(env) if env else Path.cwd() / ".gpunode"
-
-
-def new_run_id(playbook: str) -> str:
-    """A sortable, unique run id: UTC time, the playbook's stem and a short random suffix."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    stem = Path(playbook).stem
-    return f"{stamp}-{stem}-{uuid.uuid4().hex[:6]}"
 
 
 def check_extravars(extravars: Mapping[str, Any]) -> None:
@@ -59,21 +41,6 @@ def check_extravars(extravars: Mapping[str, Any]) -> None:
                 f"extra variable {name!r} looks like a secret; extra variables are written to "
                 "the run's artifacts, so pass secrets through Ansible Vault or the inventory"
             )
-
-
-def rotate_runs(runs: Path, keep: int = KEEP_RUNS) -> list[Path]:
-    """Remove the oldest run directories so that at most ``keep`` remain.
-
-    Returns:
-        The directories removed.
-    """
-    if not runs.is_dir():
-        return []
-    entries = sorted((p for p in runs.iterdir() if p.is_dir()), key=lambda p: p.name)
-    removed = entries[: max(0, len(entries) - keep)]
-    for path in removed:
-        shutil.rmtree(path, ignore_errors=True)
-    return removed
 
 
 def ansible_env(content: Content) -> dict[str, str]:
@@ -210,12 +177,8 @@ def run_playbook(
 
 
 def _new_run_dir(label: str) -> tuple[str, Path]:
-    runs = state_dir() / "runs"
-    run_id = new_run_id(label)
-    run_dir = runs / run_id
-    run_dir.mkdir(parents=True, exist_ok=False)
-    rotate_runs(runs)
-    return run_id, run_dir
+    run_dir = runs.start_run(runs.kind_name(label))
+    return run_dir.name, run_dir
 
 
 def run_module(

@@ -40,9 +40,9 @@ from toolkit.errors import EXIT_FAILED, EXIT_OK, AcceptanceError, ConfigError
 @click.option(
     "--runs-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path(".gpunode/runs"),
-    show_default=True,
-    help="Where the run is recorded on this machine.",
+    default=None,
+    help="Where the run is recorded on this machine [default: $GPUNODE_STATE_DIR/runs or "
+    ".gpunode/runs].",
 )
 @json_option
 @click.pass_context
@@ -52,7 +52,7 @@ def accept(
     limit: str | None,
     multi_node: bool,
     hooks: tuple[str, ...],
-    runs_dir: Path,
+    runs_dir: Path | None,
     as_json: bool,
 ) -> None:
     """Run the acceptance test and mark nodes ready.
@@ -66,6 +66,7 @@ def accept(
         return
     if inventory is None:
         raise click.UsageError("Missing option '-i' / '--inventory' (or use: accept parse FILE).")
+    from toolkit import runs
     from toolkit.acceptance.orchestrate import AcceptOptions, run_acceptance
 
     run = run_acceptance(
@@ -74,7 +75,7 @@ def accept(
             limit=limit,
             multi_node=multi_node,
             hooks=hooks,
-            runs_dir=runs_dir,
+            runs_dir=runs_dir or runs.runs_dir(),
         ),
         progress=say,
     )
