@@ -188,7 +188,9 @@ def test_run_node_with_gloo(tmp_path: Path) -> None:
         "data_size_bytes": 4 << 20,
         "workdir": str(tmp_path),
         "packages": ["dpkg"],
+        "state_file": str(tmp_path / "state.json"),
     }
+    (tmp_path / "state.json").write_text('{"state": "provisioned", "stack_id": "abc"}')
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     env = dict(os.environ, PATH="/usr/bin:/bin")  # no nvidia-smi here: a CPU node
     proc = subprocess.run(
@@ -210,6 +212,7 @@ def test_run_node_with_gloo(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["gpus"]["ok"] is False and "nvidia-smi" in result["gpus"]["error"]
+    assert result["state"] == {"state": "provisioned", "stack_id": "abc"}
     ar = result["allreduce"]
     assert ar["error"] is None and ar["engine"] == "torch-gloo" and ar["ranks"] == 2
     assert [r["size_bytes"] for r in ar["rows"]] == [1 << 16, 1 << 20]

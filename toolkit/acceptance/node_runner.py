@@ -40,7 +40,6 @@ NCCL_TESTS_CANDIDATES = (
     "/opt/nccl-tests/build/all_reduce_perf",
     "/usr/local/bin/all_reduce_perf",
 )
-STATE_FILE = "/etc/gpunode/state.json"
 
 # `nvidia-smi --help-query-gpu`: the fields read per GPU. Health fields are read in a second
 # query so that a driver lacking one of them still reports the inventory.
@@ -277,10 +276,10 @@ def parse_xids(text: str) -> list[dict[str, Any]]:
     return events
 
 
-def read_state() -> dict[str, Any] | None:
-    """The node's /etc/gpunode/state.json, if any."""
+def read_state(path: str) -> dict[str, Any] | None:
+    """The node's state file (its path comes in the spec: toolkit.nodestate owns it)."""
     try:
-        with open(STATE_FILE, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
         return data if isinstance(data, dict) else None
     except (OSError, ValueError):
@@ -736,7 +735,7 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
     result["kernel_log"] = read_kernel_log(
         spec.get("kernel_log_command") or DEFAULT_KERNEL_LOG_COMMAND
     )
-    result["state"] = read_state()
+    result["state"] = read_state(spec["state_file"])
     torch = import_torch()
     cuda_gpus = 0
     if torch is not None:

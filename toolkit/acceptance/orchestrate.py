@@ -18,14 +18,14 @@ import threading
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from toolkit import runs
+from toolkit import nodestate, runs
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective, parse_size, sweep_sizes
@@ -38,7 +38,6 @@ from toolkit.report.prometheus import TEXTFILE_PATH, render_textfile
 
 REMOTE_DIR = "/opt/gpunode/accept"
 VENV = "/opt/gpunode/venv"
-STATE_PATH = "/etc/gpunode/state.json"
 DEFAULT_PORT_BASE = 29500
 
 Progress = Callable[[str], None]
@@ -437,6 +436,7 @@ def _runner_spec(plan: NodePlan) -> dict[str, Any]:
         ),
         "data_size_bytes": parse_size(spec.data_test_size),
         "workdir": REMOTE_DIR,
+        "state_file": nodestate.PATH,
     }
 
 
@@ -560,22 +560,19 @@ def _write_node_state(plan: NodePlan, run_id: str, when: datetime) -> None:
     """state.json and the Prometheus textfile on the node; written last, atomically."""
     assert plan.node is not None and plan.verdict is not None
     node = plan.node
-    previous = (plan.result or {}).get("state") or {}
-    installed = previous.get("stack_id")
-    ready = plan.verdict.ready
-    state = {
-        **previous,
-        "state": "ready" if ready else "not-ready",
-        "reason": plan.verdict.reasons(),
-        "stack_id": installed,
-        "run_id": run_id,
-        "time": when.isoformat(),
-        "valid_until": (when + timedelta(hours=plan.spec.max_result_age_h)).isoformat(),
-        "results_digest": digest(plan.result) if plan.result else None,
-    }
+    state = nodestate.after_acceptance(
+        (plan.result or {}).get("state") or nodestate.new(),
+        passed=plan.verdict.ready,
+        reasons=plan.verdict.reasons(),
+        accepted_stack_id=plan.expect.stack_id if plan.expect else None,
+        run_id=run_id,
+        now=when,
+        valid_hours=plan.spec.max_result_age_h,
+        results_digest=digest(plan.result) if plan.result else None,
+    )
     try:
-        node.put_text(json.dumps(state, indent=2, sort_keys=True) + "\n", f"{STATE_PATH}.tmp")
-        node.run(f"mv -f {STATE_PATH}.tmp {STATE_PATH}", check=True, timeout=60)
+        node.put_text(nodestate.render(state), f"{nodestate.PATH}.tmp")
+        node.run(f"mv -f {nodestate.PATH}.tmp {nodestate.PATH}", check=True, timeout=60)
         plan.written["state"] = True
     except RemoteError as err:
         plan.written["state"] = False

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any
 
+from toolkit import nodestate
 from toolkit.ansible.events import RunResult
-
-STATE_FILE = "/etc/gpunode/state.json"
 
 
 def drift_report(result: RunResult) -> dict[str, Any]:
@@ -49,18 +47,15 @@ def state_from_slurp(res: dict[str, Any]) -> dict[str, Any]:
     """The node state from a ``slurp`` result of the state file (``new`` when absent).
 
     Returns:
-        The state dict; an unreadable file gives state ``unknown`` with the reason.
+        The state dict (``toolkit.nodestate``); an unreadable file gives state ``unknown``
+        with the reason.
     """
     if res.get("failed") or "content" not in res:
         message = str(res.get("msg") or "")
         if "not found" in message.lower() or "no such file" in message.lower() or not message:
-            return {"state": "new", "reason": []}
+            return nodestate.new()
         return {"state": "unknown", "reason": [message]}
     try:
-        data = json.loads(base64.b64decode(res["content"]).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:
-        return {"state": "unknown", "reason": [f"{STATE_FILE} is not valid JSON: {err}"]}
-    if not isinstance(data, dict) or "state" not in data:
-        return {"state": "unknown", "reason": [f"{STATE_FILE} has no state"]}
-    data.setdefault("reason", [])
-    return data
+        return nodestate.parse(base64.b64decode(res["content"]))
+    except ValueError as err:
+        return {"state": "unknown", "reason": [f"{nodestate.PATH} is not base64: {err}"]}

@@ -34,8 +34,9 @@ def status(inventory: Path, limit: str | None, as_json: bool) -> None:
     Reads /etc/gpunode/state.json on each node: new, provisioned, ready or not-ready (with
     the reason), the stack id it was written for, and the run that wrote it.
     """
-    from toolkit.ansible.reports import STATE_FILE, state_from_slurp
+    from toolkit.ansible.reports import state_from_slurp
     from toolkit.ansible.runner import run_module
+    from toolkit.nodestate import PATH as STATE_FILE
 
     result = run_module(
         "ansible.builtin.slurp", inventory, module_args=f"src={STATE_FILE}", limit=limit

@@ -1,0 +1,122 @@
+"""The node state: parsing, and the only transitions allowed (table-driven)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from toolkit import nodestate
+
+NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("text", "state"),
+    [
+        (None, "new"),
+        ('{"state": "ready", "stack_id": "a"}', "ready"),
+        ('{"state": "provisioned", "reason": "not a list"}', "provisioned"),
+        ("{not json", "unknown"),
+        ('["state", "ready"]', "unknown"),
+        ('{"state": "happy"}', "unknown"),
+        (b'{"state": "not-ready", "reason": ["ecc"]}', "not-ready"),
+    ],
+)
+def test_parse(text: str | bytes | None, state: str) -> None:
+    parsed = nodestate.parse(text)
+    assert parsed["state"] == state
+    assert isinstance(parsed["reason"], list)
+
+
+def test_render_round_trips() -> None:
+    state = {"state": "ready", "reason": [], "stack_id": "abc", "time": "t"}
+    assert nodestate.parse(nodestate.render(state)) == state
+    assert nodestate.render(state).endswith("}\n")
+    assert list(json.loads(nodestate.render(state))) == sorted(state)
+
+
+# (current state, stack id in the file, changed, reasons) -> (state, reason contains)
+PROVISION_CASES: list[tuple[str, str | None, bool, list[str], str, str | None]] = [
+    ("new", None, True, [], "provisioned", None),
+    ("new", None, False, ["needs reboot"], "provisioned", "needs reboot"),
+    ("provisioned", "s1", False, [], "provisioned", None),
+    ("ready", "s1", False, [], "ready", None),  # the verdict stands
+    ("not-ready", "s1", False, [], "not-ready", "ecc"),  # so does a failed one
+    ("ready", "s0", True, [], "not-ready", "stack changed from s0 to s1"),
+    ("ready", "s1", True, [], "not-ready", "stack reinstalled"),
+    ("ready", "s1", False, ["needs reboot"], "not-ready", "needs reboot"),
+    ("not-ready", "s0", True, [], "provisioned", None),
+]
+
+
+@pytest.mark.parametrize(("before", "stack", "changed", "reasons", "after", "why"), PROVISION_CASES)
+def test_after_provision(
+    before: str, stack: str | None, changed: bool, reasons: list[str], after: str, why: str | None
+) -> None:
+    current: dict[str, Any] = {"state": before, "reason": ["ecc"] if before == "not-ready" else []}
+    if stack:
+        current["stack_id"] = stack
+    new = nodestate.after_provision(
+        current, stack_id="s1", changed=changed, reasons=reasons, run_id="r1", now=NOW
+    )
+    assert new["state"] == after
+    assert new["stack_id"] == "s1"
+    if why:
+        assert any(why in r for r in new["reason"]), new["reason"]
+    assert new["state"] != "ready" or before == "ready"  # provisioning never makes ready
+
+
+def test_unchanged_provision_writes_nothing() -> None:
+    current = {"state": "ready", "reason": [], "stack_id": "s1", "run_id": "r0", "time": "t0"}
+    assert nodestate.after_provision(current, stack_id="s1", changed=False) == current
+    first = nodestate.after_provision(nodestate.new(), stack_id="s1", changed=True, now=NOW)
+    assert first["time"] == "2026-12-01T12:00:00Z"
+    assert nodestate.after_provision(first, stack_id="s1", changed=False) == first
+
+
+@pytest.mark.parametrize(
+    ("before", "drift", "after"),
+    [
+        ("ready", ["n1: libnccl2 2.21.5 installed, 2.26.2 pinned"], "not-ready"),
+        ("ready", [], "ready"),
+        ("provisioned", ["n1: drift"], "provisioned"),
+        ("not-ready", ["n1: drift"], "not-ready"),
+    ],
+)
+def test_after_drift(before: str, drift: list[str], after: str) -> None:
+    new = nodestate.after_drift({"state": before, "reason": []}, drift, run_id="r", now=NOW)
+    assert new["state"] == after
+    if after == "not-ready" and before == "ready":
+        assert new["reason"] == drift
+
+
+def _accept(current: dict[str, Any], passed: bool, stack: str | None) -> dict[str, Any]:
+    return nodestate.after_acceptance(
+        current,
+        passed=passed,
+        reasons=[] if passed else ["health.ecc: 3 uncorrectable"],
+        accepted_stack_id=stack,
+        run_id="r9",
+        now=NOW,
+        valid_hours=24,
+        results_digest="sha256:x",
+        image_id="sha256:img",
+    )
+
+
+def test_ready_only_for_the_stack_installed_now() -> None:
+    installed = {"state": "provisioned", "reason": [], "stack_id": "s1"}
+    ready = _accept(installed, True, "s1")
+    assert ready["state"] == "ready" and ready["reason"] == []
+    assert ready["valid_until"] == "2026-12-02T12:00:00+00:00"
+    assert ready["image_id"] == "sha256:img" and ready["accepted_run_id"] == "r9"
+    other = _accept(installed, True, "s2")
+    assert other["state"] == "not-ready"
+    assert "verdict was for stack s2 but s1 is installed" in other["reason"]
+    nothing = _accept(nodestate.new(), True, "s1")
+    assert nothing["state"] == "not-ready"
+    failed = _accept(installed, False, "s1")
+    assert failed["state"] == "not-ready" and failed["reason"] == ["health.ecc: 3 uncorrectable"]

@@ -1,0 +1,105 @@
+"""Action plugin ``gpunode_node_state``: write the node's state file through ``toolkit.nodestate``.
+
+The rules (which state follows which) live in ``toolkit.nodestate``; this plugin only reads
+the file on the node, asks those rules for the next state and writes it back atomically
+(a temporary file renamed over the old one) when the standing changed. Check mode reports
+what would be written and writes nothing; ``--diff`` shows the file before and after.
+
+``event: provision`` takes ``stack_id``, ``changed`` and ``reasons``; ``event: drift`` takes
+``drift`` (entries with a ``message``). The new state is returned as the fact
+``gpunode_node_state``.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+from pathlib import PurePosixPath
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+from toolkit import nodestate
+
+FACT = "gpunode_node_state"
+
+
+class ActionModule(ActionBase):
+    """Apply a provision or drift event to the node's state file."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("event", "stack_id", "changed", "reasons", "drift", "run_id"))
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Read, decide, write when changed."""
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        result["changed"] = False
+        args = self._task.args
+        event = args.get("event")
+        run_id = str(args.get("run_id") or "")
+        read = self._low_level_execute_command(
+            f"cat {shlex.quote(nodestate.PATH)} 2>/dev/null || echo @@gpunode-no-state",
+            sudoable=True,
+        )
+        stdout = str(read.get("stdout", ""))
+        current = nodestate.parse(None if "@@gpunode-no-state" in stdout else stdout)
+        if current.get("state") == "unknown":
+            current = nodestate.new() | {"previous_error": current["reason"]}
+        if event == "provision":
+            stack_id = str(args.get("stack_id") or "")
+            if not stack_id:
+                return self._fail(result, "stack_id is required (gpunode_stack.stack_id)")
+            wanted = nodestate.after_provision(
+                current,
+                stack_id=stack_id,
+                changed=bool(args.get("changed", False)),
+                reasons=list(args.get("reasons") or []),
+                run_id=run_id,
+            )
+        elif event == "drift":
+            drift = args.get("drift") or []
+            wanted = nodestate.after_drift(
+                current, [str(d.get("message", d)) for d in drift], run_id=run_id
+            )
+        else:
+            return self._fail(result, f"event must be provision or drift, not {event!r}")
+        wanted.pop("previous_error", None)
+        result["ansible_facts"] = {FACT: wanted}
+        if wanted == current:
+            result["msg"] = f"{nodestate.PATH}: {current.get('state')} (unchanged)"
+            return result
+        result["changed"] = True
+        if self._task.diff or self._play_context.diff:
+            result["diff"] = [
+                {
+                    "before_header": nodestate.PATH,
+                    "after_header": nodestate.PATH,
+                    "before": "" if "@@gpunode-no-state" in stdout else stdout,
+                    "after": nodestate.render(wanted),
+                }
+            ]
+        result["msg"] = f"{nodestate.PATH}: {current.get('state')} -> {wanted['state']}"
+        if self._play_context.check_mode:
+            return result
+        payload = base64.b64encode(nodestate.render(wanted).encode()).decode()
+        path = shlex.quote(nodestate.PATH)
+        tmp_path = shlex.quote(nodestate.PATH + ".tmp")
+        directory = shlex.quote(str(PurePosixPath(nodestate.PATH).parent))
+        write = self._low_level_execute_command(
+            "/bin/sh -c "
+            + shlex.quote(
+                f"umask 022 && mkdir -p {directory} && printf %s {payload} | base64 -d "
+                f"> {tmp_path} && mv -f {tmp_path} {path}"
+            ),
+            sudoable=True,
+        )
+        if write.get("rc") != 0:
+            return self._fail(result, f"could not write {nodestate.PATH}: {write.get('stderr')}")
+        return result
+
+    @staticmethod
+    def _fail(result: dict[str, Any], message: str) -> dict[str, Any]:
+        result["failed"] = True
+        result["msg"] = message
+        return result

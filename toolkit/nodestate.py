@@ -1,0 +1,176 @@
+"""The node's state file: its path, its schema and the only transitions allowed.
+
+``/etc/gpunode/state.json`` on each node says where the node stands:
+
+- ``new``: gpunode never provisioned it;
+- ``provisioned``: the pinned stack is installed (reasons such as "needs reboot" may follow);
+- ``ready``: an acceptance verdict passed **for the stack id installed now**;
+- ``not-ready``: acceptance failed, the stack changed since it passed, or the node drifted.
+
+Every writer goes through this module: the ``node_state`` role (through the
+``gpunode_node_state`` action plugin) after provisioning and drift checks, and acceptance
+after its verdict. Readers (``gpunode status``, acceptance, reports) parse it here too.
+Nothing becomes ``ready`` except :func:`after_acceptance` with a passing verdict whose stack
+id is the one installed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+PATH = "/etc/gpunode/state.json"
+STATES = ("new", "provisioned", "ready", "not-ready")
+# Keys a writer may set (anything else found in a file is kept as it is, for newer writers).
+KEYS = (
+    "state",
+    "reason",
+    "stack_id",
+    "run_id",
+    "time",
+    "valid_until",
+    "results_digest",
+    "image_id",
+    "accepted_run_id",
+)
+
+State = dict[str, Any]
+
+
+def new() -> State:
+    """The state of a node gpunode never wrote to."""
+    return {"state": "new", "reason": []}
+
+
+def parse(text: str | bytes | None) -> State:
+    """The state from the file's content (``None``: no file, so ``new``).
+
+    Returns:
+        The state; an unreadable file gives state ``unknown`` with the reason (never raises:
+        a broken file on one node must not stop reading the others).
+    """
+    if text is None:
+        return new()
+    try:
+        data = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as err:
+        return {"state": "unknown", "reason": [f"{PATH} is not valid JSON: {err}"]}
+    if not isinstance(data, dict) or data.get("state") not in STATES:
+        return {"state": "unknown", "reason": [f"{PATH} has no valid state (one of {STATES})"]}
+    reason = data.get("reason")
+    data["reason"] = [str(r) for r in reason] if isinstance(reason, list) else []
+    return data
+
+
+def render(state: Mapping[str, Any]) -> str:
+    """The file's content: sorted, indented JSON with a final newline."""
+    return json.dumps(dict(state), indent=2, sort_keys=True) + "\n"
+
+
+def _stamp(state: State, run_id: str | None, now: datetime | None) -> State:
+    when = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    state["run_id"] = run_id or state.get("run_id") or ""
+    state["time"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return state
+
+
+def same_standing(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two states say the same (state, reasons, stack id): no need to write."""
+    return all(a.get(k) == b.get(k) for k in ("state", "reason", "stack_id")) and list(
+        a.get("reason") or []
+    ) == list(b.get("reason") or [])
+
+
+def after_provision(
+    current: Mapping[str, Any],
+    *,
+    stack_id: str,
+    changed: bool,
+    reasons: Iterable[str] = (),
+    run_id: str | None = None,
+    now: datetime | None = None,
+) -> State:
+    """The state once a provision run converged the node to ``stack_id``.
+
+    A node ready (or not ready) for this very stack, with nothing changed and nothing to
+    report, keeps its verdict. A ready node whose stack changed, or that was reinstalled,
+    becomes not-ready: acceptance must run again. Anything else is ``provisioned``.
+    """
+    reasons = [str(r) for r in reasons]
+    previous = current.get("state")
+    same_stack = current.get("stack_id") == stack_id
+    if previous in ("ready", "not-ready") and same_stack and not changed and not reasons:
+        wanted: State = {"state": previous, "reason": list(current.get("reason") or [])}
+    elif previous == "ready":
+        why = (
+            f"stack changed from {current.get('stack_id') or '?'} to {stack_id} "
+            "since the last acceptance"
+            if not same_stack
+            else "stack reinstalled since the last acceptance"
+            if changed
+            else None
+        )
+        wanted = {"state": "not-ready", "reason": ([why] if why else []) + reasons}
+    else:
+        wanted = {"state": "provisioned", "reason": reasons}
+    wanted["stack_id"] = stack_id
+    merged = {**current, **wanted}
+    if same_standing(current, merged):
+        return dict(current)
+    return _stamp(merged, run_id, now)
+
+
+def after_drift(
+    current: Mapping[str, Any],
+    drift: Iterable[str],
+    *,
+    run_id: str | None = None,
+    now: datetime | None = None,
+) -> State:
+    """The state after a drift check: a ready node that drifted becomes not-ready."""
+    messages = [str(m) for m in drift]
+    if current.get("state") != "ready" or not messages:
+        return dict(current)
+    return _stamp({**current, "state": "not-ready", "reason": messages}, run_id, now)
+
+
+def after_acceptance(
+    current: Mapping[str, Any],
+    *,
+    passed: bool,
+    reasons: Iterable[str],
+    accepted_stack_id: str | None,
+    run_id: str,
+    now: datetime,
+    valid_hours: float,
+    results_digest: str | None = None,
+    image_id: str | None = None,
+) -> State:
+    """The state after an acceptance verdict.
+
+    ``ready`` only when the verdict passed **and** the stack id the node has installed (the
+    one in its state file) is the one the verdict was given for; otherwise ``not-ready``
+    with the reasons (a passing verdict for another stack says so).
+    """
+    reasons = [str(r) for r in reasons]
+    installed = current.get("stack_id")
+    ready = passed and installed is not None and installed == accepted_stack_id
+    if passed and not ready:
+        reasons.append(
+            f"verdict was for stack {accepted_stack_id or '?'} but {installed or 'no stack'} "
+            "is installed"
+        )
+    state = {
+        **current,
+        "state": "ready" if ready else "not-ready",
+        "reason": [] if ready else reasons,
+        "stack_id": installed,
+        "accepted_run_id": run_id,
+        "valid_until": (now + timedelta(hours=valid_hours)).isoformat(),
+        "results_digest": results_digest,
+    }
+    if image_id is not None:
+        state["image_id"] = image_id
+    return _stamp(state, run_id, now)
