@@ -18,13 +18,21 @@ from toolkit.cli.options import compose, inventory_option, json_option, limit_op
 from toolkit.cli.output import emit_json, err_console, out_console, say
 from toolkit.errors import EXIT_FAILED, EXIT_OK
 
-FACT = "gpunode_data_disks"
-PLAYBOOK = "disks"
-
 
 @click.group()
 def disks() -> None:
     """Plan and apply the data-disk layout safely."""
+
+
+def _display(as_json: bool) -> Any:
+    if as_json:
+        return None
+    from toolkit.ansible.progress import LiveProgress
+
+    def display(playbook: str, check_mode: bool) -> LiveProgress:
+        return LiveProgress(err_console, playbook, check_mode)
+
+    return display
 
 
 @disks.command("plan")
@@ -35,13 +43,14 @@ def plan_cmd(inventory: Path, limit: str | None, as_json: bool) -> None:
     Exit 0 when every node can be applied (or is already done), 1 when any node refuses or
     could not be planned.
     """
-    result = _run(inventory, limit, check=True, as_json=as_json)
-    nodes = _nodes(result)
+    from toolkit.disks import flow
+
+    outcome = flow.plan(inventory, limit, _display(as_json))
     if as_json:
-        emit_json(_document(result, nodes))
+        emit_json(outcome.to_dict())
     else:
-        _print_nodes(nodes)
-    click.get_current_context().exit(EXIT_OK if _all_plannable(nodes) else EXIT_FAILED)
+        _print_nodes(outcome)
+    click.get_current_context().exit(EXIT_OK if outcome.ok else EXIT_FAILED)
 
 
 @disks.command("apply")
@@ -52,102 +61,48 @@ def apply_cmd(inventory: Path, limit: str | None, yes: bool, as_json: bool) -> N
     Without --yes the plan is shown first and applied only after confirmation on the
     terminal; without a terminal, --yes is required. Exit 1 when any node refuses or fails.
     """
-    if not yes:
-        if not sys.stdin.isatty():
-            raise click.UsageError(
-                "`gpunode disks apply` asks for confirmation on a terminal; "
-                "there is none, so pass --yes to apply without asking"
-            )
-        planned = _nodes(_run(inventory, limit, check=True, as_json=as_json))
+    from toolkit.disks import flow
+
+    if not yes and not sys.stdin.isatty():
+        raise click.UsageError(
+            "`gpunode disks apply` asks for confirmation on a terminal; "
+            "there is none, so pass --yes to apply without asking"
+        )
+
+    def confirm(planned: flow.DisksOutcome) -> bool:
         _print_nodes(planned, console=err_console)
-        if not _all_plannable(planned):
-            say("Nothing was changed: fix the refusals above first.")
-            if as_json:
-                emit_json({"ok": False, "applied": False, "nodes": planned})
-            click.get_current_context().exit(EXIT_FAILED)
-        todo = [h for h, n in planned.items() if n.get("plan") and n["plan"]["actions"]]
-        if not todo:
-            say("Every node is already in place; nothing to do.")
-            if as_json:
-                emit_json({"ok": True, "applied": False, "nodes": planned})
-            click.get_current_context().exit(EXIT_OK)
-        if not click.confirm(
-            f"Apply these plans to {len(todo)} node(s) ({', '.join(todo)})?",
+        return click.confirm(
+            f"Apply these plans to {len(planned.todo)} node(s) ({', '.join(planned.todo)})?",
             default=False,
             err=True,
-        ):
+        )
+
+    outcome = flow.apply(
+        inventory, limit, confirm=None if yes else confirm, display=_display(as_json)
+    )
+    if outcome.check:  # nothing was applied: refused, nothing to do, or declined
+        if outcome.declined:
             say("Nothing was changed.")
-            click.get_current_context().exit(EXIT_FAILED)
-    result = _run(inventory, limit, check=False, as_json=as_json)
-    nodes = _nodes(result)
+        elif outcome.refused:
+            _print_nodes(outcome, console=err_console)
+            say("Nothing was changed: fix the refusals above first.")
+        else:
+            say("Every node is already in place; nothing to do.")
     if as_json:
-        emit_json(_document(result, nodes) | {"applied": True})
-    else:
-        _print_nodes(nodes, applied=True)
-    click.get_current_context().exit(
-        EXIT_OK if result.ok and _all_plannable(nodes) else EXIT_FAILED
-    )
+        emit_json(outcome.to_dict())
+    elif not outcome.check:
+        _print_nodes(outcome, applied=True)
+    click.get_current_context().exit(EXIT_OK if outcome.ok else EXIT_FAILED)
 
 
-def _run(inventory: Path, limit: str | None, *, check: bool, as_json: bool) -> Any:
-    from toolkit.ansible.progress import LiveProgress
-    from toolkit.ansible.runner import run_playbook
-
-    def display(playbook: str, check_mode: bool) -> LiveProgress:
-        return LiveProgress(err_console, playbook, check_mode)
-
-    return run_playbook(
-        PLAYBOOK,
-        inventory,
-        limit=limit,
-        check=check,
-        diff=False,
-        extravars={"data_disks_report_only": True} if check else None,
-        display=None if as_json else display,
-    )
-
-
-def _nodes(result: Any) -> dict[str, dict[str, Any]]:
-    """Per host: its plan (the fact the role set) and the failures of the run."""
-    nodes: dict[str, dict[str, Any]] = {}
-    for host in sorted(result.hosts):
-        fact = result.host_facts(host, FACT)
-        nodes[host] = {"plan": dict(fact) if isinstance(fact, dict) else None, "errors": []}
-    for failure in result.failures:
-        entry = nodes.setdefault(failure.host, {"plan": None, "errors": []})
-        where = "unreachable" if failure.unreachable else failure.task
-        entry["errors"].append(f"{where}: {failure.message}")
-    return nodes
-
-
-def _all_plannable(nodes: dict[str, dict[str, Any]]) -> bool:
-    if not nodes:
-        return False
-    return all(
-        not n["errors"] and (n["plan"] is None or not n["plan"]["refused"]) for n in nodes.values()
-    )
-
-
-def _document(result: Any, nodes: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "ok": _all_plannable(nodes),
-        "run_id": result.run_id,
-        "check": result.check,
-        "artifact_dir": result.artifact_dir,
-        "nodes": nodes,
-    }
-
-
-def _print_nodes(
-    nodes: dict[str, dict[str, Any]], *, applied: bool = False, console: Any = None
-) -> None:
+def _print_nodes(outcome: Any, *, applied: bool = False, console: Any = None) -> None:
     console = console or out_console
-    if not nodes:
+    if not outcome.nodes:
         console.print("No host matched the inventory and limit.")
-    for host, node in nodes.items():
-        plan = node["plan"]
+    for host, node in outcome.nodes.items():
+        plan = node.plan
         if plan is None:
-            if node["errors"]:
+            if node.errors:
                 console.print(f"[bold]{host}[/bold]: [red]failed[/red]")
             else:
                 console.print(f"[bold]{host}[/bold]: no data_disks in its hardware profile")
@@ -189,7 +144,7 @@ def _print_nodes(
                 console.print(f"[yellow]cannot apply here:[/yellow] {escape(blocker)}")
             for note in plan["notes"]:
                 console.print(f"[yellow]note:[/yellow] {escape(note)}")
-        for error in node["errors"]:
+        for error in node.errors:
             console.print(f"  [red]error[/red] {escape(error)}")
 
 
