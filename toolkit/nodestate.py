@@ -34,7 +34,10 @@ KEYS = (
     "results_digest",
     "image_id",
     "accepted_run_id",
+    "suspended",
 )
+# The reason a ready node carries while a provision run is changing it (see begin_provision).
+IN_PROGRESS = "provision in progress"
 
 State = dict[str, Any]
 
@@ -83,6 +86,38 @@ def same_standing(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     ) == list(b.get("reason") or [])
 
 
+def begin_provision(
+    current: Mapping[str, Any], *, run_id: str | None = None, now: datetime | None = None
+) -> State:
+    """The state while a provision run may change the node: a ready node is not ready.
+
+    Ctrl-C, SIGTERM or a lost connection in the middle of a provision must never leave a
+    node ``ready`` with a half-changed stack, so a ready node is marked not-ready before any
+    change, its standing kept under ``suspended``; :func:`after_provision` restores it when
+    the run changed nothing. A node found still in progress was interrupted: its run may have
+    changed packages, so it counts as changed (``suspended.interrupted``).
+    """
+    if current.get("suspended"):
+        suspended = {**current["suspended"], "interrupted": True}
+        return _stamp({**current, "suspended": suspended}, run_id, now)
+    if current.get("state") != "ready":
+        return dict(current)
+    suspended = {k: current.get(k) for k in ("state", "reason", "stack_id")}
+    state = {
+        **current,
+        "state": "not-ready",
+        "reason": [f"{IN_PROGRESS} (run {run_id or '?'})"],
+        "suspended": suspended,
+    }
+    return _stamp(state, run_id, now)
+
+
+def standing(current: Mapping[str, Any]) -> dict[str, Any]:
+    """The node's standing apart from a provision in progress (state, reason, stack id)."""
+    base = current.get("suspended") or current
+    return {k: base.get(k) for k in ("state", "reason", "stack_id")}
+
+
 def after_provision(
     current: Mapping[str, Any],
     *,
@@ -99,6 +134,10 @@ def after_provision(
     becomes not-ready: acceptance must run again. Anything else is ``provisioned``.
     """
     reasons = [str(r) for r in reasons]
+    suspended = current.get("suspended") or {}
+    if suspended:
+        changed = changed or bool(suspended.get("interrupted"))
+        current = {**{k: v for k, v in current.items() if k != "suspended"}, **standing(current)}
     previous = current.get("state")
     same_stack = current.get("stack_id") == stack_id
     if previous in ("ready", "not-ready") and same_stack and not changed and not reasons:
@@ -173,4 +212,5 @@ def after_acceptance(
     }
     if image_id is not None:
         state["image_id"] = image_id
+    state.pop("suspended", None)  # a new verdict supersedes a provision left in progress
     return _stamp(state, run_id, now)

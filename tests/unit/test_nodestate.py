@@ -120,3 +120,46 @@ def test_ready_only_for_the_stack_installed_now() -> None:
     assert nothing["state"] == "not-ready"
     failed = _accept(installed, False, "s1")
     assert failed["state"] == "not-ready" and failed["reason"] == ["health.ecc: 3 uncorrectable"]
+
+
+READY = {"state": "ready", "reason": [], "stack_id": "s1", "time": "t0"}
+
+
+def test_begin_suspends_ready_and_a_no_op_provision_restores_it() -> None:
+    during = nodestate.begin_provision(READY, run_id="r2", now=NOW)
+    assert during["state"] == "not-ready"
+    assert during["reason"] == [f"{nodestate.IN_PROGRESS} (run r2)"]
+    assert nodestate.standing(during) == {"state": "ready", "reason": [], "stack_id": "s1"}
+    after = nodestate.after_provision(during, stack_id="s1", changed=False, run_id="r2", now=NOW)
+    assert after["state"] == "ready" and "suspended" not in after
+    assert nodestate.same_standing(after, READY)
+
+
+def test_a_provision_that_changed_things_does_not_restore_ready() -> None:
+    during = nodestate.begin_provision(READY, run_id="r2", now=NOW)
+    after = nodestate.after_provision(during, stack_id="s1", changed=True, now=NOW)
+    assert after["state"] == "not-ready"
+    assert after["reason"] == ["stack reinstalled since the last acceptance"]
+    upgraded = nodestate.after_provision(during, stack_id="s2", changed=True, now=NOW)
+    assert upgraded["reason"] == ["stack changed from s1 to s2 since the last acceptance"]
+
+
+def test_an_interrupted_provision_counts_as_changed() -> None:
+    interrupted = nodestate.begin_provision(READY, run_id="r2", now=NOW)  # then SIGTERM
+    rerun = nodestate.begin_provision(interrupted, run_id="r3", now=NOW)
+    assert rerun["state"] == "not-ready" and rerun["suspended"]["interrupted"] is True
+    after = nodestate.after_provision(rerun, stack_id="s1", changed=False, now=NOW)
+    assert after["state"] == "not-ready"
+    assert after["reason"] == ["stack reinstalled since the last acceptance"]
+
+
+@pytest.mark.parametrize("before", ["new", "provisioned", "not-ready"])
+def test_begin_leaves_other_states_alone(before: str) -> None:
+    current = {"state": before, "reason": []}
+    assert nodestate.begin_provision(current, run_id="r") == current
+
+
+def test_acceptance_supersedes_a_provision_in_progress() -> None:
+    during = nodestate.begin_provision(READY, run_id="r2", now=NOW)
+    after = _accept(during, True, "s1")
+    assert after["state"] == "ready" and "suspended" not in after

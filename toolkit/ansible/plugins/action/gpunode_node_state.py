@@ -5,9 +5,12 @@ the file on the node, asks those rules for the next state and writes it back ato
 (a temporary file renamed over the old one) when the standing changed. Check mode reports
 what would be written and writes nothing; ``--diff`` shows the file before and after.
 
-``event: provision`` takes ``stack_id``, ``changed`` and ``reasons``; ``event: drift`` takes
-``drift`` (entries with a ``message``). The new state is returned as the fact
-``gpunode_node_state``.
+``event: begin`` (before a provision changes anything) turns a ready node not-ready until
+``event: provision`` (with ``stack_id``, ``changed`` and ``reasons``) decides its standing;
+``event: drift`` takes ``drift`` (entries with a ``message``). The task reports ``changed``
+only when the node's standing (state, reasons, stack id) changed, so a provision that
+changes nothing reports nothing, although the file is written twice. The new state is
+returned as the fact ``gpunode_node_state``.
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ class ActionModule(ActionBase):
         current = nodestate.parse(None if "@@gpunode-no-state" in stdout else stdout)
         if current.get("state") == "unknown":
             current = nodestate.new() | {"previous_error": current["reason"]}
-        if event == "provision":
+        if event == "begin":
+            wanted = nodestate.begin_provision(current, run_id=run_id)
+        elif event == "provision":
             stack_id = str(args.get("stack_id") or "")
             if not stack_id:
                 return self._fail(result, "stack_id is required (gpunode_stack.stack_id)")
@@ -63,13 +68,15 @@ class ActionModule(ActionBase):
                 current, [str(d.get("message", d)) for d in drift], run_id=run_id
             )
         else:
-            return self._fail(result, f"event must be provision or drift, not {event!r}")
+            return self._fail(result, f"event must be begin, provision or drift, not {event!r}")
         wanted.pop("previous_error", None)
         result["ansible_facts"] = {FACT: wanted}
         if wanted == current:
             result["msg"] = f"{nodestate.PATH}: {current.get('state')} (unchanged)"
             return result
-        result["changed"] = True
+        result["changed"] = event != "begin" and not nodestate.same_standing(
+            nodestate.standing(current), nodestate.standing(wanted)
+        )
         if self._task.diff or self._play_context.diff:
             result["diff"] = [
                 {
