@@ -75,6 +75,7 @@ class NodePlan:
     verdict: Verdict | None = None
     extra: list[Check] = field(default_factory=list)
     written: dict[str, bool] = field(default_factory=dict)
+    state: dict[str, Any] | None = None  # the node state written after the verdict
 
 
 @dataclass
@@ -142,6 +143,7 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
         "duration_s": (plan.result or {}).get("duration_s"),
         "error": plan.error,
         "written": plan.written,
+        "state": plan.state,
     }
 
 
@@ -570,6 +572,7 @@ def _write_node_state(plan: NodePlan, run_id: str, when: datetime) -> None:
         valid_hours=plan.spec.max_result_age_h,
         results_digest=digest(plan.result) if plan.result else None,
     )
+    plan.state = state
     try:
         node.put_text(nodestate.render(state), f"{nodestate.PATH}.tmp")
         node.run(f"mv -f {nodestate.PATH}.tmp {nodestate.PATH}", check=True, timeout=60)

@@ -88,6 +88,7 @@ def run_playbook(
     display: Callable[[str, bool], AbstractContextManager[Any]] | None = None,
     raise_on_failure: bool = False,
     content: Content | None = None,
+    cancel: Callable[[], bool] | None = None,
 ) -> RunResult:
     """Run one of gpunode's playbooks against an inventory through ansible-runner.
 
@@ -106,6 +107,8 @@ def run_playbook(
             a live display that must be opened and closed around the run.
         raise_on_failure: Raise PlaybookError when any host failed or was unreachable.
         content: Where the playbooks and roles are (found automatically when None).
+        cancel: Polled during the run; True stops the playbook (status ``canceled``). When
+            None, ansible-runner's own SIGINT/SIGTERM handlers do that.
 
     Returns:
         The run's result: per-host counts, failures, facts set by tasks, stats data.
@@ -149,6 +152,7 @@ def run_playbook(
                 forks=forks,
                 verbosity=verbosity or None,
                 event_handler=collector.handle,
+                cancel_callback=cancel,
                 quiet=True,
             )
     except Exception as err:  # ansible-runner raises plain exceptions when it cannot start

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "disks": ("toolkit.cli.disks:disks", "Plan and apply the data-disk layout safely."),
     "accept": ("toolkit.cli.accept:accept", "Run the acceptance test and mark nodes ready."),
     "status": ("toolkit.cli.status:status", "Show the readiness of every node."),
+    "up": ("toolkit.cli.up:up", "Take nodes from bare to ready in one resumable command."),
     "runs": ("toolkit.cli.runs:runs", "List and prune the recorded runs."),
 }
 

@@ -12,6 +12,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from toolkit.ansible.precheck import Precheck
 from toolkit.cli import run_context
 from toolkit.cli.options import inventory_option, json_option, limit_option
 from toolkit.cli.output import emit_json, err_console, out_console
@@ -41,7 +42,7 @@ def _progress(as_json: bool) -> Any:
     return display
 
 
-def _precheck(inventory: Path, limit: str | None, as_json: bool) -> None:
+def _precheck(inventory: Path, limit: str | None, as_json: bool) -> Precheck:
     from toolkit.ansible.precheck import check_inventory
 
     found = check_inventory(inventory, limit)
@@ -52,6 +53,7 @@ def _precheck(inventory: Path, limit: str | None, as_json: bool) -> None:
         err_console.print(
             f"stack check passed for {len(found.hosts)} host(s) (stack id {', '.join(ids)})"
         )
+    return found
 
 
 @click.command(
@@ -86,25 +88,22 @@ def provision(
     provision playbook: driver, CUDA, NCCL, Fabric Manager, container runtime, node state.
     """
     from toolkit.ansible.progress import summary_table
-    from toolkit.ansible.runner import describe_failure, run_playbook
+    from toolkit.ansible.runner import describe_failure
+    from toolkit.provision import converge
 
-    _precheck(inventory, limit, as_json)
+    found = _precheck(inventory, limit, as_json)
     tag_list = [t.strip() for value in tags for t in value.split(",") if t.strip()]
-    result = run_playbook(
-        "provision",
+    outcome = converge(
         inventory,
-        limit=limit,
-        tags=tag_list or None,
+        limit,
+        tags=tag_list,
         check=check,
         diff=diff,
         display=_progress(as_json),
         verbosity=3 if run_context()["debug"] else 0,
+        precheck=found,
     )
-    reboots = {
-        host: facts.get("node_state_reasons") or []
-        for host, facts in result.facts.items()
-        if facts.get("nvidia_driver_reboot_required") and not check
-    }
+    result, reboots = outcome.result, outcome.reboots
     if as_json:
         emit_json({**result.to_dict(), "needs_reboot": sorted(reboots)})
     else:
@@ -136,14 +135,13 @@ def drift(inventory: Path, limit: str | None, as_json: bool) -> None:
     pinned vs installed vs loaded, and whether each package is held. A ready node with
     drift becomes not-ready with the drift as its reason.
     """
-    from toolkit.ansible.reports import drift_report
-    from toolkit.ansible.runner import run_playbook
+    from toolkit.provision import read_drift
 
-    _precheck(inventory, limit, as_json)
-    result = run_playbook("drift", inventory, limit=limit, display=_progress(as_json))
-    report = drift_report(result)
+    found = _precheck(inventory, limit, as_json)
+    outcome = read_drift(inventory, limit, display=_progress(as_json), precheck=found)
+    report = outcome.report
     if as_json:
-        emit_json({**report, "run_id": result.run_id})
+        emit_json({**report, "run_id": outcome.result.run_id})
     else:
         _print_drift(report)
     if not report["ok"]:

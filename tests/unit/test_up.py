@@ -1,0 +1,114 @@
+"""``gpunode up``: what counts as proven, the outcome document, the readiness table."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from toolkit.cli.up import readiness_table
+from toolkit.up import NodeUp, StageResult, UpOutcome, proven_provisioned, proven_ready
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+READY = {
+    "state": "ready",
+    "reason": [],
+    "stack_id": "s1",
+    "valid_until": "2026-12-02T00:00:00+00:00",
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "drift", "proven"),
+    [
+        ({}, [], True),
+        ({}, ["n1: libnccl2 2.26.2 installed, 2.21.5 pinned"], False),
+        ({"stack_id": "s0"}, [], False),
+        ({"state": "not-ready"}, [], False),
+        ({"valid_until": "2026-12-01T11:59:59+00:00"}, [], False),  # expired
+        ({"valid_until": None}, [], False),
+        ({"valid_until": "soon"}, [], False),
+    ],
+)
+def test_proven_ready(change: dict[str, Any], drift: list[str], proven: bool) -> None:
+    assert proven_ready({**READY, **change}, "s1", drift, NOW) is proven
+
+
+@pytest.mark.parametrize(
+    ("state", "drift", "proven"),
+    [
+        ({"state": "provisioned", "stack_id": "s1", "reason": []}, [], True),
+        ({"state": "not-ready", "stack_id": "s1", "reason": ["health.ecc: 3"]}, [], True),
+        ({"state": "provisioned", "stack_id": "s0", "reason": []}, [], False),
+        ({"state": "provisioned", "stack_id": "s1", "reason": []}, ["drift"], False),
+        ({"state": "new", "reason": []}, [], False),
+        (
+            {"state": "provisioned", "stack_id": "s1", "reason": ["needs reboot: loaded 550"]},
+            [],
+            False,
+        ),
+        (  # a provision was interrupted: its standing is suspended
+            {"state": "not-ready", "stack_id": "s1", "reason": [], "suspended": {"state": "ready"}},
+            [],
+            False,
+        ),
+    ],
+)
+def test_proven_provisioned(state: dict[str, Any], drift: list[str], proven: bool) -> None:
+    assert proven_provisioned(state, "s1", drift) is proven
+
+
+def _outcome() -> UpOutcome:
+    ok = NodeUp(host="lab-node-1", stack_id="s1", state=dict(READY))
+    ok.stages = {
+        "disks": StageResult("done", "in place", 3.0),
+        "provision": StageResult("done", "changed 39", 50.0),
+        "accept": StageResult("done", "busbw 0.92 GB/s at the largest size", 6.0),
+    }
+    bad = NodeUp(
+        host="lab-node-2",
+        stack_id="s1",
+        state={"state": "not-ready", "stack_id": "s1", "reason": ["health.ecc: 3 uncorrectable"]},
+    )
+    bad.stages = {
+        "disks": StageResult("skipped", "provisioned with s1"),
+        "provision": StageResult("skipped", "provisioned with s1"),
+        "accept": StageResult("failed", "health.ecc: 3 uncorrectable ECC errors on GPU 2", 6.0),
+    }
+    refused = NodeUp(host="lab-node-3", stack_id="s1", state={"state": "new", "reason": []})
+    refused.stages = {"disks": StageResult("failed", "S9: carries an xfs filesystem", 2.0)}
+    return UpOutcome(
+        run_id="r",
+        run_dir=Path("/tmp/r"),
+        inventory=Path("inv"),
+        started="s",
+        finished="f",
+        elapsed_s=60.04,
+        nodes={n.host: n for n in (ok, bad, refused)},
+    )
+
+
+def test_outcome_document() -> None:
+    outcome = _outcome()
+    assert not outcome.all_ready
+    document = outcome.to_dict()
+    assert document["elapsed_s"] == 60.0
+    assert document["nodes"]["lab-node-1"]["ready"] is True
+    assert document["nodes"]["lab-node-2"]["failed_stage"] == "accept"
+    assert document["nodes"]["lab-node-3"]["failed_stage"] == "disks"
+    assert document["nodes"]["lab-node-3"]["stages"]["disks"]["status"] == "failed"
+
+
+def test_readiness_table_fits_80_columns() -> None:
+    buffer = StringIO()
+    Console(file=buffer, width=80).print(readiness_table(_outcome().to_dict()))
+    lines = buffer.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    text = buffer.getvalue()
+    assert "lab-node-3" in text and "disks: S9: carries" in text
+    row = next(line for line in lines if "lab-node-2" in line)
+    assert "skip" in row and "FAIL" in row and "not-ready" in row

@@ -1,0 +1,143 @@
+"""``gpunode up``: disks, provision and acceptance in one resumable command."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from textwrap import shorten
+from typing import Any
+
+import click
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from toolkit.cli.options import compose, inventory_option, json_option, limit_option, yes_option
+from toolkit.cli.output import emit_json, err_console, out_console, say
+from toolkit.errors import EXIT_FAILED, EXIT_OK
+
+_STATUS_STYLE = {"done": "green", "skipped": "dim", "failed": "bold red"}
+
+
+@click.command(
+    epilog="""\b
+Exit codes: 0 every node ready, 1 a node is not ready, 2 incoherent stack or bad inventory
+(nothing is touched), 130 interrupted (nodes keep the state they really have).
+
+\b
+Examples:
+  gpunode up -i inventories/lab --yes
+  gpunode up -i inventories/prod --limit gpu-07 --multi-node
+"""
+)
+@compose(inventory_option, limit_option, yes_option)
+@click.option("--multi-node", is_flag=True, help="Also run the all-reduce across nodes.")
+@click.option(
+    "--hook",
+    "hooks",
+    multiple=True,
+    type=click.Choice(["slurm", "kubernetes"]),
+    help="Mark nodes in a scheduler after the verdict (repeatable).",
+)
+@json_option
+def up(
+    inventory: Path,
+    limit: str | None,
+    yes: bool,
+    multi_node: bool,
+    hooks: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Take nodes from bare to ready: disks, provision, acceptance.
+
+    Checks the stack first, reads what every node has already proven (ready for this stack,
+    or provisioned with it) and skips that, applies the data disks (asking first unless
+    --yes; a refused node stops alone), converges the pinned stack, runs the acceptance test
+    and marks each node. Rerun it after an interruption: it carries on where the nodes are.
+    """
+    from toolkit.up import UpOptions, run_up
+
+    if not yes and not sys.stdin.isatty():
+        raise click.UsageError(
+            "`gpunode up` asks before it changes data disks; there is no terminal, "
+            "so pass --yes to go ahead without asking"
+        )
+    outcome = run_up(
+        UpOptions(
+            inventory=inventory,
+            limit=limit,
+            multi_node=multi_node,
+            hooks=hooks,
+            confirm_disks=None if yes else _confirm_disks,
+            display=_display(as_json),
+        ),
+        progress=say,
+    )
+    if as_json:
+        emit_json(outcome.to_dict())
+    else:
+        document = outcome.to_dict()
+        out_console.print(readiness_table(document))
+        for host, node in document["nodes"].items():
+            if not node["ready"]:
+                failed = node["failed_stage"]
+                why = [node["stages"][failed]["detail"]] if failed else node["reason"]
+                out_console.print(Text.assemble((f"{host}: ", "bold red"), "; ".join(why)))
+        say(f"run {outcome.run_id} in {outcome.elapsed_s:.0f}s: {outcome.run_dir}/up.json")
+        if outcome.report:
+            say(f"acceptance report: {outcome.report}")
+    click.get_current_context().exit(EXIT_OK if outcome.all_ready else EXIT_FAILED)
+
+
+def _display(as_json: bool) -> Any:
+    if as_json:
+        return None
+    from toolkit.ansible.progress import LiveProgress
+
+    def display(playbook: str, check: bool) -> LiveProgress:
+        return LiveProgress(err_console, playbook, check)
+
+    return display
+
+
+def _confirm_disks(planned: Any) -> bool:
+    from toolkit.cli.disks import _print_nodes
+
+    _print_nodes(planned, console=err_console)
+    return click.confirm(
+        f"Apply these disk plans to {len(planned.todo)} node(s) ({', '.join(planned.todo)})?",
+        default=False,
+        err=True,
+    )
+
+
+REASON_WIDTH = 26  # keeps a row of an 18-character node name within 80 columns
+_STATUS_WORD = {"done": "ok", "skipped": "skip", "failed": "FAIL"}
+
+
+def readiness_table(document: dict[str, Any]) -> Table:
+    """One row per node: each stage's status, the final state and its reason (80 columns)."""
+    table = Table(title="readiness", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("node", no_wrap=True)
+    for header in ("disks", "stack", "accept"):
+        table.add_column(header, no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("reason / figure")
+    for host, node in document["nodes"].items():
+        stages = node["stages"]
+        cells = []
+        for stage in ("disks", "provision", "accept"):
+            status = (stages.get(stage) or {}).get("status", "-")
+            cells.append(
+                Text(_STATUS_WORD.get(status, status), style=_STATUS_STYLE.get(status, ""))
+            )
+        failed = node["failed_stage"]
+        detail = (
+            f"{failed}: {stages[failed]['detail']}"
+            if failed
+            else "; ".join(node["reason"]) or (stages.get("accept") or {}).get("detail", "")
+        )
+        state = Text(str(node["state"] or "-"), style="green" if node["ready"] else "bold red")
+        # One line per node: the full reasons are printed under the table.
+        table.add_row(host, *cells, state, shorten(detail, REASON_WIDTH, placeholder="…"))
+    return table

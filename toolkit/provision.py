@@ -1,0 +1,119 @@
+"""The provision and drift steps: converge nodes to their pinned stack, read what drifted.
+
+Both check the stack first (``toolkit.ansible.precheck``: exit 2, nothing touched, when it
+is incoherent), then run their playbook. The outcomes are typed so that ``gpunode
+provision``/``drift`` and ``gpunode up`` read them the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolkit.ansible.events import RunResult
+from toolkit.ansible.precheck import Precheck, check_inventory
+
+Display = Callable[[str, bool], Any]
+
+
+@dataclass
+class ProvisionOutcome:
+    """A provision run: the stack check, the playbook's result, the nodes needing a reboot."""
+
+    precheck: Precheck
+    result: RunResult
+    reboots: dict[str, list[str]]
+
+    @property
+    def ok(self) -> bool:
+        """Every targeted node converged."""
+        return self.result.ok
+
+    def failed(self) -> dict[str, str]:
+        """Per failed or unreachable node: the first failure's message."""
+        out: dict[str, str] = {}
+        for failure in self.result.failures:
+            where = "unreachable" if failure.unreachable else f"task '{failure.task}'"
+            out.setdefault(failure.host, f"{where}: {failure.message}")
+        return out
+
+
+@dataclass
+class DriftOutcome:
+    """A drift run: per node the versions, the drift and the node state read on the way."""
+
+    precheck: Precheck
+    result: RunResult
+    report: dict[str, Any]
+
+    def state(self, host: str) -> dict[str, Any] | None:
+        """The node's state file as the drift run read (and maybe updated) it."""
+        fact = self.result.host_facts(host, "gpunode_node_state")
+        return dict(fact) if isinstance(fact, dict) else None
+
+    def drift(self, host: str) -> list[str]:
+        """The node's drift messages (empty: installed == pinned == loaded)."""
+        node = self.report["nodes"].get(host) or {}
+        return [str(d["message"]) for d in node.get("drift", [])]
+
+
+def converge(
+    inventory: Path,
+    limit: str | None = None,
+    *,
+    tags: Sequence[str] = (),
+    check: bool = False,
+    diff: bool = False,
+    display: Display | None = None,
+    verbosity: int = 0,
+    cancel: Callable[[], bool] | None = None,
+    precheck: Precheck | None = None,
+) -> ProvisionOutcome:
+    """Check the stack, then run the provision playbook.
+
+    Raises:
+        ConfigError, StackError: Bad inventory or incoherent stack (nothing touched).
+        PlaybookError: The playbook could not start.
+    """
+    from toolkit.ansible.runner import run_playbook
+
+    found = precheck or check_inventory(inventory, limit)
+    result = run_playbook(
+        "provision",
+        inventory,
+        limit=limit,
+        tags=list(tags) or None,
+        check=check,
+        diff=diff,
+        display=display,
+        verbosity=verbosity,
+        cancel=cancel,
+    )
+    reboots = {
+        host: list(facts.get("node_state_reasons") or [])
+        for host, facts in result.facts.items()
+        if facts.get("nvidia_driver_reboot_required") and not check
+    }
+    return ProvisionOutcome(precheck=found, result=result, reboots=reboots)
+
+
+def read_drift(
+    inventory: Path,
+    limit: str | None = None,
+    *,
+    display: Display | None = None,
+    cancel: Callable[[], bool] | None = None,
+    precheck: Precheck | None = None,
+) -> DriftOutcome:
+    """Check the stack, then compare pinned, installed and loaded versions on every node.
+
+    A ready node that drifted becomes not-ready (the drift playbook's node_state step).
+    """
+    from toolkit.ansible.reports import drift_report
+    from toolkit.ansible.runner import run_playbook
+
+    found = precheck or check_inventory(inventory, limit)
+    result = run_playbook("drift", inventory, limit=limit, display=display, cancel=cancel)
+    return DriftOutcome(precheck=found, result=result, report=drift_report(result))

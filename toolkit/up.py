@@ -1,0 +1,423 @@
+"""``gpunode up``: from bare to ready in one command, resumable, node by node.
+
+The stages, for the nodes of the inventory (``--limit``):
+
+1. **check**: the stack checker (exit 2 before any host is touched when incoherent);
+2. **survey**: one drift run reads every node's state file, installed/pinned/loaded versions
+   and drift (a ready node that drifted turns not-ready there);
+3. **disks**: the data-disk layout is applied where the plan allows (a refusal stops that
+   node, never the others);
+4. **provision**: the pinned stack (a ready node is not ready while it changes);
+5. **accept**: the acceptance test and the marking (``ready`` only for the stack installed).
+
+What a node has already proven is skipped: a node that is ready for the stack id pinned now,
+has not drifted and whose verdict has not expired skips everything; a node whose state file
+says it was provisioned with this stack id, has not drifted and needs no reboot skips disks
+and provision. The proof lives on the node (its state file, ``toolkit.nodestate``) and is
+re-read each time, so an interrupted ``up`` picks up where the nodes really are. Each ``up``
+is recorded as an evidence run (``toolkit.runs``): ``up.json`` with every stage per node.
+
+SIGINT and SIGTERM stop the run between stages (a running playbook is cancelled through
+ansible-runner); a node is never left ``ready`` unless it was accepted for what is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from toolkit import nodestate, runs
+from toolkit.ansible.precheck import Precheck, check_inventory
+
+STAGES = ("survey", "disks", "provision", "accept")
+
+Progress = Callable[[str], None]
+Display = Callable[[str, bool], Any]
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM asked ``up`` to stop (exit 130)."""
+
+
+@dataclass
+class StageResult:
+    """How one stage went for one node."""
+
+    status: str  # done | skipped | failed
+    detail: str = ""
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON-ready data."""
+        return {"status": self.status, "detail": self.detail, "seconds": round(self.seconds, 1)}
+
+
+@dataclass
+class NodeUp:
+    """One node's way through ``up``."""
+
+    host: str
+    stack_id: str
+    stages: dict[str, StageResult] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed_stage(self) -> str | None:
+        """The stage that stopped this node, if any."""
+        return next((n for n, r in self.stages.items() if r.status == "failed"), None)
+
+    @property
+    def ready(self) -> bool:
+        """The node ends ready for the stack pinned now."""
+        return self.state.get("state") == "ready" and self.state.get("stack_id") == self.stack_id
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON-ready data."""
+        return {
+            "host": self.host,
+            "stack_id": self.stack_id,
+            "ready": self.ready,
+            "state": self.state.get("state"),
+            "reason": list(self.state.get("reason") or []),
+            "failed_stage": self.failed_stage,
+            "stages": {n: r.to_dict() for n, r in self.stages.items()},
+        }
+
+
+@dataclass
+class UpOutcome:
+    """A finished ``up``."""
+
+    run_id: str
+    run_dir: Path
+    inventory: Path
+    started: str
+    finished: str
+    elapsed_s: float
+    nodes: dict[str, NodeUp]
+    accept_run_id: str | None = None
+    report: str | None = None
+
+    @property
+    def all_ready(self) -> bool:
+        """Every node ends ready."""
+        return bool(self.nodes) and all(n.ready for n in self.nodes.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON-ready data (``up.json`` and ``gpunode up --json``)."""
+        return {
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir),
+            "inventory": str(self.inventory),
+            "started": self.started,
+            "finished": self.finished,
+            "elapsed_s": round(self.elapsed_s, 1),
+            "all_ready": self.all_ready,
+            "accept_run_id": self.accept_run_id,
+            "report": self.report,
+            "nodes": {h: n.to_dict() for h, n in sorted(self.nodes.items())},
+        }
+
+
+@dataclass
+class UpOptions:
+    """What ``gpunode up`` was asked to do."""
+
+    inventory: Path
+    limit: str | None = None
+    multi_node: bool = False
+    hooks: Sequence[str] = ()
+    # Asked with the disk plan when a node's disks would change (None: no question).
+    confirm_disks: Callable[[Any], bool] | None = None
+    display: Display | None = None
+    runs_dir: Path = field(default_factory=runs.runs_dir)
+
+
+class _Stop:
+    """SIGINT/SIGTERM: cancel the playbook in flight, stop before the next stage."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.in_playbook = False
+
+    def requested(self) -> bool:
+        return self.event.is_set()
+
+    def handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.event.set()
+        if not self.in_playbook:  # a playbook is cancelled by ansible-runner polling us
+            raise Interrupted(f"stopped by signal {signum}")
+
+    def check(self) -> None:
+        if self.event.is_set():
+            raise Interrupted("stopped by a signal")
+
+    @contextmanager
+    def playbook(self) -> Iterator[None]:
+        self.in_playbook = True
+        try:
+            yield
+        finally:
+            self.in_playbook = False
+        self.check()
+
+
+@contextmanager
+def _signals(stop: _Stop) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, stop.handle)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def proven_ready(state: dict[str, Any], stack_id: str, drift: list[str], now: datetime) -> bool:
+    """Ready for this stack id, no drift, verdict not expired."""
+    if state.get("state") != "ready" or state.get("stack_id") != stack_id or drift:
+        return False
+    until = state.get("valid_until")
+    if not until:
+        return False
+    try:
+        return datetime.fromisoformat(str(until).replace("Z", "+00:00")) > now
+    except ValueError:
+        return False
+
+
+def proven_provisioned(state: dict[str, Any], stack_id: str, drift: list[str]) -> bool:
+    """Provisioned with this stack id (state file written at the end of a provision run),
+    not in the middle of one, no drift, no reboot pending."""
+    return (
+        state.get("state") in ("provisioned", "ready", "not-ready")
+        and state.get("stack_id") == stack_id
+        and not state.get("suspended")
+        and not drift
+        and not any("needs reboot" in str(r) for r in state.get("reason") or [])
+    )
+
+
+def run_up(opts: UpOptions, progress: Progress = lambda _m: None) -> UpOutcome:
+    """Take the inventory's nodes to ready, skipping what each node has proven.
+
+    Raises:
+        ConfigError, StackError: Bad inventory or incoherent stack (nothing touched).
+        Interrupted: SIGINT or SIGTERM (nodes keep the state they really have).
+    """
+    started = datetime.now(timezone.utc)
+    clock = time.monotonic()
+    found = check_inventory(opts.inventory, opts.limit)
+    run_dir = runs.start_run("up", opts.runs_dir, started)
+    nodes = {h: NodeUp(host=h, stack_id=found.stack_ids[h]) for h in found.hosts}
+    progress(f"up {run_dir.name}: {len(nodes)} node(s), stack {_ids(found)}")
+    stop = _Stop()
+    outcome = UpOutcome(
+        run_id=run_dir.name,
+        run_dir=run_dir,
+        inventory=opts.inventory,
+        started=started.isoformat(),
+        finished="",
+        elapsed_s=0.0,
+        nodes=nodes,
+    )
+    try:
+        with _signals(stop):
+            _stages(opts, found, nodes, outcome, stop, progress)
+    finally:
+        outcome.finished = datetime.now(timezone.utc).isoformat()
+        outcome.elapsed_s = time.monotonic() - clock
+        (run_dir / "up.json").write_text(json.dumps(outcome.to_dict(), indent=1) + "\n")
+    return outcome
+
+
+def _ids(found: Precheck) -> str:
+    return ", ".join(sorted(set(found.stack_ids.values())))
+
+
+def _limit(hosts: Sequence[str]) -> str:
+    return ",".join(sorted(hosts))
+
+
+def _stages(
+    opts: UpOptions,
+    found: Precheck,
+    nodes: dict[str, NodeUp],
+    outcome: UpOutcome,
+    stop: _Stop,
+    progress: Progress,
+) -> None:
+    todo_provision, todo_accept = _survey(opts, found, nodes, stop, progress)
+    if todo_provision:
+        provisionable = _disks(opts, nodes, todo_provision, stop, progress)
+        if provisionable:
+            todo_accept += _provision(opts, found, nodes, provisionable, stop, progress)
+    stop.check()
+    if todo_accept:
+        _accept(opts, nodes, sorted(todo_accept), outcome, progress)
+
+
+def _survey(
+    opts: UpOptions, found: Precheck, nodes: dict[str, NodeUp], stop: _Stop, progress: Progress
+) -> tuple[list[str], list[str]]:
+    """Read every node's state and drift; say which need provisioning, which acceptance."""
+    from toolkit.provision import read_drift
+
+    now = datetime.now(timezone.utc)
+    progress("survey: node state and drift")
+    t0 = time.monotonic()
+    with stop.playbook():
+        survey = read_drift(
+            opts.inventory,
+            _limit(list(nodes)),
+            display=opts.display,
+            cancel=stop.requested,
+            precheck=found,
+        )
+    spent = time.monotonic() - t0
+    unreadable = survey.report["errors"]
+    todo_provision: list[str] = []
+    todo_accept: list[str] = []
+    for host, node in nodes.items():
+        if host in unreadable:
+            node.stages["survey"] = StageResult("failed", unreadable[host], spent)
+            node.state = {"state": "unknown", "reason": [unreadable[host]]}
+            continue
+        node.state = survey.state(host) or nodestate.new()
+        drift = survey.drift(host)
+        node.stages["survey"] = StageResult(
+            "done", f"{node.state.get('state')}; drift: {len(drift)}", spent
+        )
+        if proven_ready(node.state, node.stack_id, drift, now):
+            for stage in STAGES[1:]:
+                node.stages[stage] = StageResult(
+                    "skipped", f"ready for {node.stack_id} until {node.state.get('valid_until')}"
+                )
+        elif proven_provisioned(node.state, node.stack_id, drift):
+            for stage in ("disks", "provision"):
+                node.stages[stage] = StageResult("skipped", f"provisioned with {node.stack_id}")
+            todo_accept.append(host)
+        else:
+            todo_provision.append(host)
+    return todo_provision, todo_accept
+
+
+def _disks(
+    opts: UpOptions, nodes: dict[str, NodeUp], hosts: list[str], stop: _Stop, progress: Progress
+) -> list[str]:
+    """Apply the data disks; the nodes that may go on to provisioning."""
+    from toolkit.disks import flow
+
+    progress(f"disks: {_limit(hosts)}")
+    t0 = time.monotonic()
+    with stop.playbook():
+        disks = flow.apply(
+            opts.inventory, _limit(hosts), confirm=opts.confirm_disks, display=opts.display
+        )
+    spent = time.monotonic() - t0
+    passed = []
+    for host in hosts:
+        entry = disks.nodes.get(host)
+        if disks.declined:
+            result = StageResult("failed", "declined: nothing was changed", spent)
+        elif entry is None:
+            result = StageResult("failed", "no result for this node", spent)
+        elif entry.refused:
+            why = entry.errors or (entry.plan or {}).get("reasons") or ["refused"]
+            result = StageResult("failed", "; ".join(why), spent)
+        else:
+            detail = "no data disks in the profile" if entry.plan is None else "in place"
+            result = StageResult("done", detail, spent)
+            passed.append(host)
+        nodes[host].stages["disks"] = result
+    return passed
+
+
+def _provision(
+    opts: UpOptions,
+    found: Precheck,
+    nodes: dict[str, NodeUp],
+    hosts: list[str],
+    stop: _Stop,
+    progress: Progress,
+) -> list[str]:
+    """Converge the stack; the nodes that may go on to acceptance."""
+    from toolkit.provision import converge
+
+    progress(f"provision: {_limit(hosts)}")
+    t0 = time.monotonic()
+    with stop.playbook():
+        converged = converge(
+            opts.inventory,
+            _limit(hosts),
+            display=opts.display,
+            cancel=stop.requested,
+            precheck=found,
+        )
+    spent = time.monotonic() - t0
+    failed = converged.failed()
+    passed = []
+    for host in hosts:
+        if host in failed or host not in converged.result.hosts:
+            result = StageResult("failed", failed.get(host, "no result for this node"), spent)
+        elif host in converged.reboots:
+            why = "; ".join(converged.reboots[host]) or "needs a reboot"
+            result = StageResult("failed", why, spent)
+        else:
+            changed = converged.result.hosts[host].changed
+            result = StageResult("done", f"changed {changed}", spent)
+            passed.append(host)
+        nodes[host].stages["provision"] = result
+    return passed
+
+
+def _accept(
+    opts: UpOptions,
+    nodes: dict[str, NodeUp],
+    hosts: list[str],
+    outcome: UpOutcome,
+    progress: Progress,
+) -> None:
+    from toolkit.acceptance.orchestrate import AcceptOptions, run_acceptance
+
+    progress(f"accept: {_limit(hosts)}")
+    t0 = time.monotonic()
+    run = run_acceptance(
+        AcceptOptions(
+            inventory=opts.inventory,
+            limit=_limit(hosts),
+            multi_node=opts.multi_node,
+            hooks=opts.hooks,
+            runs_dir=opts.runs_dir,
+        ),
+        progress=progress,
+    )
+    spent = time.monotonic() - t0
+    outcome.accept_run_id = run.run_id
+    report = run.run_dir / "report.html"
+    outcome.report = str(report) if report.exists() else None
+    for summary in run.summary()["nodes"]:
+        node = nodes.get(summary["host"])
+        if node is None:
+            continue
+        written = summary.get("state") if (summary.get("written") or {}).get("state") else None
+        node.state = dict(written or {"state": "unknown", "reason": [summary.get("error")]})
+        if node.ready:
+            detail = f"busbw {summary['busbw_at_largest_gbps']} GB/s at the largest size"
+        else:
+            failed = [f"{c['check']}: {c['message']}" for c in summary.get("failed_checks") or []]
+            detail = "; ".join(failed) or str(summary.get("error") or summary["verdict"])
+        node.stages["accept"] = StageResult("done" if node.ready else "failed", detail, spent)
