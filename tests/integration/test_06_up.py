@@ -1,0 +1,199 @@
+"""``gpunode up`` end to end on a lab of its own: three bare nodes, one of them faulty.
+
+The shared lab of conftest.py has been provisioned by the earlier modules; ``up`` is about
+bare nodes, so this module brings up its own 3-node lab (``$GPUNODE_TEST_LAB-up``, one data
+disk each) and removes it at the end. Everything goes through the real CLI (``python -m
+toolkit``), real SSH and real Ansible. In order:
+
+1. provision on a node whose declared data disk is not mounted stops in preflight, with
+   nothing installed;
+2. ``up`` interrupted by SIGINT and then by SIGTERM while it provisions exits 130 and leaves
+   the node not ready;
+3. ``up`` over the three nodes (node 2 with uncorrectable ECC errors) leaves nodes 1 and 3
+   ready and node 2 not-ready with the fault as its reason; ``status --json`` agrees;
+4. a second ``up`` changes nothing: every stage of the ready nodes is skipped; its time is
+   printed as a ratio of the first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolkit.lab import lab as lab_core
+from toolkit.lab import nodes as lab_nodes
+from toolkit.lab.spec import build_spec
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test") + "-up"
+TIMES: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def up_lab(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A fresh 3-node lab (the shared ``lab`` fixture only makes sure Docker is there)."""
+    if lab_core.lab_state.load(LAB) is not None:
+        lab_core.down(LAB)
+    spec = build_spec(
+        name=LAB,
+        nodes=3,
+        disks=1,
+        disk_size=1024**3,
+        ca_bundle=lab_nodes.host_ca_bundle(),
+    )
+    inventory = tmp_path_factory.mktemp("up") / "inventory"
+    state = lab_core.up(spec, inventory_dir=inventory)
+    names = [n.name for n in sorted(state.nodes, key=lambda n: n.index)]
+    try:
+        yield {
+            "inventory": inventory,
+            "names": names,
+            "state_dir": tmp_path_factory.mktemp("up-state"),
+        }
+    finally:
+        if os.environ.get("GPUNODE_TEST_KEEP_LAB") != "1":
+            lab_core.down(LAB)
+
+
+def _env(state_dir: Path) -> dict[str, str]:
+    return {**os.environ, "GPUNODE_STATE_DIR": str(state_dir), "COLUMNS": "200"}
+
+
+def gpunode(
+    ctx: dict[str, Any], *args: str, timeout: float = 1800
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "toolkit", *args],
+        cwd=REPO,
+        env=_env(ctx["state_dir"]),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def node_state(node: str) -> dict[str, Any]:
+    out = lab_core.ssh_run(LAB, node, "cat /etc/gpunode/state.json 2>/dev/null || echo '{}'")
+    return json.loads(out.stdout)
+
+
+def test_provision_refuses_an_unmounted_data_disk_before_installing(up_lab: dict[str, Any]) -> None:
+    node = up_lab["names"][2]
+    proc = gpunode(up_lab, "provision", "-i", str(up_lab["inventory"]), "--limit", node)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "nothing is mounted there; nothing was installed" in proc.stderr
+    installed = lab_core.ssh_run(LAB, node, "dpkg-query -W 'nvidia-*' 'cuda-*' 2>&1 || true")
+    assert "no packages found matching" in installed.stdout.lower()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupted_up_exits_130_and_leaves_the_node_not_ready(
+    up_lab: dict[str, Any], sig: signal.Signals
+) -> None:
+    node = up_lab["names"][0]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "toolkit",
+            "up",
+            "-i",
+            str(up_lab["inventory"]),
+            "-l",
+            node,
+            "--yes",
+        ],
+        cwd=REPO,
+        env=_env(up_lab["state_dir"]),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    seen = []
+    deadline = time.monotonic() + 600
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith("provision:") or time.monotonic() > deadline:
+            break
+    assert any(line.startswith("provision:") for line in seen), "".join(seen)[-3000:]
+    time.sleep(8)  # well inside the playbook: packages are being installed
+    proc.send_signal(sig)
+    try:
+        _out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"gpunode up did not stop within 300 s of {sig.name}")
+    assert proc.returncode == 130, err[-3000:]
+    assert node_state(node).get("state") != "ready"
+    leftover = subprocess.run(
+        ["pgrep", "-f", f"ansible-playbook.*{up_lab['inventory']}"],
+        capture_output=True,
+        check=False,
+    )
+    assert leftover.returncode == 1, f"a playbook still runs: {leftover.stdout!r}"
+
+
+def test_up_makes_healthy_nodes_ready_and_names_the_fault(up_lab: dict[str, Any]) -> None:
+    first, faulty, third = up_lab["names"]
+    lab_core.set_faults(LAB, faulty, ["ecc"])
+    start = time.monotonic()
+    proc = gpunode(up_lab, "up", "-i", str(up_lab["inventory"]), "--yes", "--json")
+    TIMES["first"] = time.monotonic() - start
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    outcome = json.loads(proc.stdout)
+    nodes = outcome["nodes"]
+    assert nodes[first]["ready"] and nodes[third]["ready"], json.dumps(nodes, indent=1)[-4000:]
+    assert not nodes[faulty]["ready"]
+    assert nodes[faulty]["failed_stage"] == "accept"
+    assert any("ecc" in reason.lower() for reason in nodes[faulty]["reason"]), nodes[faulty]
+    for host in (first, third):
+        assert nodes[host]["stages"]["provision"]["status"] == "done"
+        assert node_state(host)["state"] == "ready"
+    assert node_state(faulty)["state"] == "not-ready"
+    status = gpunode(up_lab, "status", "-i", str(up_lab["inventory"]), "--json")
+    assert status.returncode == 1
+    states = json.loads(status.stdout)["nodes"]
+    assert {h: s["state"] for h, s in states.items()} == {
+        first: "ready",
+        faulty: "not-ready",
+        third: "ready",
+    }
+    assert Path(outcome["run_dir"], "up.json").is_file()
+
+
+def test_second_up_changes_nothing(up_lab: dict[str, Any]) -> None:
+    first, faulty, third = up_lab["names"]
+    start = time.monotonic()
+    proc = gpunode(up_lab, "up", "-i", str(up_lab["inventory"]), "--yes", "--json")
+    TIMES["second"] = time.monotonic() - start
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    nodes = json.loads(proc.stdout)["nodes"]
+    for host in (first, third):
+        assert nodes[host]["ready"]
+        assert {s["status"] for s in nodes[host]["stages"].values()} == {"done", "skipped"}
+        assert all(
+            nodes[host]["stages"][stage]["status"] == "skipped"
+            for stage in ("disks", "provision", "accept")
+        )
+    assert nodes[faulty]["stages"]["provision"]["status"] == "skipped"
+    assert not nodes[faulty]["ready"]
+    ratio = TIMES["second"] / TIMES["first"]
+    print(
+        f"\nup on 3 nodes: first {TIMES['first']:.1f}s, second {TIMES['second']:.1f}s "
+        f"(second/first {ratio:.2f})"
+    )
