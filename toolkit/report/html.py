@@ -10,7 +10,7 @@ from typing import Any
 PLOT_W, PLOT_H = 520, 260
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 60, 20, 20, 40
 
-_STYLE = """
+STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px}
 th{background:#f3f3f3}.ready{color:#116611;font-weight:bold}
@@ -111,7 +111,7 @@ def render_html(summary: dict[str, Any]) -> str:
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>gpunode acceptance {run_id}</title><style>{_STYLE}</style></head><body>",
+        f"<title>gpunode acceptance {run_id}</title><style>{STYLE}</style></head><body>",
         f"<h1>gpunode acceptance, run {run_id}</h1>",
         f"<p>Started {escape(str(summary.get('started')))}, finished "
         f"{escape(str(summary.get('finished')))}; inventory "

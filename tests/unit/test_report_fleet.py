@@ -1,0 +1,83 @@
+"""The fleet report: history across recorded acceptance runs, every check, trends."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from toolkit import runs
+from toolkit.report.fleet import fleet_history, fleet_summary, render_fleet_html, render_trend
+
+T0 = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
+
+
+def _node(host: str, busbw: float, ok: bool) -> dict[str, Any]:
+    checks = [
+        {"name": "gpus.count", "ok": True, "message": "8 of 8", "measured": 8, "floor": 8},
+        {
+            "name": "allreduce.busbw",
+            "ok": ok,
+            "message": f"{busbw} GB/s",
+            "measured": busbw,
+            "floor": 0.5,
+        },
+    ]
+    return {
+        "host": host,
+        "verdict": "ready" if ok else "not-ready",
+        "installed_stack_id": "caadaeb64790",
+        "checks": checks,
+        "failed_checks": [] if ok else [{"check": "allreduce.busbw", "message": "slow"}],
+        "allreduce_rows": [{"size_bytes": 1 << 20, "busbw_gbps": busbw}],
+        "floors": [{"size_bytes": 1 << 20, "min_busbw_gbps": 0.5}],
+        "busbw_at_largest_gbps": busbw,
+    }
+
+
+def _record(runs_dir: Path, hour: int, nodes: list[dict[str, Any]]) -> str:
+    when = T0 + timedelta(hours=hour)
+    run_dir = runs.start_run("accept", runs_dir, when)
+    summary = {"run_id": run_dir.name, "started": when.isoformat(), "nodes": nodes}
+    (run_dir / "run.json").write_text(json.dumps(summary))
+    return run_dir.name
+
+
+def test_history_follows_each_node_across_runs(tmp_path: Path) -> None:
+    first = _record(tmp_path, 0, [_node("n1", 0.92, True), _node("n2", 0.90, True)])
+    _record(tmp_path, 1, [_node("n1", 0.91, True)])
+    last = _record(tmp_path, 2, [_node("n1", 0.31, False)])
+    runs.start_run("status", tmp_path)  # routine runs are not acceptance results
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "run.json").write_text("{not json")
+    history = fleet_history(tmp_path, ["n1", "n2", "n3"])
+    assert [e["busbw_at_largest_gbps"] for e in history["n1"].entries] == [0.92, 0.91, 0.31]
+    summary = fleet_summary(history)
+    assert summary["nodes"]["n1"]["verdict"] == "not-ready"
+    assert summary["nodes"]["n1"]["run_id"] == last
+    assert summary["nodes"]["n2"]["run_id"] == first and summary["nodes"]["n2"]["runs"] == 1
+    assert summary["nodes"]["n3"]["verdict"] is None
+    assert summary["all_ready"] is False
+    html = render_fleet_html("inventories/lab", history)
+    assert html.count("gpus.count") == 2  # every check, passed ones too, of n1 and n2
+    assert "No recorded acceptance run." in html  # n3
+    assert "(not ready)" in html and html.count("<svg") == 4  # 2 plots for n1 and n2 each
+
+
+def test_trend_without_values_says_so() -> None:
+    assert "no data" in render_trend([("r1", None, False)])
+
+
+def test_cli_writes_the_report(tmp_path: Path, monkeypatch: Any, repo_root: Path) -> None:
+    from toolkit.cli import cli
+
+    monkeypatch.setenv("GPUNODE_STATE_DIR", str(tmp_path))
+    inventory = repo_root / "inventories" / "sample"
+    result = CliRunner().invoke(cli, ["report", "-i", str(inventory), "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert Path(document["report"]).is_file()
+    assert document["all_ready"] is False and document["nodes"]

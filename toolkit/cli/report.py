@@ -1,0 +1,41 @@
+"""``gpunode report``: the fleet's HTML report from the recorded acceptance runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from toolkit.cli.options import compose, inventory_option, json_option, limit_option
+from toolkit.cli.output import emit_json, say
+
+
+@click.command()
+@compose(inventory_option, limit_option, json_option)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where to write the HTML [default: <runs folder>/fleet-report.html].",
+)
+def report(inventory: Path, limit: str | None, as_json: bool, out: Path | None) -> None:
+    """Write the fleet's HTML report from the recorded acceptance runs.
+
+    One page: the readiness table (each node's latest verdict), every check of that verdict,
+    busbw by message size, and each node's history run after run, so a degrading node shows.
+    Reads only this machine's runs folder; contacts no node.
+    """
+    from toolkit import runs
+    from toolkit.inventory import load_inventory
+    from toolkit.report.fleet import fleet_history, fleet_summary, render_fleet_html
+
+    hosts = [h.name for h in load_inventory(inventory).hosts_for(limit)]
+    history = fleet_history(runs.runs_dir(), hosts)
+    target = out or runs.runs_dir() / "fleet-report.html"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(render_fleet_html(str(inventory), history), encoding="utf-8")
+    if as_json:
+        emit_json({**fleet_summary(history), "report": str(target)})
+    else:
+        say(f"fleet report: {target}")
