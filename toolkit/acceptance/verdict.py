@@ -433,6 +433,12 @@ def _health_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
     return checks
 
 
+def _some(items: list[str], limit: int) -> str:
+    """The first ``limit`` items joined, and how many more there are."""
+    more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
+    return "; ".join(items[:limit]) + more
+
+
 def _link(gen: Any, width: Any) -> str:
     return f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
 
@@ -480,9 +486,7 @@ def _pcie_check(listed: list[dict[str, Any]], perf: dict[str, Any], spec: Accept
         shown.append(detail)
     message = "; ".join(bad) if bad else "every link at its maximum"
     if shown:
-        message += (
-            " | " + "; ".join(shown[:2]) + (f" (+{len(shown) - 2} more)" if len(shown) > 2 else "")
-        )
+        message += " | " + _some(shown, 2)
     return Check(
         "health.pcie",
         not bad,
@@ -561,9 +565,7 @@ def _xid_check(result: dict[str, Any], spec: AcceptanceSpec) -> Check:
     ]
     message = f"{len(failing)} critical XID(s) {window}" if failing else f"no critical XID {window}"
     if shown:
-        message += (
-            ": " + "; ".join(shown[:5]) + (f" (+{len(shown) - 5} more)" if len(shown) > 5 else "")
-        )
+        message += ": " + _some(shown, 5)
     return Check(
         "health.xid",
         not failing,
