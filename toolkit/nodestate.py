@@ -34,6 +34,7 @@ KEYS = (
     "results_digest",
     "image_id",
     "accepted_run_id",
+    "provisioned_at",
     "suspended",
 )
 # The reason a ready node carries while a provision run is changing it (see begin_provision).
@@ -72,10 +73,15 @@ def render(state: Mapping[str, Any]) -> str:
     return json.dumps(dict(state), indent=2, sort_keys=True) + "\n"
 
 
+def _utc(now: datetime | None) -> str:
+    return (
+        (now or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+
+
 def _stamp(state: State, run_id: str | None, now: datetime | None) -> State:
-    when = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     state["run_id"] = run_id or state.get("run_id") or ""
-    state["time"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    state["time"] = _utc(now)
     return state
 
 
@@ -156,7 +162,10 @@ def after_provision(
         wanted = {"state": "provisioned", "reason": reasons}
     wanted["stack_id"] = stack_id
     merged = {**current, **wanted}
-    if same_standing(current, merged):
+    if changed or "provisioned_at" not in current:
+        # Acceptance's XID window opens at the last provision that installed something.
+        merged["provisioned_at"] = _utc(now)
+    elif same_standing(current, merged):
         return dict(current)
     return _stamp(merged, run_id, now)
 

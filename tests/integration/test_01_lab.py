@@ -342,15 +342,17 @@ def test_faults_show_up_and_clear(lab: Lab) -> None:
         "gpunode_kernel_log_command"
     ]
     assert "NVRM: Xid" not in lab.ssh(2, kernel_log).stdout
-    lab_core.set_faults(lab.name, 2, ["missing-gpu", "ecc", "pcie", "xid", "slow-net"])
+    faults = ["missing-gpu", "ecc", "pcie", "pcie-idle", "xid", "old-xid", "slow-net"]
+    lab_core.set_faults(lab.name, 2, faults)
     try:
         hardware = _hardware(lab, 2)
-        assert {"missing-gpu", "ecc", "pcie", "xid"} <= set(hardware["faults"])
+        assert set(faults) - {"slow-net"} <= set(hardware["faults"])
         gpus = hardware["gpus"]
         assert isinstance(gpus, list) and len(gpus) == 7
         assert any(g["ecc_uncorrected_volatile"] > 0 for g in gpus)
-        assert any(g["pcie_gen_current"] < g["pcie_gen_max"] for g in gpus)
-        assert "NVRM: Xid" in lab.ssh(2, kernel_log).stdout
+        assert any(g["pcie_gen_max"] < g["pcie_gen_gpu_max"] for g in gpus)
+        assert all(g["pcie_gen_idle"] == 1 for g in gpus)  # every link lowered while idle
+        assert lab.ssh(2, kernel_log).stdout.count("NVRM: Xid") == 2  # xid and old-xid
         assert "tbf" in lab.ssh(2, "tc qdisc show dev eth0").stdout
         shaped = _send_rate_mbit(lab, sender=2, receiver=1)
         assert shaped < 130, f"slow-net: node 2 still sends at {shaped:.0f} Mbit/s"

@@ -194,6 +194,10 @@ def test_first_provision_installs_exact_versions(lab: Any, inv: Path, state_dir:
         state = node_state(lab, node.name)
         assert state["state"] == "provisioned" and len(state["stack_id"]) == 12
         assert state["run_id"] == result["run_id"]
+        assert state["provisioned_at"] == state["time"]  # opens acceptance's XID window
+        # The packaged unit says --no-persistence-mode; the role's drop-in turns it on.
+        mode = lab.ssh(node.name, "nvidia-smi --query-gpu=persistence_mode --format=csv,noheader")
+        assert set(mode.stdout.split()) == {"Enabled"}, mode.stdout
         daemon = json.loads(lab.ssh(node.name, "cat /etc/docker/daemon.json").stdout)
         assert "nvidia" in daemon["runtimes"]
         # Container storage on the data disk, and both services ordered after its mount.

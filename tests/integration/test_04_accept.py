@@ -115,9 +115,61 @@ def test_two_healthy_nodes_are_ready(lab_inventory: tuple[Path, list[str]], tmp_
 FAULT_CASES = [
     ("missing-gpu", False, "gpu.count"),
     ("ecc", False, "health.ecc"),
-    ("xid", False, "health.xid"),
     ("slow-net", True, "multinode.busbw@16MiB"),
 ]
+# The XID window of the pair test: short, so that an XID logged before the first run is old
+# by the second one (the lab cannot date a journal entry in the past).
+XID_WINDOW_S = 75
+
+
+@pytest.mark.lab
+def test_fault_pairs_only_the_real_fault_is_not_ready(
+    lab_inventory: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    """`pcie-idle` (link lowered while idle) and `old-xid` (an XID before the window) leave a
+    node ready; `pcie` (a link whose maximum is Gen3 x8) and `xid` (a recent critical XID) do
+    not. One acceptance run over both nodes per pair."""
+    from toolkit.lab import lab as lab_core
+
+    inventory, names = lab_inventory
+    benign, faulty = (_lab_ref(lab_core.require(LAB), n) for n in names)
+    windowed = tmp_path / "inventory"
+    shutil.copytree(inventory, windowed)
+    for path in windowed.rglob("hardware.yml"):
+        data = yaml.safe_load(path.read_text())
+        data["hardware"]["acceptance"]["xid_window_h"] = XID_WINDOW_S / 3600
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    old_xid_at = time.monotonic()
+    lab_core.set_faults(LAB, benign, ["old-xid", "pcie-idle"])
+    lab_core.set_faults(LAB, faulty, ["pcie"])
+    try:
+        first = _accept(windowed, names, tmp_path / "first", multi=False)
+        time.sleep(max(0.0, XID_WINDOW_S + 5 - (time.monotonic() - old_xid_at)))
+        lab_core.set_faults(LAB, faulty, ["xid"])
+        second = _accept(windowed, names, tmp_path / "second", multi=False)
+    finally:
+        for node in (benign, faulty):
+            lab_core.set_faults(LAB, node, [])
+            # An XID stays in the kernel log until the node reboots, as on a real node.
+            lab_core.restart_node(LAB, node)
+    # First run: the idle link passes while the capped one fails; the XID just logged is
+    # still inside the window then.
+    idle = _node(first, names[0])
+    pcie = next(c for c in idle["checks"] if c["name"] == "health.pcie")
+    assert pcie["ok"] and "idle Gen1 x16 (not judged)" in pcie["message"], pcie
+    assert {f["check"] for f in idle["failed_checks"]} == {"health.xid"}, idle["failed_checks"]
+    bad = _node(first, names[1])
+    assert bad["verdict"] == "not-ready"
+    assert "health.pcie" in {f["check"] for f in bad["failed_checks"]}, bad["failed_checks"]
+    # Second run: the same node, its link still lowered while idle and its XID now older than
+    # the window, is ready; a recent critical XID is not.
+    ok = _node(second, names[0])
+    assert ok["verdict"] == "ready", ok["failed_checks"]
+    xid = next(c for c in ok["checks"] if c["name"] == "health.xid")
+    assert "XID 119" in xid["message"] and "outside the window" in xid["message"]
+    bad = _node(second, names[1])
+    assert bad["verdict"] == "not-ready"
+    assert "health.xid" in {f["check"] for f in bad["failed_checks"]}, bad["failed_checks"]
 
 
 @pytest.mark.lab
@@ -135,9 +187,6 @@ def test_fault_marks_only_its_node_not_ready(
         run = _accept(inventory, names, tmp_path, multi=multi)
     finally:
         lab_core.set_faults(LAB, _lab_ref(state, faulty), [])
-        if fault == "xid":
-            # An XID stays in the kernel log until the node reboots, as on a real node.
-            lab_core.restart_node(LAB, _lab_ref(state, faulty))
     bad = _node(run, faulty)
     good = _node(run, healthy)
     assert bad["verdict"] == "not-ready"

@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,40 @@ def test_parse_xids() -> None:
     )
     events = nr.parse_xids(log)
     assert [(e["bus_id"], e["xid"]) for e in events] == [("0000:18:00", 79), ("0000:2a:00", 119)]
+    assert [e["time"] for e in events] == [None, None]  # no boot time, no year: not placed
+
+
+@pytest.mark.parametrize(
+    ("line", "when"),
+    [
+        # `journalctl -k -b -o short-monotonic` and dmesg: seconds since boot.
+        (
+            "[ 3600.500000] node kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=0",
+            "2025-06-01T11:00:00Z",
+        ),
+        ("[    0.000000] NVRM: Xid (PCI:0000:18:00): 79, pid=0", "2025-06-01T10:00:00Z"),
+        # `journalctl -o short-iso`: wall-clock, with its offset.
+        (
+            "2025-06-01T14:30:00+0200 node kernel: NVRM: Xid (PCI:0000:18:00): 119, x",
+            "2025-06-01T12:30:00Z",
+        ),
+        (
+            "2025-06-01T12:30:00.123456+00:00 node kernel: NVRM: Xid (PCI:0000:18:00): 119, x",
+            "2025-06-01T12:30:00Z",
+        ),
+    ],
+)
+def test_xid_times_are_wall_clock(line: str, when: str) -> None:
+    boot = datetime(2025, 6, 1, 10, 0, 0, tzinfo=timezone.utc).timestamp()
+    (event,) = nr.parse_xids(line + "\n", boot)
+    assert event["time"] == when
+
+
+def test_boot_time_is_now_less_uptime() -> None:
+    boot = nr.boot_time()
+    assert boot is not None
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    assert abs((time.time() - uptime) - boot) < 5
 
 
 def test_kernel_log_falls_back_and_reports() -> None:
@@ -141,7 +177,7 @@ def test_query_gpus_healthy(lab_env: Any) -> None:
     [
         ("missing-gpu", "gpu.count", "7 GPUs != 8 expected"),
         ("ecc", "health.ecc", "volatile 2"),
-        ("pcie", "health.pcie", "Gen3 x8 < Gen5 x16"),
+        ("pcie", "health.pcie", "max link Gen3 < Gen5 (GPU max Gen5, host port max Gen3)"),
     ],
 )
 def test_lab_faults_reach_the_verdict(lab_env: Any, fault: str, check: str, text: str) -> None:
@@ -266,3 +302,30 @@ print(nr.check_pattern(torch, buf, 3.0)[0])
     out = subprocess.run([python, "-c", script], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["(0, 0.0)", "2"]
+
+
+def test_link_is_sampled_while_the_work_runs(tmp_path: Path) -> None:
+    smi = tmp_path / "nvidia-smi"
+    # A stand-in that reports the full link only while the work's marker exists.
+    smi.write_text(
+        f"#!/bin/sh\nif [ -e {tmp_path}/busy ]; then echo '5, 16'; else echo '1, 16'; fi\n"
+    )
+    smi.chmod(0o755)
+    calls = []
+
+    def work() -> None:
+        (tmp_path / "busy").touch()
+        calls.append(1)
+        time.sleep(0.01)
+
+    sample = nr.link_under_load(str(smi), 0, work, settle_s=0.1)
+    assert sample == {"gpu": 0, "gen": 5, "width": 16, "error": None}
+    assert calls
+    assert nr.link_under_load(None, 0, work) is None
+
+    def broken() -> None:
+        raise RuntimeError("CUDA error")
+
+    (tmp_path / "busy").unlink()
+    failed = nr.link_under_load(str(smi), 1, broken, settle_s=0.05)
+    assert failed is not None and failed["error"] == "RuntimeError: CUDA error"

@@ -9,8 +9,14 @@ from typing import Any
 
 import pytest
 
-from toolkit.acceptance.thresholds import AcceptanceSpec
-from toolkit.acceptance.verdict import NodeExpectation, allreduce_checks, judge, normalise_allreduce
+from toolkit.acceptance.thresholds import AcceptanceSpec, critical_xids
+from toolkit.acceptance.verdict import (
+    NodeExpectation,
+    allreduce_checks,
+    judge,
+    normalise_allreduce,
+    xid_window_start,
+)
 
 DATA = Path(__file__).parent / "data" / "nccl"
 BUS = ["00000000:18:00.0", "00000000:2A:00.0"]
@@ -32,6 +38,8 @@ def healthy() -> dict[str, Any]:
             "pcie_gen_max": 5,
             "pcie_width_current": 16,
             "pcie_width_max": 16,
+            "pcie_gen_gpu_max": 5,
+            "pcie_gen_host_max": 5,
             "throttle_active": 0x1,
         }
         for i in range(2)
@@ -191,10 +199,10 @@ FAULTS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
         "retired pages pending",
     ),
     (
-        "pcie gen",
-        _gpu(1, pcie_gen_current=3, pcie_width_current=8),
+        "pcie max",
+        _gpu(1, pcie_gen_max=3, pcie_width_max=8, pcie_gen_current=3, pcie_width_current=8),
         "health.pcie",
-        "Gen3 x8 < Gen5 x16",
+        "max link Gen3 < Gen5",
     ),
     ("thermal", _gpu(0, throttle_active=0x40), "health.throttle", "HW thermal slowdown"),
     ("xid", _xid(119), "health.xid", "XID 119 on 0000:18:00"),
@@ -381,3 +389,152 @@ def test_result_is_not_mutated() -> None:
     before = copy.deepcopy(result)
     judge(result, EXPECT, SPEC)
     assert result == before
+
+
+# --- PCIe: the maximum and the link under load are judged, the idle link is only shown -----
+
+
+def _link_result(
+    gen_max: int = 5,
+    width_max: int = 16,
+    idle: tuple[int, int] = (1, 16),
+    gpu_max: int | None = 5,
+    host_max: int | None = 5,
+    under_load: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    r = healthy()
+    for g in r["gpus"]["list"]:
+        g.update(
+            pcie_gen_max=gen_max,
+            pcie_width_max=width_max,
+            pcie_gen_current=idle[0],
+            pcie_width_current=idle[1],
+            pcie_gen_gpu_max=gpu_max,
+            pcie_gen_host_max=host_max,
+        )
+    if under_load is not None:
+        r["gpu_perf"] = {
+            "gemm": [],
+            "mem_bw": [],
+            "h2d": [],
+            "pcie_under_load": [
+                {"gpu": g["index"], "gen": under_load[0], "width": under_load[1], "error": None}
+                for g in r["gpus"]["list"]
+            ],
+        }
+    return r
+
+
+PCIE_CASES = [
+    # label, result, spec keys, ok, text in the message
+    ("idle Gen1 is not judged", _link_result(), {}, True, "idle Gen1 x16 (not judged)"),
+    ("idle, full under load", _link_result(under_load=(5, 16)), {}, True, "under load Gen5 x16"),
+    ("slow under load", _link_result(under_load=(3, 16)), {}, False, "under load Gen3 x16 < max"),
+    ("narrow under load", _link_result(under_load=(5, 8)), {}, False, "under load Gen5 x8 < max"),
+    (
+        "host caps the GPU",
+        _link_result(gen_max=4, host_max=4),
+        {},
+        False,
+        "max link Gen4 < Gen5 (GPU max Gen5, host port max Gen4)",
+    ),
+    (
+        "max below the profile",
+        _link_result(gen_max=4, gpu_max=None),
+        {"pcie_gen": 5},
+        False,
+        "< Gen5",
+    ),
+    ("width below the profile", _link_result(width_max=8), {"pcie_width": 16}, False, "x8 < x16"),
+    (
+        "older driver: no gpumax",
+        _link_result(gpu_max=None, host_max=None),
+        {},
+        True,
+        "max Gen5 x16",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("label", "result", "keys", "ok", "text"), PCIE_CASES, ids=[c[0] for c in PCIE_CASES]
+)
+def test_pcie_judges_max_and_under_load(
+    label: str, result: dict[str, Any], keys: dict[str, Any], ok: bool, text: str
+) -> None:
+    spec = AcceptanceSpec.model_validate({**SPEC.model_dump(exclude_unset=True), **keys})
+    check = next(c for c in judge(result, EXPECT, spec).checks if c.name == "health.pcie")
+    assert check.ok is ok, check.message
+    assert text in check.message
+
+
+# --- XIDs: a critical list within a window; every XID is shown -----------------------------
+
+
+def _xids(*events: tuple[int, str | None], provisioned: str | None = None) -> dict[str, Any]:
+    r = healthy()
+    r["started"] = "2025-06-02T12:00:00Z"
+    if provisioned:
+        r["state"]["provisioned_at"] = provisioned
+    r["kernel_log"]["xid_events"] = [
+        {"bus_id": "0000:18:00", "xid": xid, "time": when, "line": f"NVRM: Xid ...: {xid}"}
+        for xid, when in events
+    ]
+    return r
+
+
+XID_CASES = [
+    ("critical, recent", _xids((79, "2025-06-02T11:00:00Z")), {}, False),
+    ("not critical", _xids((13, "2025-06-02T11:00:00Z")), {}, True),
+    (
+        "critical before the provision",
+        _xids((79, "2025-06-01T09:00:00Z"), provisioned="2025-06-01T10:00:00Z"),
+        {},
+        True,
+    ),
+    (
+        "critical after the provision",
+        _xids((119, "2025-06-01T11:00:00Z"), provisioned="2025-06-01T10:00:00Z"),
+        {},
+        False,
+    ),
+    (
+        "outside the hours window",
+        _xids((119, "2025-06-02T09:00:00Z"), provisioned="2025-06-01T10:00:00Z"),
+        {"xid_window_h": 2},
+        True,
+    ),
+    ("inside the hours window", _xids((119, "2025-06-02T10:30:00Z")), {"xid_window_h": 2}, False),
+    ("no time: counted", _xids((48, None), provisioned="2025-06-01T10:00:00Z"), {}, False),
+    ("the profile's own list", _xids((13, "2025-06-02T11:00:00Z")), {"critical_xids": [13]}, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("label", "result", "keys", "ok"), XID_CASES, ids=[c[0] for c in XID_CASES]
+)
+def test_xid_window_and_critical_list(
+    label: str, result: dict[str, Any], keys: dict[str, Any], ok: bool
+) -> None:
+    spec = AcceptanceSpec.model_validate({**SPEC.model_dump(exclude_unset=True), **keys})
+    check = next(c for c in judge(result, EXPECT, spec).checks if c.name == "health.xid")
+    assert check.ok is ok, check.message
+    xid = result["kernel_log"]["xid_events"][0]["xid"]
+    assert f"XID {xid} on 0000:18:00" in check.message  # every XID is shown, judged or not
+
+
+def test_xid_window_is_the_later_of_provision_and_hours() -> None:
+    result = _xids(provisioned="2025-06-02T11:30:00Z")
+    spec = AcceptanceSpec.model_validate({"xid_window_h": 2})
+    start, why = xid_window_start(result, spec)
+    assert start is not None and start.isoformat() == "2025-06-02T11:30:00+00:00"
+    assert "provision" in why
+    start, why = xid_window_start(_xids(provisioned="2025-06-01T00:00:00Z"), spec)
+    assert start is not None and start.isoformat() == "2025-06-02T10:00:00+00:00"
+    assert xid_window_start(_xids(), AcceptanceSpec()) == (None, "since boot")
+
+
+def test_critical_xids_carry_their_sources() -> None:
+    table = critical_xids()
+    assert {48, 79, 119}.issubset(table) and not {13, 31, 43} & set(table)
+    assert all(entry.sources and entry.name for entry in table.values())

@@ -425,3 +425,57 @@ def test_parse_rdepends() -> None:
     )
     assert nf.parse_rdepends(text) == ["cuda-drivers", "nvidia-open", "nvidia-utils-580"]
     assert nf.parse_rdepends("") == []
+
+
+# Real-format `lspci -nn` lines: a current pci.ids names the product, an older one only the id.
+LSPCI_BY_ID = [
+    (
+        "18:00.0 3D controller [0302]: NVIDIA Corporation GH100 [H100 SXM5 80GB] [10de:2330] "
+        "(rev a1)",
+        "H100",
+    ),
+    ("18:00.0 3D controller [0302]: NVIDIA Corporation Device [10de:2330] (rev a1)", "H100"),
+    ("19:00.0 3D controller [0302]: NVIDIA Corporation Device [10de:2335] (rev a1)", "H200"),
+    (
+        "07:00.0 3D controller [0302]: NVIDIA Corporation GA100 [A100 SXM4 80GB] [10de:20b2] "
+        "(rev a1)",
+        "A100",
+    ),
+    (
+        "01:00.0 3D controller [0302]: NVIDIA Corporation AD102GL [L40S] [10de:26b9] (rev a1)",
+        "L40S",
+    ),
+    (
+        "3b:00.0 3D controller [0302]: NVIDIA Corporation TU104GL [Tesla T4] [10de:1eb8] (rev a1)",
+        "T4",
+    ),
+    # An id the catalog lacks: the bracketed name is the hint.
+    (
+        "41:00.0 3D controller [0302]: NVIDIA Corporation GH100 [H100 PCIe] [10de:9999] (rev a1)",
+        "H100",
+    ),
+    ("41:00.0 3D controller [0302]: NVIDIA Corporation Device [10de:9999] (rev a1)", None),
+]
+
+
+@pytest.mark.parametrize(("line", "model"), LSPCI_BY_ID)
+def test_gpu_model_from_lspci_device_id(line: str, model: str | None) -> None:
+    from toolkit.stack.catalog import lookup_gpu_by_pci_id
+
+    sections = {"lspci": (0, line + "\n"), "smi_list": (None, "")}
+    facts = nf.node_facts(sections, None)
+    assert facts["gpu_source"] == "lspci" and facts["gpu_count"] == 1
+    assert facts["gpu_pci_ids"] == ["10de:" + line.split("[10de:")[1][:4]]
+    models = nf.gpu_model_names(
+        facts["gpus"], lookup_gpu, facts["gpu_pci_ids"], lookup_gpu_by_pci_id
+    )
+    assert models == [model]
+
+
+def test_every_catalog_pci_id_is_one_models() -> None:
+    from toolkit.stack.catalog import catalog, lookup_gpu_by_pci_id
+
+    ids = [i for info in catalog() for i in info.pci_device_ids]
+    assert len(ids) == len(set(ids)) and all(len(i) == 4 for i in ids)
+    assert lookup_gpu_by_pci_id("10de:2330").model == "H100"  # type: ignore[union-attr]
+    assert lookup_gpu_by_pci_id("0x2335").model == "H200"  # type: ignore[union-attr]

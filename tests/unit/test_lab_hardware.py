@@ -90,7 +90,7 @@ def test_json_round_trip_is_exact() -> None:
     assert text.endswith("\n")
     assert NodeHardware.from_json(text) == hw
     data = json.loads(text)
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     assert data["faults"] == ["ecc", "xid"]
     assert data["gpus"][0]["pci_bus_id"] == "00000000:07:00.0"
 
@@ -122,11 +122,31 @@ def test_fault_ecc_hits_exactly_one_gpu() -> None:
 @pytest.mark.parametrize(("model", "gen_max"), [("H100", 5), ("H200", 5), ("L40S", 4)])
 def test_fault_pcie_downtrains_one_link_to_gen3_x8(model: str, gen_max: int) -> None:
     hw = NodeHardware.for_node(model, 8, False, ["pcie"], seed="p", index=0)
-    bad = [g for g in hw.gpus if g.pcie_gen_current != g.pcie_gen_max]
+    bad = [g for g in hw.gpus if g.pcie_gen_max != g.pcie_gen_gpu_max]
     assert len(bad) == 1
+    # A really degraded link: its maximum itself is Gen3 x8 (the root port caps it).
+    assert (bad[0].pcie_gen_max, bad[0].pcie_width_max) == (3, 8)
     assert (bad[0].pcie_gen_current, bad[0].pcie_width_current) == (3, 8)
-    assert (bad[0].pcie_gen_max, bad[0].pcie_width_max) == (gen_max, 16)
-    assert all(g.pcie_width_current == 16 for g in hw.gpus if g is not bad[0])
+    assert (bad[0].pcie_gen_gpu_max, bad[0].pcie_gen_host_max) == (gen_max, 3)
+    assert all(g.pcie_width_max == 16 for g in hw.gpus if g is not bad[0])
+    assert all(g.pcie_gen_idle is None for g in hw.gpus)
+
+
+def test_fault_pcie_idle_lowers_every_idle_link_only() -> None:
+    hw = NodeHardware.for_node("H100", 8, True, ["pcie-idle"], seed="p", index=0)
+    assert all(g.pcie_gen_idle == 1 for g in hw.gpus)
+    # Under load (`pcie_gen_current`) and at most, every link is whole.
+    assert all(
+        (g.pcie_gen_current, g.pcie_gen_max, g.pcie_width_max) == (5, 5, 16) for g in hw.gpus
+    )
+
+
+def test_fault_old_xid_is_a_separate_kernel_event() -> None:
+    hw = NodeHardware.for_node("H100", 8, True, ["old-xid", "xid"], seed="p", index=0)
+    assert [e.fault for e in hw.xid_events] == ["old-xid", "xid"]
+    assert len(hw.kernel_messages()) == 2
+    (old,) = hw.kernel_messages(["old-xid"])
+    assert old == hw.xid_events[0].kernel_line and "NVRM: Xid (PCI:" in old
 
 
 def test_fault_xid_records_a_kernel_line_for_a_present_gpu() -> None:

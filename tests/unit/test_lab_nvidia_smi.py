@@ -298,11 +298,32 @@ def test_fault_pcie(tmp_path: Path) -> None:
     n.load(V550)
     rc, out = n.run(
         "--query-gpu=pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,"
-        "pcie.link.width.max",
+        "pcie.link.width.max,pcie.link.gen.gpumax,pcie.link.gen.hostmax",
         "--format=csv,noheader",
     )
     assert rc == 0
-    assert sorted(out.splitlines()) == ["3, 5, 8, 16"] + ["5, 5, 16, 16"] * 7
+    # A really degraded link: the root port caps the Gen5 card at Gen3 x8, busy or idle.
+    assert sorted(out.splitlines()) == ["3, 3, 8, 8, 5, 3"] + ["5, 5, 16, 16, 5, 5"] * 7
+
+
+LINK_QUERY = ("--query-gpu=pcie.link.gen.current,pcie.link.gen.max", "--format=csv,noheader")
+
+
+def test_fault_pcie_idle_lowers_the_link_until_the_gpus_are_busy(tmp_path: Path) -> None:
+    n = Node(tmp_path)
+    n.hardware(NodeHardware.for_node("H100", 8, True, ["pcie-idle"], seed="f"))
+    n.load(V550)
+    assert n.run(*LINK_QUERY) == (0, "1, 5\n" * 8)
+    busy = tmp_path / "run/gpunode-lab/gpu-busy"
+    busy.parent.mkdir(parents=True)
+    worker = subprocess.Popen(["sleep", "30"])
+    try:
+        busy.write_text(f"{worker.pid}\n")
+        assert n.run(*LINK_QUERY) == (0, "5, 5\n" * 8)
+    finally:
+        worker.kill()
+        worker.wait()
+    assert n.run(*LINK_QUERY) == (0, "1, 5\n" * 8)  # the work ended: idle again
 
 
 def test_version_mismatch_after_an_upgrade_without_reboot(node: Node) -> None:
@@ -345,6 +366,9 @@ def test_persistence_mode_legacy_and_daemon(node: Node) -> None:
     piddir = node.root / "run/nvidia-persistenced"
     piddir.mkdir(parents=True)
     (piddir / "nvidia-persistenced.pid").write_text(f"{os.getpid()}\n")  # a live process
+    (piddir / "gpunode-lab-persistence-mode").write_text("0\n")  # --no-persistence-mode
+    assert node.run(*query)[1].splitlines() == ["Enabled"] + ["Disabled"] * 7
+    (piddir / "gpunode-lab-persistence-mode").write_text("1\n")  # --persistence-mode
     assert node.run(*query)[1].splitlines() == ["Enabled"] * 8
     rc, out = node.run("-pm", "maybe")
     assert rc == 2

@@ -256,7 +256,21 @@ def test_fabric_manager_stays_resident_and_stops_on_sigterm(root: Root) -> None:
 # --- persistenced ----------------------------------------------------------------------------
 
 
-def test_persistenced_holds_persistence_mode_while_it_runs(root: Root) -> None:
+def test_persistenced_unit_has_the_distributions_shape(root: Root) -> None:
+    root.unpack("nvidia-persistenced", "550.127.05-1")
+    unit = (root.path / "lib/systemd/system/nvidia-persistenced.service").read_text()
+    # Ubuntu's and Debian's unit: persistence mode stays off until an override turns it on.
+    assert (
+        "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced "
+        "--no-persistence-mode --verbose" in unit
+    )
+    assert "Type=forking" in unit
+
+
+@pytest.mark.parametrize(
+    ("flag", "mode"), [("--no-persistence-mode", "Disabled"), ("--persistence-mode", "Enabled")]
+)
+def test_persistenced_sets_the_mode_it_was_started_with(root: Root, flag: str, mode: str) -> None:
     root.unpack("nvidia-persistenced", "550.127.05-1")
     root.unpack("nvidia-utils-550", "550.127.05-1")
     root.hardware(count=2)
@@ -265,25 +279,22 @@ def test_persistenced_holds_persistence_mode_while_it_runs(root: Root) -> None:
     refused = root.run("/usr/bin/nvidia-persistenced")
     assert refused.returncode == 1  # no driver loaded yet
     (root.state / "loaded-driver-version").write_text("550.127.05\n")
-    proc = subprocess.Popen(
-        [str(root.path / "usr/bin/nvidia-persistenced"), "--verbose"],
-        env=root.env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     pidfile = root.path / "run/nvidia-persistenced/nvidia-persistenced.pid"
+    # It forks (Type=forking): the command returns once the daemon wrote its PID file.
+    started = root.run("/usr/bin/nvidia-persistenced", "--user", "nvidia-persistenced", flag)
+    assert started.returncode == 0, started.stderr
+    pid = int(pidfile.read_text().strip())
     try:
-        deadline = time.monotonic() + 10
-        while not pidfile.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert pidfile.read_text().strip() == str(proc.pid)
         query = root.run("/usr/bin/nvidia-smi", "--query-gpu=persistence_mode", "--format=csv")
-        assert query.stdout.splitlines() == ["persistence_mode", "Enabled", "Enabled"]
+        assert query.stdout.splitlines() == ["persistence_mode", mode, mode]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=10)
-    assert proc.returncode == 0
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
     assert not pidfile.exists()
+    query = root.run("/usr/bin/nvidia-smi", "--query-gpu=persistence_mode", "--format=csv")
+    assert query.stdout.splitlines() == ["persistence_mode", "Disabled", "Disabled"]
 
 
 # --- container toolkit -----------------------------------------------------------------------

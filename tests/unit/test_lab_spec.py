@@ -80,7 +80,9 @@ def test_parse_fault_rejects_with_the_rule(text: str, rule: str) -> None:
 
 
 def test_check_fault_lists_known_faults() -> None:
-    with pytest.raises(ConfigError, match="missing-gpu, ecc, xid, pcie, slow-net"):
+    with pytest.raises(
+        ConfigError, match="missing-gpu, ecc, xid, old-xid, pcie, pcie-idle, slow-net"
+    ):
         check_fault("melted")
 
 

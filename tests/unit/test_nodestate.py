@@ -70,10 +70,16 @@ def test_after_provision(
 
 
 def test_unchanged_provision_writes_nothing() -> None:
-    current = {"state": "ready", "reason": [], "stack_id": "s1", "run_id": "r0", "time": "t0"}
+    current = {
+        "state": "ready",
+        "reason": [],
+        "stack_id": "s1",
+        "time": "t0",
+        "provisioned_at": "t",
+    }
     assert nodestate.after_provision(current, stack_id="s1", changed=False) == current
     first = nodestate.after_provision(nodestate.new(), stack_id="s1", changed=True, now=NOW)
-    assert first["time"] == "2026-12-01T12:00:00Z"
+    assert first["time"] == first["provisioned_at"] == "2026-12-01T12:00:00Z"
     assert nodestate.after_provision(first, stack_id="s1", changed=False) == first
 
 
@@ -163,3 +169,14 @@ def test_acceptance_supersedes_a_provision_in_progress() -> None:
     during = nodestate.begin_provision(READY, run_id="r2", now=NOW)
     after = _accept(during, True, "s1")
     assert after["state"] == "ready" and "suspended" not in after
+
+
+def test_provisioned_at_moves_only_when_a_provision_installed_something() -> None:
+    first = nodestate.after_provision(nodestate.new(), stack_id="s1", changed=True, now=NOW)
+    later = datetime(2026, 12, 5, tzinfo=timezone.utc)
+    same = nodestate.after_provision(first, stack_id="s1", changed=False, now=later)
+    assert same["provisioned_at"] == "2026-12-01T12:00:00Z"
+    moved = nodestate.after_provision(first, stack_id="s1", changed=True, now=later)
+    assert moved["provisioned_at"] == "2026-12-05T00:00:00Z"
+    accepted = _accept({**moved, "state": "provisioned"}, True, "s1")
+    assert accepted["provisioned_at"] == moved["provisioned_at"]

@@ -29,7 +29,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -53,7 +55,14 @@ HEALTH_FIELDS = (
     "pcie.link.width.current",
     "pcie.link.width.max",
     "clocks_throttle_reasons.active",
+    # The GPU's own and the root port's maximum generation (newer drivers only; `gen.max` is
+    # the lower of the two). The current link "may be reduced when the GPU is not in use"
+    # (nvidia-smi --help-query-gpu), so only the maximum and a sample under load are judged.
+    "pcie.link.gen.gpumax",
+    "pcie.link.gen.hostmax",
 )
+# The link sampled while the host-to-device copies run.
+LINK_FIELDS = ("pcie.link.gen.current", "pcie.link.width.current")
 # Newer drivers call the throttle bitmask "clocks_event_reasons".
 FIELD_ALIASES = {"clocks_throttle_reasons.active": "clocks_event_reasons.active"}
 REMAPPED_FIELDS = (
@@ -64,6 +73,10 @@ REMAPPED_FIELDS = (
     "remapped_rows.failure",
 )
 XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[^)]*)\): (?P<xid>\d+)(?:, (?P<rest>.*))?")
+# Kernel log time stamps: seconds since boot (`journalctl -o short-monotonic`, dmesg) or a
+# wall-clock time (`journalctl -o short-iso`).
+MONOTONIC_RE = re.compile(r"^\s*\[\s*(?P<s>\d+\.\d+)\]")
+ISO_RE = re.compile(r"^\s*(?P<t>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)")
 PROC_VERSION_RE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(?P<v>\d+\.\d+(?:\.\d+)?)")
 NVML_LIB_RE = re.compile(r"NVML library version:\s*(?P<v>[\d.]+)")
 
@@ -184,6 +197,8 @@ def query_gpus(smi: str) -> dict[str, Any]:
                 "pcie_gen_max": smi_int(h.get("pcie.link.gen.max")),
                 "pcie_width_current": smi_int(h.get("pcie.link.width.current")),
                 "pcie_width_max": smi_int(h.get("pcie.link.width.max")),
+                "pcie_gen_gpu_max": smi_int(h.get("pcie.link.gen.gpumax")),
+                "pcie_gen_host_max": smi_int(h.get("pcie.link.gen.hostmax")),
                 "throttle_active": smi_int(h.get("clocks_throttle_reasons.active")),
             }
         )
@@ -249,8 +264,14 @@ def query_versions(smi: str | None, packages: list[str]) -> dict[str, Any]:
 
 
 def read_kernel_log(command: str) -> dict[str, Any]:
-    """XID events from the kernel log (the inventory's command, then dmesg)."""
-    out: dict[str, Any] = {"command": command, "ok": False, "error": None, "xid_events": []}
+    """XID events from the kernel log (the inventory's command, then dmesg), with their times."""
+    out: dict[str, Any] = {
+        "command": command,
+        "ok": False,
+        "error": None,
+        "boot_time": None,
+        "xid_events": [],
+    }
     rc, stdout, stderr = sh(command, timeout=60)
     if rc != 0:
         first_error = (stderr or stdout).strip()[-300:] or f"exit {rc}"
@@ -259,19 +280,61 @@ def read_kernel_log(command: str) -> dict[str, Any]:
             out["error"] = f"{command}: {first_error}; dmesg: {(stderr or stdout).strip()[-300:]}"
             return out
         out["command"] = "dmesg"
+    boot = boot_time()
     out["ok"] = True
-    out["xid_events"] = parse_xids(stdout)
+    out["boot_time"] = iso(boot) if boot is not None else None
+    out["xid_events"] = parse_xids(stdout, boot)
     return out
 
 
-def parse_xids(text: str) -> list[dict[str, Any]]:
-    """Every ``NVRM: Xid (PCI:...): N, ...`` line."""
+def boot_time() -> float | None:
+    """The boot's wall-clock time (now less /proc/uptime): monotonic stamps count from it."""
+    try:
+        with open("/proc/uptime", encoding="ascii") as handle:
+            uptime = float(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - uptime
+
+
+def iso(epoch: float) -> str:
+    """A Unix time as ISO 8601 UTC."""
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def line_time(line: str, boot: float | None) -> str | None:
+    """The wall-clock time of one kernel log line, or None when it carries none."""
+    m = MONOTONIC_RE.match(line)
+    if m:
+        return iso(boot + float(m.group("s"))) if boot is not None else None
+    m = ISO_RE.match(line)
+    if m:
+        text = m.group("t").replace(",", ".")
+        # Python before 3.11 wants the offset as +hh:mm.
+        text = re.sub(r"([+-]\d\d)(\d\d)$", r"\1:\2", text.replace("Z", "+00:00"))
+        try:
+            stamp = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        if stamp.tzinfo is None:
+            stamp = stamp.astimezone()
+        return iso(stamp.timestamp())
+    return None
+
+
+def parse_xids(text: str, boot: float | None = None) -> list[dict[str, Any]]:
+    """Every ``NVRM: Xid (PCI:...): N, ...`` line, with its wall-clock time when known."""
     events = []
     for line in text.splitlines():
         m = XID_RE.search(line)
         if m:
             events.append(
-                {"bus_id": m.group("bus"), "xid": int(m.group("xid")), "line": line.strip()[-300:]}
+                {
+                    "bus_id": m.group("bus"),
+                    "xid": int(m.group("xid")),
+                    "time": line_time(line, boot),
+                    "line": line.strip()[-300:],
+                }
             )
     return events
 
@@ -654,9 +717,68 @@ def run_nccl_tests(
 # per-GPU GEMM, memory bandwidth and host-to-device copies
 
 
-def gpu_perf(torch: Any, ngpus: int, spec: dict[str, Any]) -> dict[str, Any]:
-    """GEMM TFLOPS (bf16), device memory bandwidth and pinned h2d bandwidth, per GPU."""
-    out: dict[str, Any] = {"gemm": [], "mem_bw": [], "h2d": [], "error": None}
+def link_under_load(
+    smi: str | None, index: int, work: Callable[[], None], settle_s: float = 0.5
+) -> dict[str, Any] | None:
+    """The PCIe link of GPU ``index`` sampled by nvidia-smi while ``work`` runs in a loop.
+
+    An idle GPU lowers its link (nvidia-smi --help-query-gpu: the current link "may be reduced
+    when the GPU is not in use"); under host-to-device copies it must run at its maximum.
+    """
+    if smi is None:
+        return None
+    stop = threading.Event()
+    failed: list[str] = []
+
+    def busy() -> None:
+        try:
+            while not stop.is_set():
+                work()
+        except Exception as err:  # reported with the sample, never raised from the thread
+            failed.append(f"{type(err).__name__}: {err}")
+
+    thread = threading.Thread(target=busy, daemon=True)
+    thread.start()
+    try:
+        time.sleep(settle_s)  # the link retrains within microseconds; let the copies start
+        rc, stdout, _ = sh(
+            [
+                smi,
+                "-i",
+                str(index),
+                f"--query-gpu={','.join(LINK_FIELDS)}",
+                "--format=csv,noheader,nounits",
+            ]
+        )
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    rows = parse_smi_csv(stdout, LINK_FIELDS) if rc == 0 else []
+    if failed or not rows:
+        return {
+            "gpu": index,
+            "gen": None,
+            "width": None,
+            "error": failed[0] if failed else "no sample",
+        }
+    return {
+        "gpu": index,
+        "gen": smi_int(rows[0]["pcie.link.gen.current"]),
+        "width": smi_int(rows[0]["pcie.link.width.current"]),
+        "error": None,
+    }
+
+
+def gpu_perf(torch: Any, ngpus: int, spec: dict[str, Any], smi: str | None) -> dict[str, Any]:
+    """GEMM TFLOPS (bf16), device memory bandwidth and pinned h2d bandwidth, per GPU, and the
+    PCIe link sampled during the host-to-device copies."""
+    out: dict[str, Any] = {
+        "gemm": [],
+        "mem_bw": [],
+        "h2d": [],
+        "pcie_under_load": [],
+        "error": None,
+    }
     n = int(spec.get("gemm_n", 8192))
     iters = int(spec.get("gpu_iters", 20))
     nbytes = int(spec.get("mem_bytes", 1 << 30))
@@ -700,6 +822,14 @@ def gpu_perf(torch: Any, ngpus: int, spec: dict[str, Any]) -> dict[str, Any]:
             out["h2d"].append(
                 {"gpu": index, "gbps": nbytes * iters / (time.perf_counter() - start) / 1e9}
             )
+
+            def copy(src: Any = src, host: Any = host, dev: Any = dev) -> None:
+                src.copy_(host, non_blocking=True)
+                torch.cuda.synchronize(dev)
+
+            sample = link_under_load(smi, index, copy)
+            if sample is not None:
+                out["pcie_under_load"].append(sample)
             del src, host
             torch.cuda.empty_cache()
     except Exception as err:
@@ -713,6 +843,10 @@ def gpu_perf(torch: Any, ngpus: int, spec: dict[str, Any]) -> dict[str, Any]:
 def run_node(spec: dict[str, Any]) -> dict[str, Any]:
     """Every single-node check; returns the result document."""
     started = time.perf_counter()
+    # CUDA numbers GPUs fastest first unless told otherwise; nvidia-smi numbers them by PCI
+    # bus id (CUDA C Programming Guide, "CUDA Environment Variables": CUDA_DEVICE_ORDER).
+    # One order keeps the per-GPU results and the nvidia-smi samples about the same GPU.
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     result: dict[str, Any] = {
         "schema": SCHEMA,
         "host": socket.gethostname(),
@@ -780,7 +914,7 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
             1, 0, nproc, "127.0.0.1", free_port(), sizes, iters, warmup, device, timeout, out_file
         )
     if torch is not None and cuda_gpus:
-        result["gpu_perf"] = gpu_perf(torch, cuda_gpus, spec)
+        result["gpu_perf"] = gpu_perf(torch, cuda_gpus, spec, smi)
     else:
         result["gpu_perf"] = None
     data_path = spec.get("data_path")

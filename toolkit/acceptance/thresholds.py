@@ -96,10 +96,18 @@ class AcceptanceSpec(StrictModel):
     cpu_ranks_per_node: int = Field(default=2, ge=1, le=64)
     data_test_size: str = "1GiB"
     data_path: str = "/data"
-    # XIDs that are application faults, not node faults (NVIDIA XID catalogue: 13 graphics
-    # engine exception, 31 MMU fault, 43 reset channel - all raised by user code).
-    ignore_xids: list[int] = Field(default_factory=lambda: [13, 31, 43])
+    # XIDs that fail a node: None is the shipped list (`xids.yml`, with its sources); every
+    # other XID is still shown in the check's detail.
+    critical_xids: list[int] | None = None
+    # The XID window: XIDs count from the node's last provision (`provisioned_at` in
+    # /etc/gpunode/state.json, else the boot) and, when this is set, only within these last
+    # hours (Azure's node health checks use 2 h).
+    xid_window_h: float | None = Field(default=None, gt=0)
     check_pcie: bool = True
+    # The PCIe link the GPUs must be able to train at (`pcie.link.gen.max`/`width.max`); None
+    # judges the generation against the GPU's own maximum (`pcie.link.gen.gpumax`) only.
+    pcie_gen: int | None = Field(default=None, ge=1, le=6)
+    pcie_width: int | None = Field(default=None, ge=1, le=32)
     check_throttle: bool = True
 
     @field_validator("sweep_min_size", "data_test_size")
@@ -134,6 +142,35 @@ class ShippedProfile(StrictModel):
     gpu_count: int | None = None
     sources: list[str] = Field(min_length=1)
     acceptance: AcceptanceSpec
+
+
+class CriticalXid(StrictModel):
+    """One XID that marks a node not ready, with where that judgement comes from."""
+
+    xid: int = Field(gt=0)
+    name: str
+    sources: list[str] = Field(min_length=1)
+
+
+@lru_cache(maxsize=1)
+def critical_xids() -> dict[int, CriticalXid]:
+    """The shipped critical XIDs (``xids.yml`` next to this module), by number.
+
+    Raises:
+        ConfigError: The data file is malformed.
+    """
+    from toolkit.config import validate
+
+    text = resources.files("toolkit.acceptance").joinpath("xids.yml").read_text("utf-8")
+    data = yaml.safe_load(text)
+    entries = data.get("critical") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise ConfigError("toolkit/acceptance/xids.yml: expected a `critical:` list")
+    out: dict[int, CriticalXid] = {}
+    for i, entry in enumerate(entries):
+        item = validate(CriticalXid, entry, "toolkit/acceptance/xids.yml", prefix=("critical", i))
+        out[item.xid] = item
+    return out
 
 
 @lru_cache(maxsize=1)

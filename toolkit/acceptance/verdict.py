@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse_text
-from toolkit.acceptance.thresholds import AcceptanceSpec, BusbwFloor, format_size
+from toolkit.acceptance.thresholds import AcceptanceSpec, BusbwFloor, critical_xids, format_size
 
 READY = "ready"
 NOT_READY = "not-ready"
@@ -413,25 +414,7 @@ def _health_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
             )
         )
         if spec.check_pcie:
-            slow = [
-                f"GPU {g['index']} ({g['bus_id']}): Gen{g['pcie_gen_current']} "
-                f"x{g['pcie_width_current']} < Gen{g['pcie_gen_max']} x{g['pcie_width_max']}"
-                for g in listed
-                if None
-                not in (
-                    g.get("pcie_gen_current"),
-                    g.get("pcie_gen_max"),
-                    g.get("pcie_width_current"),
-                    g.get("pcie_width_max"),
-                )
-                and (
-                    g["pcie_gen_current"] < g["pcie_gen_max"]
-                    or g["pcie_width_current"] < g["pcie_width_max"]
-                )
-            ]
-            checks.append(
-                Check("health.pcie", not slow, "; ".join(slow) or "every link at its maximum")
-            )
+            checks.append(_pcie_check(listed, result.get("gpu_perf") or {}, spec))
         if spec.check_throttle:
             throttled = []
             for g in listed:
@@ -446,23 +429,150 @@ def _health_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
                     "; ".join(throttled) or "no hardware or thermal slowdown",
                 )
             )
+    checks.append(_xid_check(result, spec))
+    return checks
+
+
+def _some(items: list[str], limit: int) -> str:
+    """The first ``limit`` items joined, and how many more there are."""
+    more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
+    return "; ".join(items[:limit]) + more
+
+
+def _link(gen: Any, width: Any) -> str:
+    return f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
+
+
+def _pcie_check(listed: list[dict[str, Any]], perf: dict[str, Any], spec: AcceptanceSpec) -> Check:
+    """Judge each GPU's *maximum* link, and the link sampled under load where one was.
+
+    The current link "may be reduced when the GPU is not in use" (nvidia-smi
+    --help-query-gpu, pcie.link.gen.current), so the idle value is shown, never judged.
+    ``pcie.link.gen.max`` is the lower of the GPU's (``gpumax``) and the root port's
+    (``hostmax``) maximum: a host that caps a GPU's link fails as a slow slot would.
+    """
+    loaded = {s.get("gpu"): s for s in perf.get("pcie_under_load") or []}
+    bad: list[str] = []
+    shown: list[str] = []
+    for g in listed:
+        gen_max, width_max = g.get("pcie_gen_max"), g.get("pcie_width_max")
+        gpu_max, host_max = g.get("pcie_gen_gpu_max"), g.get("pcie_gen_host_max")
+        label = f"GPU {g['index']} ({g['bus_id']})"
+        want_gen = spec.pcie_gen or gpu_max
+        problems = []
+        if gen_max is not None and want_gen is not None and gen_max < want_gen:
+            problems.append(
+                f"max link Gen{gen_max} < Gen{want_gen}"
+                + (f" (GPU max Gen{gpu_max}, host port max Gen{host_max})" if host_max else "")
+            )
+        if width_max is not None and spec.pcie_width and width_max < spec.pcie_width:
+            problems.append(f"max width x{width_max} < x{spec.pcie_width}")
+        sample = loaded.get(g.get("index"))
+        under_load = "not measured"
+        if sample is not None:
+            under_load = sample.get("error") or _link(sample.get("gen"), sample.get("width"))
+            if sample.get("error"):
+                problems.append(f"link under load not sampled: {sample['error']}")
+            elif (sample.get("gen") or 0) < (gen_max or 0) or (sample.get("width") or 0) < (
+                width_max or 0
+            ):
+                problems.append(f"under load {under_load} < max {_link(gen_max, width_max)}")
+        detail = (
+            f"{label}: max {_link(gen_max, width_max)}, under load {under_load}, idle "
+            f"{_link(g.get('pcie_gen_current'), g.get('pcie_width_current'))} (not judged)"
+        )
+        if problems:
+            bad.append(f"{label}: {'; '.join(problems)}")
+        shown.append(detail)
+    message = "; ".join(bad) if bad else "every link at its maximum"
+    if shown:
+        message += " | " + _some(shown, 2)
+    return Check(
+        "health.pcie",
+        not bad,
+        message,
+        measured=[
+            {
+                "gpu": g.get("index"),
+                "max": [g.get("pcie_gen_max"), g.get("pcie_width_max")],
+                "idle": [g.get("pcie_gen_current"), g.get("pcie_width_current")],
+                "under_load": [
+                    loaded[g.get("index")].get("gen"),
+                    loaded[g.get("index")].get("width"),
+                ]
+                if g.get("index") in loaded
+                else None,
+            }
+            for g in listed
+        ],
+        floor=[spec.pcie_gen, spec.pcie_width],
+    )
+
+
+def _when(text: Any) -> datetime | None:
+    """An ISO 8601 time from a result or state file (UTC when it names no zone)."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)
+
+
+def xid_window_start(result: dict[str, Any], spec: AcceptanceSpec) -> tuple[datetime | None, str]:
+    """Where the XID window opens, and why: the node's last provision, or the last
+    ``xid_window_h`` hours when that is later; the boot (the log's own start) otherwise."""
+    provisioned = _when((result.get("state") or {}).get("provisioned_at"))
+    now = _when(result.get("started"))
+    starts: list[tuple[datetime, str]] = []
+    if provisioned is not None:
+        starts.append((provisioned, f"since the last provision ({provisioned.isoformat()})"))
+    if spec.xid_window_h is not None and now is not None:
+        starts.append(
+            (now - timedelta(hours=spec.xid_window_h), f"within the last {spec.xid_window_h:g} h")
+        )
+    if not starts:
+        return None, "since boot"
+    return max(starts, key=lambda s: s[0])
+
+
+def _xid_check(result: dict[str, Any], spec: AcceptanceSpec) -> Check:
+    """Critical XIDs (``xids.yml`` or the profile's list) within the window fail the node;
+    every XID of the boot is still shown."""
     log = result.get("kernel_log") or {}
     if not log.get("ok"):
-        checks.append(Check("health.xid", False, f"kernel log unreadable: {log.get('error')}"))
-    else:
-        events = [e for e in log.get("xid_events") or [] if e.get("xid") not in spec.ignore_xids]
-        checks.append(
-            Check(
-                "health.xid",
-                not events,
-                "; ".join(f"XID {e['xid']} on {e['bus_id']}" for e in events[:5])
-                + (f" (+{len(events) - 5} more)" if len(events) > 5 else "")
-                if events
-                else "no XID events since boot",
-                measured=[e["xid"] for e in events],
-            )
+        return Check("health.xid", False, f"kernel log unreadable: {log.get('error')}")
+    critical = set(spec.critical_xids) if spec.critical_xids is not None else set(critical_xids())
+    start, window = xid_window_start(result, spec)
+    events = list(log.get("xid_events") or [])
+
+    def in_window(event: dict[str, Any]) -> bool:
+        when = _when(event.get("time"))
+        # An event without a time cannot be placed before the window: it counts.
+        return start is None or when is None or when >= start
+
+    failing = [e for e in events if e.get("xid") in critical and in_window(e)]
+    shown = [
+        f"XID {e['xid']} on {e['bus_id']} at {e.get('time') or 'unknown time'}"
+        + (
+            ""
+            if e in failing
+            else " (not judged: "
+            + ("outside the window)" if e.get("xid") in critical else "not critical)")
         )
-    return checks
+        for e in events
+    ]
+    message = f"{len(failing)} critical XID(s) {window}" if failing else f"no critical XID {window}"
+    if shown:
+        message += ": " + _some(shown, 5)
+    return Check(
+        "health.xid",
+        not failing,
+        message,
+        measured=[e["xid"] for e in failing],
+        floor=start.isoformat() if start else None,
+    )
 
 
 def _perf_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:

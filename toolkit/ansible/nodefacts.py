@@ -380,11 +380,13 @@ def node_facts(
     devices = parse_lspci(lspci_out) if lspci_rc == 0 else []
     list_rc, list_out = get("smi_list")
     smi_gpus = parse_nvidia_smi_list(list_out) if list_rc == 0 else []
+    gpu_pci_ids: list[str] = []
     if smi_gpus:
         gpus = [g["name"] for g in smi_gpus]
         gpu_source = "nvidia-smi"
     elif lspci_rc == 0 and lspci_gpus(devices):
         gpus = [d.description for d in lspci_gpus(devices)]
+        gpu_pci_ids = [f"{NVIDIA_VENDOR}:{d.device_id}" for d in lspci_gpus(devices)]
         gpu_source = "lspci"
     else:
         gpus = []
@@ -417,6 +419,7 @@ def node_facts(
     facts: dict[str, Any] = {
         "kernel": get("kernel")[1].strip(),
         "gpus": gpus,
+        "gpu_pci_ids": gpu_pci_ids,
         "gpu_count": len(gpus),
         "gpu_source": gpu_source,
         "nvswitch_count": nvswitches,
@@ -433,15 +436,26 @@ def node_facts(
     return facts
 
 
-def gpu_model_names(names: Iterable[str], lookup: Any) -> list[str | None]:
-    """Catalog model of each GPU name (``lookup`` is ``toolkit.stack.catalog.lookup_gpu``).
+def gpu_model_names(
+    names: Iterable[str],
+    lookup: Any,
+    device_ids: Iterable[str | None] = (),
+    lookup_id: Any = None,
+) -> list[str | None]:
+    """Catalog model of each GPU (``lookup`` is ``toolkit.stack.catalog.lookup_gpu``).
 
-    ``lspci`` descriptions carry the marketing name in brackets
-    (``GH100 [H100 SXM5 80GB]``); that part is looked up when the whole name is unknown.
+    A PCI device id (from ``lspci -nn``, ``lookup_id`` is ``lookup_gpu_by_pci_id``) decides
+    first: an older pci.ids names an H100 SXM only ``NVIDIA Corporation Device 2330``. The
+    name is the hint otherwise; ``lspci`` descriptions carry the marketing name in brackets
+    (``GH100 [H100 SXM5 80GB]``) and that part is looked up when the whole name is unknown.
     """
+    ids = list(device_ids)
     models: list[str | None] = []
-    for name in names:
-        info = lookup(name)
+    for i, name in enumerate(names):
+        device_id = ids[i] if i < len(ids) else None
+        info = lookup_id(device_id) if lookup_id is not None and device_id else None
+        if info is None:
+            info = lookup(name)
         if info is None:
             bracket = re.search(r"\[([^\]]+)\]", name)
             info = lookup(bracket.group(1)) if bracket else None

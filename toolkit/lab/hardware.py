@@ -22,9 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from toolkit.errors import ConfigError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the GPU and host maximum link generation, the idle link
 
-FaultName = Literal["missing-gpu", "ecc", "xid", "pcie", "slow-net"]
+FaultName = Literal["missing-gpu", "ecc", "xid", "old-xid", "pcie", "pcie-idle", "slow-net"]
 
 # Faults the lab can inject. `slow-net` is traffic shaping on the node's interface (done by
 # the lab's container code), so it is accepted here but leaves no trace in the GPU file.
@@ -32,13 +32,23 @@ FAULTS: dict[str, str] = {
     "missing-gpu": "one GPU is absent from the bus (the node reports count - 1 GPUs)",
     "ecc": "one GPU has uncorrectable ECC errors and a pending row remap",
     "xid": "one GPU has an XID event in the kernel log",
-    "pcie": "one GPU's PCIe link trained at Gen3 x8 instead of its maximum",
+    "old-xid": (
+        "one GPU has an XID event in the kernel log from before the acceptance window "
+        "(logged when the fault is set or at boot; acceptance later must not count it)"
+    ),
+    "pcie": "one GPU's PCIe link trained at Gen3 x8: its root port caps it below the card's max",
+    "pcie-idle": "every GPU lowers its PCIe link to Gen1 while idle and runs at its max under load",
     "slow-net": "the node's network interface is shaped to a slow link (not in this file)",
 }
 
-# The link a `pcie` fault leaves: a real downtrained slot (a riser or retimer problem).
+# The link a `pcie` fault leaves: a real downtrained slot (a riser or retimer problem); the
+# root port's maximum is what `pcie.link.gen.hostmax` reports and `gen.max` follows it.
 DEGRADED_PCIE_GEN = 3
 DEGRADED_PCIE_WIDTH = 8
+# The link an idle GPU drops to (`pcie-idle`): nvidia-smi --help-query-gpu says of
+# pcie.link.gen.current "These may be reduced when the GPU is not in use", and idle H100/A100
+# nodes show Gen1 (2.5 GT/s) at full width in public `nvidia-smi -q`/`lspci -vv` captures.
+IDLE_PCIE_GEN = 1
 
 # XID 119: "GSP RPC timeout", one of the XIDs that health checkers (Azure NHC's
 # `check_gpu_xid`, NVIDIA's XID catalogue https://docs.nvidia.com/deploy/xid-errors/) treat as
@@ -251,6 +261,13 @@ class Gpu(_Strict):
     pcie_gen_max: int = Field(ge=1, le=6)
     pcie_width_current: int = Field(ge=1, le=32)
     pcie_width_max: int = Field(ge=1, le=32)
+    # `pcie.link.gen.gpumax` (the card) and `hostmax` (its root port); `gen.max` is the lower.
+    pcie_gen_gpu_max: int = Field(ge=1, le=6)
+    pcie_gen_host_max: int = Field(ge=1, le=6)
+    # The generation the link drops to while no work runs on the GPU (None: it stays up).
+    # `pcie_gen_current` is the link under load; the stand-in nvidia-smi reports the idle one
+    # unless the GPU is busy (see toolkit/lab/standins/nvidia_smi.py, `busy`).
+    pcie_gen_idle: int | None = Field(default=None, ge=1, le=6)
     compute_cap: str = Field(pattern=r"^[0-9]+\.[0-9]+$")
     nvlinks: int = Field(ge=0)
     ecc_enabled: bool
@@ -274,6 +291,8 @@ class Gpu(_Strict):
             raise ValueError("pcie_gen_current must not exceed pcie_gen_max")
         if self.pcie_width_current > self.pcie_width_max:
             raise ValueError("pcie_width_current must not exceed pcie_width_max")
+        if self.pcie_gen_max != min(self.pcie_gen_gpu_max, self.pcie_gen_host_max):
+            raise ValueError("pcie_gen_max must be the lower of the GPU's and the host's maximum")
         if self.ecc_uncorrected_aggregate < self.ecc_uncorrected_volatile:
             raise ValueError("ecc_uncorrected_aggregate must be >= ecc_uncorrected_volatile")
         if self.ecc_corrected_aggregate < self.ecc_corrected_volatile:
@@ -290,6 +309,7 @@ class XidEvent(_Strict):
     pci_bus_id: str
     xid: int = Field(gt=0)
     kernel_line: str
+    fault: Literal["xid", "old-xid"] = "xid"
 
 
 class NodeHardware(_Strict):
@@ -392,13 +412,23 @@ class NodeHardware(_Strict):
             )
         if "pcie" in fault_list:
             gpu = gpus[_pick(seed, index, "pcie", present)]
+            gen = min(DEGRADED_PCIE_GEN, gpu["pcie_gen_max"])
+            width = min(DEGRADED_PCIE_WIDTH, gpu["pcie_width_max"])
             gpu.update(
-                pcie_gen_current=min(DEGRADED_PCIE_GEN, gpu["pcie_gen_max"]),
-                pcie_width_current=min(DEGRADED_PCIE_WIDTH, gpu["pcie_width_max"]),
+                pcie_gen_current=gen,
+                pcie_gen_max=gen,
+                pcie_gen_host_max=gen,
+                pcie_width_current=width,
+                pcie_width_max=width,
             )
+        if "pcie-idle" in fault_list:
+            for gpu in gpus:
+                gpu["pcie_gen_idle"] = IDLE_PCIE_GEN
         events: list[dict[str, Any]] = []
-        if "xid" in fault_list:
-            gpu = gpus[_pick(seed, index, "xid", present)]
+        for fault in ("old-xid", "xid"):
+            if fault not in fault_list:
+                continue
+            gpu = gpus[_pick(seed, index, fault, present)]
             bus = gpu["pci_bus_id"]
             short_bus = bus[4:14].lower()  # "0000:18:00" as the kernel prints it
             events.append(
@@ -406,6 +436,7 @@ class NodeHardware(_Strict):
                     "gpu_index": gpu["index"],
                     "pci_bus_id": bus,
                     "xid": XID_CODE,
+                    "fault": fault,
                     "kernel_line": (
                         f"NVRM: Xid (PCI:{short_bus}): {XID_CODE}, pid=2417, name=python3, "
                         + XID_MESSAGE.format(index=gpu["index"])
@@ -444,9 +475,15 @@ class NodeHardware(_Strict):
         """The file's text: stable key order, indented, newline-terminated."""
         return self.model_dump_json(indent=2) + "\n"
 
-    def kernel_messages(self) -> list[str]:
-        """Kernel-log lines the lab injects into the node's journal (identifier ``kernel``)."""
-        return [event.kernel_line for event in self.xid_events]
+    def kernel_messages(self, faults: Iterable[str] | None = None) -> list[str]:
+        """Kernel-log lines the lab injects into the node's journal (identifier ``kernel``),
+        all of them or those of the named faults."""
+        wanted = None if faults is None else set(faults)
+        return [
+            event.kernel_line
+            for event in self.xid_events
+            if wanted is None or event.fault in wanted
+        ]
 
 
 def _digest(*parts: object) -> bytes:
@@ -503,6 +540,9 @@ def _make_gpu(model: GpuModel, i: int, count: int, seed: str, node: int) -> dict
         "pcie_gen_max": model.pcie_gen_max,
         "pcie_width_current": model.pcie_width_max,
         "pcie_width_max": model.pcie_width_max,
+        "pcie_gen_gpu_max": model.pcie_gen_max,
+        "pcie_gen_host_max": model.pcie_gen_max,
+        "pcie_gen_idle": None,
         "compute_cap": model.compute_cap,
         "nvlinks": model.nvlinks,
         "ecc_enabled": True,

@@ -289,11 +289,11 @@ def _apply_faults(container: Container, spec: LabSpec, node: NodeState, hw: Node
     before = set(node.faults)
     nodes.put_files(container, _fault_files(spec, node, hw))
     nodes.exec_in(container, ["/usr/local/sbin/gpunode-lab-boot", "net"])
-    if "xid" in spec.node_faults(node.index) and "xid" not in before:
-        # The event happens now; earlier events stay in the log until the node reboots,
-        # exactly like a real kernel log.
-        for line in hw.kernel_messages():
-            nodes.exec_in(container, ["logger", "-t", "kernel", "-p", "kern.err", "--", line])
+    added = {"xid", "old-xid"} & (set(spec.node_faults(node.index)) - before)
+    # The event happens now (an `old-xid` is old for an acceptance that comes later); earlier
+    # events stay in the log until the node reboots, exactly like a real kernel log.
+    for line in hw.kernel_messages(added):
+        nodes.exec_in(container, ["logger", "-t", "kernel", "-p", "kern.err", "--", line])
     node.faults = list(spec.node_faults(node.index))
 
 

@@ -17,9 +17,9 @@ from toolkit.errors import ConfigError
 from toolkit.lab.hardware import FAULTS, GPU_MODELS
 
 # The faults a lab node can carry (names and meanings owned by the GPU emulation). The
-# hardware faults live in the node's hardware file; "xid" is also written to the node's
-# kernel log, and "slow-net" is real traffic shaping on the node's interface.
-HARDWARE_FAULTS = ("missing-gpu", "ecc", "xid", "pcie")
+# hardware faults live in the node's hardware file; "xid" and "old-xid" are also written to
+# the node's kernel log, and "slow-net" is real traffic shaping on the node's interface.
+HARDWARE_FAULTS = ("missing-gpu", "ecc", "xid", "old-xid", "pcie", "pcie-idle")
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,23}$"
 MAX_NODES = 16

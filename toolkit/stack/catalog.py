@@ -26,6 +26,7 @@ class GpuInfo:
     compute_capability: str
     names: tuple[str, ...]
     nvlsm: bool = False
+    pci_device_ids: tuple[str, ...] = ()  # "2330" for 10de:2330, as lspci -nn prints it
 
 
 def normalise(name: str) -> str:
@@ -49,6 +50,7 @@ def catalog() -> tuple[GpuInfo, ...]:
             compute_capability=str(entry["compute_capability"]),
             names=tuple(str(n) for n in entry.get("names", ())),
             nvlsm=bool(entry.get("nvlsm", False)),
+            pci_device_ids=tuple(str(i).lower() for i in entry.get("pci_device_ids", ())),
         )
         for entry in data["gpus"]
     )
@@ -80,6 +82,15 @@ def lookup_gpu(name: str) -> GpuInfo | None:
         return index[key]
     first = re.split(r"[\s\-]", key, maxsplit=1)[0]
     return index.get(first)
+
+
+def lookup_gpu_by_pci_id(device_id: str) -> GpuInfo | None:
+    """Find a GPU by its NVIDIA PCI device id (``2330`` or ``10de:2330``), or ``None``."""
+    key = device_id.strip().lower().removeprefix("10de:").removeprefix("0x")
+    for info in catalog():
+        if key in info.pci_device_ids:
+            return info
+    return None
 
 
 def gpu(name: str) -> GpuInfo:

@@ -35,6 +35,11 @@ HARDWARE = STATE / "hardware.json"
 LOADED = STATE / "loaded-driver-version"
 PERSISTENCE = STATE / "persistence-mode.json"
 PERSISTENCED_PID = ROOT / "run/nvidia-persistenced/nvidia-persistenced.pid"
+# What the stand-in daemon set the driver's persistence mode to (it writes "1" or "0").
+PERSISTENCED_MODE = ROOT / "run/nvidia-persistenced/gpunode-lab-persistence-mode"
+# GPU work: one PID a line, of processes that keep the GPUs busy (the lab has no CUDA, so
+# this file stands in for a CUDA context; while a listed process lives the GPUs are loaded).
+GPU_BUSY = ROOT / "run/gpunode-lab/gpu-busy"
 
 NA = "[N/A]"
 # Exit codes of the real tool (nvidia-smi(1), RETURN VALUE; 18 is NVML's
@@ -99,19 +104,42 @@ def load_hardware() -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def persistence_enabled(gpu: Gpu) -> bool:
-    """Persistence is on while nvidia-persistenced runs, or after `nvidia-smi -pm 1`."""
+def _alive(pid_text: str) -> bool:
     try:
-        pid = int(PERSISTENCED_PID.read_text().strip())
-        if Path(f"/proc/{pid}").exists():
+        return Path(f"/proc/{int(pid_text.strip())}").exists()
+    except ValueError:
+        return False
+
+
+def persistence_enabled(gpu: Gpu) -> bool:
+    """Persistence is on while nvidia-persistenced runs *in persistence mode* (Ubuntu's and
+    Debian's unit start it with --no-persistence-mode: then it only holds the devices open),
+    or after `nvidia-smi -pm 1`."""
+    try:
+        daemon = _alive(PERSISTENCED_PID.read_text())
+        if daemon and PERSISTENCED_MODE.read_text().strip() == "1":
             return True
-    except (OSError, ValueError):
+    except OSError:
         pass
     try:
         legacy = json.loads(PERSISTENCE.read_text())
     except (OSError, ValueError):
         return False
     return bool(isinstance(legacy, dict) and legacy.get(gpu["pci_bus_id"]))
+
+
+def busy() -> bool:
+    """Whether work runs on the GPUs: a live process listed in the busy file."""
+    try:
+        return any(_alive(line) for line in GPU_BUSY.read_text().splitlines() if line.strip())
+    except OSError:
+        return False
+
+
+def link_gen(gpu: Gpu) -> int:
+    """The current link generation: lowered while idle on GPUs that do (`pcie-idle`)."""
+    idle = gpu.get("pcie_gen_idle")
+    return int(idle) if idle is not None and not busy() else int(gpu["pcie_gen_current"])
 
 
 def select(gpus: list[Gpu], ids: str | None) -> list[Gpu]:
@@ -250,9 +278,10 @@ def _fields(context: dict[str, Any]) -> dict[str, Field]:
     add("clocks.max.graphics clocks.max.gr", "MHz", lambda g: g["clocks_max_sm_mhz"])
     add("clocks.max.sm", "MHz", lambda g: g["clocks_max_sm_mhz"])
     add("clocks.max.memory clocks.max.mem", "MHz", lambda g: g["clocks_max_mem_mhz"])
-    add("pcie.link.gen.current pcie.link.gen.gpucurrent", None, lambda g: g["pcie_gen_current"])
-    add("pcie.link.gen.max pcie.link.gen.gpumax", None, lambda g: g["pcie_gen_max"])
-    add("pcie.link.gen.hostmax", None, lambda g: g["pcie_gen_max"])
+    add("pcie.link.gen.current pcie.link.gen.gpucurrent", None, link_gen)
+    add("pcie.link.gen.max", None, lambda g: g["pcie_gen_max"])
+    add("pcie.link.gen.gpumax", None, lambda g: g.get("pcie_gen_gpu_max", g["pcie_gen_max"]))
+    add("pcie.link.gen.hostmax", None, lambda g: g.get("pcie_gen_host_max", g["pcie_gen_max"]))
     add("pcie.link.width.current", None, lambda g: g["pcie_width_current"])
     add("pcie.link.width.max", None, lambda g: g["pcie_width_max"])
     add("ecc.mode.current", None, lambda g: _enabled(g["ecc_enabled"]))
@@ -513,10 +542,10 @@ def _gpu_nodes(gpu: Gpu) -> list[Node]:
                             "PCIe Generation",
                             [
                                 ("Max", g["pcie_gen_max"]),
-                                ("Current", g["pcie_gen_current"]),
-                                ("Device Current", g["pcie_gen_current"]),
-                                ("Device Max", g["pcie_gen_max"]),
-                                ("Host Max", g["pcie_gen_max"]),
+                                ("Current", link_gen(g)),
+                                ("Device Current", link_gen(g)),
+                                ("Device Max", g.get("pcie_gen_gpu_max", g["pcie_gen_max"])),
+                                ("Host Max", g.get("pcie_gen_host_max", g["pcie_gen_max"])),
                             ],
                         ),
                         (
