@@ -35,6 +35,7 @@ KEYS = (
     "image_id",
     "accepted_run_id",
     "provisioned_at",
+    "busbw_at_largest_gbps",
     "suspended",
 )
 # The reason a ready node carries while a provision run is changing it (see begin_provision).
@@ -195,6 +196,7 @@ def after_acceptance(
     valid_hours: float,
     results_digest: str | None = None,
     image_id: str | None = None,
+    busbw_gbps: float | None = None,
 ) -> State:
     """The state after an acceptance verdict.
 
@@ -218,6 +220,7 @@ def after_acceptance(
         "accepted_run_id": run_id,
         "valid_until": (now + timedelta(hours=valid_hours)).isoformat(),
         "results_digest": results_digest,
+        "busbw_at_largest_gbps": busbw_gbps,
     }
     if image_id is not None:
         state["image_id"] = image_id

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,7 +11,7 @@ import yaml
 
 from toolkit.ansible.events import Failure, HostSummary, RunResult
 from toolkit.ansible.precheck import check_inventory
-from toolkit.ansible.reports import drift_report, state_from_slurp
+from toolkit.ansible.reports import drift_report
 from toolkit.errors import ConfigError, StackError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,26 +59,6 @@ def test_drift_report() -> None:
 def test_drift_report_clean() -> None:
     facts = {h: {"gpunode_node": {"versions": VERSIONS, "drift": []}} for h in ("n1", "n2", "n3")}
     assert drift_report(result_with(facts, []))["ok"] is True
-
-
-def _slurp(data: Any) -> dict[str, Any]:
-    return {"content": base64.b64encode(json.dumps(data).encode()).decode(), "encoding": "base64"}
-
-
-@pytest.mark.parametrize(
-    ("res", "state"),
-    [
-        (_slurp({"state": "ready", "stack_id": "abc"}), "ready"),
-        ({"failed": True, "msg": "file not found: /etc/gpunode/state.json"}, "new"),
-        ({"failed": True, "msg": "Permission denied"}, "unknown"),
-        ({"content": base64.b64encode(b"{not json").decode()}, "unknown"),
-        (_slurp(["a list"]), "unknown"),
-    ],
-)
-def test_state_from_slurp(res: dict[str, Any], state: str) -> None:
-    found = state_from_slurp(res)
-    assert found["state"] == state
-    assert isinstance(found["reason"], list)
 
 
 def test_precheck_passes_the_sample_inventory() -> None:

@@ -118,7 +118,7 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
     assert verdict is not None
     section = normalise_allreduce((plan.result or {}).get("allreduce"))
     rows = section.get("rows") or []
-    largest = max(rows, key=lambda r: r["size_bytes"]) if rows else None
+    largest = _largest(rows)
     state = (plan.result or {}).get("state") or {}
     return {
         "host": plan.host.name,
@@ -145,6 +145,11 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
         "written": plan.written,
         "state": plan.state,
     }
+
+
+def _largest(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The all-reduce row of the largest message size (the one the floors judge)."""
+    return max(rows, key=lambda r: r["size_bytes"]) if rows else None
 
 
 def digest(document: Any) -> str:
@@ -562,6 +567,8 @@ def _write_node_state(plan: NodePlan, run_id: str, when: datetime) -> None:
     """state.json and the Prometheus textfile on the node; written last, atomically."""
     assert plan.node is not None and plan.verdict is not None
     node = plan.node
+    rows = normalise_allreduce((plan.result or {}).get("allreduce")).get("rows") or []
+    largest = _largest(rows)
     state = nodestate.after_acceptance(
         (plan.result or {}).get("state") or nodestate.new(),
         passed=plan.verdict.ready,
@@ -571,6 +578,7 @@ def _write_node_state(plan: NodePlan, run_id: str, when: datetime) -> None:
         now=when,
         valid_hours=plan.spec.max_result_age_h,
         results_digest=digest(plan.result) if plan.result else None,
+        busbw_gbps=(largest or {}).get("busbw_gbps"),
     )
     plan.state = state
     try:

@@ -302,6 +302,23 @@ def compare(
     return report, drifts
 
 
+def parse_findmnt(text: str) -> dict[str, dict[str, str]]:
+    """Mount point -> its source and filesystem, from ``findmnt --raw --noheadings --output
+    TARGET,SOURCE,FSTYPE`` (raw mode escapes blanks as ``\x20``)."""
+    mounts: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) != 3 or not fields[0].startswith("/"):
+            continue
+        target, source, fstype = (_unescape_findmnt(f) for f in fields)
+        mounts[target] = {"source": source, "fstype": fstype}
+    return mounts
+
+
+def _unescape_findmnt(field: str) -> str:
+    return re.sub(r"\\x([0-9a-fA-F]{2})", lambda m: chr(int(m.group(1), 16)), field)
+
+
 def drift_dicts(host: str, drifts: Iterable[Drift]) -> list[dict[str, str]]:
     """Drifts as plain data with their message (for JSON and for node state reasons)."""
     return [{**asdict(d), "host": host, "message": d.message(host)} for d in drifts]
@@ -328,6 +345,7 @@ section mokutil mokutil --sb-state
 section dpkg dpkg-query -W -f '${Package}\t${Version}\t${db:Status-Abbrev}\n'
 section holds apt-mark showhold
 section kernel uname -r
+section mounts findmnt --raw --noheadings --output TARGET,SOURCE,FSTYPE
 """
 
 _BEGIN = "@@gpunode-begin "
@@ -428,6 +446,7 @@ def node_facts(
         "held": held,
         "loaded_driver": asdict(loaded),
         "module_open": proc_open,
+        "mounts": parse_findmnt(get("mounts")[1]) if get("mounts")[0] == 0 else {},
     }
     if resolved:
         report, drifts = compare(resolved, all_installed, held, loaded)

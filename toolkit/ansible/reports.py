@@ -1,11 +1,9 @@
-"""Reports built from playbook results: drift per node, node states."""
+"""Reports built from playbook results: drift per node."""
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
-from toolkit import nodestate
 from toolkit.ansible.events import RunResult
 
 
@@ -41,21 +39,3 @@ def drift_report(result: RunResult) -> dict[str, Any]:
         "nodes": nodes,
         "errors": errors,
     }
-
-
-def state_from_slurp(res: dict[str, Any]) -> dict[str, Any]:
-    """The node state from a ``slurp`` result of the state file (``new`` when absent).
-
-    Returns:
-        The state dict (``toolkit.nodestate``); an unreadable file gives state ``unknown``
-        with the reason.
-    """
-    if res.get("failed") or "content" not in res:
-        message = str(res.get("msg") or "")
-        if "not found" in message.lower() or "no such file" in message.lower() or not message:
-            return nodestate.new()
-        return {"state": "unknown", "reason": [message]}
-    try:
-        return nodestate.parse(base64.b64decode(res["content"]))
-    except ValueError as err:
-        return {"state": "unknown", "reason": [f"{nodestate.PATH} is not base64: {err}"]}

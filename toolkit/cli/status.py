@@ -1,15 +1,17 @@
-"""``gpunode status``: the readiness of every node, from its /etc/gpunode/state.json."""
+"""``gpunode status``: the fleet table, read from the nodes without changing them."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
 from toolkit.cli.options import inventory_option, json_option, limit_option
-from toolkit.cli.output import emit_json, out_console
+from toolkit.cli.output import emit_json, err_console, out_console
 from toolkit.errors import EXIT_FAILED, ToolkitError
 
 _STYLE = {"ready": "green", "provisioned": "cyan", "new": "dim", "not-ready": "bold red"}
@@ -31,44 +33,83 @@ Examples:
 def status(inventory: Path, limit: str | None, as_json: bool) -> None:
     """Show the readiness of every node.
 
-    Reads /etc/gpunode/state.json on each node: new, provisioned, ready or not-ready (with
-    the reason), the stack id it was written for, and the run that wrote it.
+    Per node: its state (new, provisioned, ready, not-ready) and reason, GPUs seen against the
+    profile, installed vs pinned driver, CUDA and NCCL (and the loaded driver), the data
+    mount, and the last acceptance (busbw at the largest size, when, stack id). Reads only:
+    a ready node that drifted shows not-ready here; `gpunode drift` records it.
     """
-    from toolkit.ansible.reports import state_from_slurp
-    from toolkit.ansible.runner import run_module
-    from toolkit.nodestate import PATH as STATE_FILE
+    from toolkit.status import fleet_status
 
-    result = run_module(
-        "ansible.builtin.slurp", inventory, module_args=f"src={STATE_FILE}", limit=limit
-    )
-    states: dict[str, dict[str, object]] = {}
-    for host in sorted(result.hosts):
-        if host in result.results:
-            states[host] = state_from_slurp(result.results[host])
-    for failure in result.failures:
-        if failure.unreachable:
-            states[failure.host] = {"state": "unreachable", "reason": [failure.message]}
-        else:
-            states[failure.host] = state_from_slurp({"failed": True, "msg": failure.message})
+    nodes = fleet_status(inventory, limit, display=None if as_json else _display())
     if as_json:
-        emit_json({"nodes": states, "ready": all(s["state"] == "ready" for s in states.values())})
+        emit_json(
+            {"nodes": {n.host: n.to_dict() for n in nodes}, "ready": all(n.ready for n in nodes)}
+        )
     else:
-        table = Table(title=f"node state ({STATE_FILE})", title_justify="left")
-        for column in ("node", "state", "stack id", "since", "reason"):
-            table.add_column(column)
-        for host, state in sorted(states.items()):
-            name = str(state["state"])
-            reasons = state.get("reason") or []
-            table.add_row(
-                host,
-                Text(name, style=_STYLE.get(name, "yellow")),
-                str(state.get("stack_id") or "-"),
-                str(state.get("time") or "-"),
-                "; ".join(str(r) for r in reasons) if isinstance(reasons, list) else str(reasons),
-            )
-        out_console.print(table)
-    not_ready = sorted(h for h, s in states.items() if s["state"] != "ready")
-    if not states:
+        out_console.print(fleet_table([n.to_dict() for n in nodes]))
+        for node in nodes:
+            for line in node.to_dict()["reason"] or ([] if node.ready else ["not ready"]):
+                out_console.print(Text.assemble((f"{node.host}: ", "bold red"), str(line)))
+            for line in node.drift:
+                out_console.print(Text.assemble((f"{node.host}: ", "yellow"), line))
+    if not nodes:
         raise ToolkitError(f"{inventory}: no node answered", EXIT_FAILED)
+    not_ready = sorted(n.host for n in nodes if not n.ready)
     if not_ready:
         raise ToolkitError(f"not ready: {', '.join(not_ready)}", EXIT_FAILED)
+
+
+def _display() -> Any:
+    from toolkit.ansible.progress import LiveProgress
+
+    def display(playbook: str, check: bool) -> LiveProgress:
+        return LiveProgress(err_console, playbook, check)
+
+    return display
+
+
+def _upstream(version: object) -> str:
+    """``2.21.5-1+cuda12.4`` -> ``2.21.5``: the Debian revision says nothing here."""
+    return str(version).split("-", 1)[0] if version else "none"
+
+
+def _version_cell(entry: dict[str, Any] | None) -> Text:
+    """The pinned version in green, or what is installed (or loaded) in red."""
+    if not entry:
+        return Text("-", style="dim")
+    if entry["ok"]:
+        return Text(_upstream(entry["pinned"]), style="green")
+    shown = entry.get("installed") if entry.get("installed") != entry["pinned"] else None
+    return Text(_upstream(shown or entry.get("loaded")), style="bold red")
+
+
+def fleet_table(nodes: list[dict[str, Any]]) -> Table:
+    """One row per node, within 80 columns; reasons and drift are printed under the table."""
+    table = Table(
+        title="fleet",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for column in ("node", "state", "gpus", "driver", "cuda", "nccl", "/data", "busbw"):
+        table.add_column(column, no_wrap=True)
+    for node in nodes:
+        gpus = node["gpus"]
+        seen = "?" if gpus["seen"] is None else str(gpus["seen"])
+        gpu_style = "green" if gpus["seen"] == gpus["expected"] else "bold red"
+        versions = node["versions"]
+        data = node["data"]
+        mount = "-" if not data["mount_point"] else (data["fstype"] or "NONE")
+        busbw = node["busbw_at_largest_gbps"]
+        table.add_row(
+            node["host"],
+            Text(str(node["state"]), style=_STYLE.get(str(node["state"]), "yellow")),
+            Text(f"{seen}/{gpus['expected']}", style=gpu_style),
+            _version_cell(versions.get("driver")),
+            _version_cell(versions.get("cuda")),
+            _version_cell(versions.get("nccl")),
+            Text(mount, style="bold red" if mount == "NONE" else ""),
+            "-" if busbw is None else f"{busbw:.3g}",
+        )
+    return table
