@@ -325,7 +325,11 @@ def _disks(
     t0 = time.monotonic()
     with stop.playbook():
         disks = flow.apply(
-            opts.inventory, _limit(hosts), confirm=opts.confirm_disks, display=opts.display
+            opts.inventory,
+            _limit(hosts),
+            confirm=opts.confirm_disks,
+            display=opts.display,
+            cancel=stop.requested,
         )
     spent = time.monotonic() - t0
     passed = []

@@ -51,3 +51,18 @@ def test_ansible_env_points_at_the_content_with_host_keys_checked() -> None:
 def test_run_playbook_refuses_missing_inventory(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         runner.run_playbook("provision", tmp_path / "nowhere")
+
+
+def test_cancellation_handles_signals_for_the_run_only() -> None:
+    import os
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    with runner.cancellation(None) as cancelled:
+        assert not cancelled()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert cancelled()
+    assert signal.getsignal(signal.SIGINT) is before
+    given = lambda: True  # noqa: E731
+    with runner.cancellation(given) as cancelled:
+        assert cancelled is given

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -107,8 +109,9 @@ def run_playbook(
             a live display that must be opened and closed around the run.
         raise_on_failure: Raise PlaybookError when any host failed or was unreachable.
         content: Where the playbooks and roles are (found automatically when None).
-        cancel: Polled during the run; True stops the playbook (status ``canceled``). When
-            None, ansible-runner's own SIGINT/SIGTERM handlers do that.
+        cancel: Polled during the run; True stops the playbook. When None, SIGINT and
+            SIGTERM stop it (handlers installed for the run only, then the previous ones
+            restored: ansible-runner's own would stay installed after the run).
 
     Returns:
         The run's result: per-host counts, failures, facts set by tasks, stats data.
@@ -116,6 +119,7 @@ def run_playbook(
     Raises:
         ConfigError: Unknown playbook, missing inventory, or secret-looking extra variables.
         PlaybookError: ansible-runner could not start, or (``raise_on_failure``) the run failed.
+        KeyboardInterrupt: The run was cancelled (a signal, or ``cancel`` said so).
     """
     import ansible_runner  # slow import: only when a playbook actually runs
 
@@ -136,7 +140,7 @@ def run_playbook(
         display(playbook_path.stem, check) if display is not None else nullcontext(None)
     )
     try:
-        with cm as live:
+        with cm as live, cancellation(cancel) as cancelled:
             if live is not None:
                 collector.add_listener(live)
             runner = ansible_runner.run(
@@ -152,13 +156,15 @@ def run_playbook(
                 forks=forks,
                 verbosity=verbosity or None,
                 event_handler=collector.handle,
-                cancel_callback=cancel,
+                cancel_callback=cancelled,
                 quiet=True,
             )
     except Exception as err:  # ansible-runner raises plain exceptions when it cannot start
         if isinstance(err, (ConfigError, PlaybookError)):
             raise
         raise PlaybookError(f"could not run playbook {playbook_path.name}: {err}") from err
+    if runner.status == "canceled":
+        raise KeyboardInterrupt(f"playbook {playbook_path.stem} cancelled ({run_dir})")
 
     stats = runner.stats or collector.stats
     result = RunResult(
@@ -178,6 +184,28 @@ def run_playbook(
     if raise_on_failure and not result.ok:
         raise PlaybookError(describe_failure(result))
     return result
+
+
+@contextmanager
+def cancellation(cancel: Callable[[], bool] | None) -> Iterator[Callable[[], bool]]:
+    """The cancel callback for ansible-runner: ``cancel``, or one set by SIGINT/SIGTERM.
+
+    ansible-runner installs its own handlers when given no callback and never restores the
+    previous ones, which silently swallows every later Ctrl-C of the process; these are
+    installed for the run only (main thread only: signals are delivered there).
+    """
+    if cancel is not None or threading.current_thread() is not threading.main_thread():
+        yield cancel or (lambda: False)
+        return
+    event = threading.Event()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda _signum, _frame: event.set())
+    try:
+        yield event.is_set
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _new_run_dir(label: str) -> tuple[str, Path]:
@@ -212,20 +240,24 @@ def run_module(
     run_id, run_dir = _new_run_dir(module.rsplit(".", 1)[-1])
     collector = EventCollector()
     try:
-        runner = ansible_runner.run(
-            private_data_dir=str(run_dir),
-            ident=run_id,
-            module=module,
-            module_args=module_args or None,
-            host_pattern=limit or "all",
-            inventory=str(inventory),
-            envvars=ansible_env(content),
-            forks=forks,
-            event_handler=collector.handle,
-            quiet=True,
-        )
+        with cancellation(None) as cancelled:
+            runner = ansible_runner.run(
+                private_data_dir=str(run_dir),
+                ident=run_id,
+                module=module,
+                module_args=module_args or None,
+                host_pattern=limit or "all",
+                inventory=str(inventory),
+                envvars=ansible_env(content),
+                forks=forks,
+                event_handler=collector.handle,
+                cancel_callback=cancelled,
+                quiet=True,
+            )
     except Exception as err:
         raise PlaybookError(f"could not run module {module}: {err}") from err
+    if runner.status == "canceled":
+        raise KeyboardInterrupt(f"module {module} cancelled ({run_dir})")
     return RunResult(
         run_id=run_id,
         playbook=module,

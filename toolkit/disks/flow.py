@@ -80,7 +80,14 @@ class DisksOutcome:
         }
 
 
-def _run(inventory: Path, limit: str | None, *, check: bool, display: Display | None) -> RunResult:
+def _run(
+    inventory: Path,
+    limit: str | None,
+    *,
+    check: bool,
+    display: Display | None,
+    cancel: Callable[[], bool] | None,
+) -> RunResult:
     from toolkit.ansible.runner import run_playbook
 
     return run_playbook(
@@ -91,6 +98,7 @@ def _run(inventory: Path, limit: str | None, *, check: bool, display: Display | 
         diff=False,
         extravars={"data_disks_report_only": True} if check else None,
         display=display,
+        cancel=cancel,
     )
 
 
@@ -112,9 +120,14 @@ def _outcome(result: RunResult) -> DisksOutcome:
     )
 
 
-def plan(inventory: Path, limit: str | None = None, display: Display | None = None) -> DisksOutcome:
+def plan(
+    inventory: Path,
+    limit: str | None = None,
+    display: Display | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> DisksOutcome:
     """Plan every node's data disks; change nothing."""
-    return _outcome(_run(inventory, limit, check=True, display=display))
+    return _outcome(_run(inventory, limit, check=True, display=display, cancel=cancel))
 
 
 def apply(
@@ -123,6 +136,7 @@ def apply(
     *,
     confirm: Callable[[DisksOutcome], bool] | None = None,
     display: Display | None = None,
+    cancel: Callable[[], bool] | None = None,
 ) -> DisksOutcome:
     """Apply the data-disk layout; with ``confirm``, plan and ask first.
 
@@ -136,10 +150,10 @@ def apply(
             leaves every node as it is (``declined``).
     """
     if confirm is not None:
-        planned = plan(inventory, limit, display)
+        planned = plan(inventory, limit, display, cancel)
         if planned.refused or not planned.todo:
             return planned
         if not confirm(planned):
             planned.declined = True
             return planned
-    return _outcome(_run(inventory, limit, check=False, display=display))
+    return _outcome(_run(inventory, limit, check=False, display=display, cancel=cancel))
