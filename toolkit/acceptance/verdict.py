@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from toolkit import nodestate
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse_text
 from toolkit.acceptance.thresholds import AcceptanceSpec, BusbwFloor, critical_xids, format_size
 
@@ -641,7 +642,7 @@ def _stack_check(result: dict[str, Any], expect: NodeExpectation) -> Check:
     return Check(
         "stack_id",
         ok,
-        f"installed {installed or 'unknown (no /etc/gpunode/state.json)'}"
+        f"installed {installed or f'unknown (no {nodestate.PATH})'}"
         f" {'==' if ok else '!='} inventory {expect.stack_id}",
         measured=installed,
         floor=expect.stack_id,
