@@ -41,10 +41,17 @@ def _progress(as_json: bool) -> Any:
     return display
 
 
-def _precheck(inventory: Path, limit: str | None, as_json: bool) -> None:
+def _precheck(
+    inventory: Path, limit: str | None, as_json: bool, *, locks: bool = False, relock: bool = False
+) -> None:
     from toolkit.ansible.precheck import check_inventory
 
     found = check_inventory(inventory, limit)
+    if locks:
+        from toolkit.stack.targets import check_locks
+
+        for outcome in check_locks(inventory, limit=limit, relock=relock):
+            err_console.print(f"group {outcome.group}: stack lock written to {outcome.path}")
     for warning in found.warnings:
         err_console.print(Text.assemble(("warning: ", "yellow"), warning))
     if not as_json:
@@ -71,6 +78,12 @@ Examples:
 @tags_option
 @click.option("--check", is_flag=True, help="Predict the changes without making them.")
 @click.option("--diff", is_flag=True, help="Show the differences of changed files.")
+@click.option(
+    "--relock",
+    is_flag=True,
+    help="Resolve the stack locks again from the repositories (instead of refusing a missing "
+    "or stale lock) and write them before provisioning.",
+)
 @json_option
 def provision(
     inventory: Path,
@@ -78,17 +91,20 @@ def provision(
     tags: tuple[str, ...],
     check: bool,
     diff: bool,
+    relock: bool,
     as_json: bool,
 ) -> None:
     """Converge nodes to their pinned stack.
 
-    Checks every targeted host's stack first (as `gpunode stack check`), then runs the
-    provision playbook: driver, CUDA, NCCL, Fabric Manager, container runtime, node state.
+    Checks every targeted host's stack first (as `gpunode stack check`) and that each group's
+    stack lock is current and still carried by its repositories (same versions, same SHA256),
+    then runs the provision playbook, installing exactly the locked versions: driver, CUDA,
+    NCCL, Fabric Manager, container runtime, node state.
     """
     from toolkit.ansible.progress import summary_table
     from toolkit.ansible.runner import describe_failure, run_playbook
 
-    _precheck(inventory, limit, as_json)
+    _precheck(inventory, limit, as_json, locks=True, relock=relock)
     tag_list = [t.strip() for value in tags for t in value.split(",") if t.strip()]
     result = run_playbook(
         "provision",

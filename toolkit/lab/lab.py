@@ -29,6 +29,8 @@ from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.repo import build_repository
 from toolkit.lab.spec import LabSpec, check_fault, node_name
 from toolkit.lab.state import DiskState, LabState, NodeState, ServerState
+from toolkit.stack.lock import OS_VARIABLE
+from toolkit.stack.targets import lock_inventory
 
 Progress = Callable[[str], None]
 DEFAULT_NAME = "gpunode"
@@ -196,7 +198,13 @@ def up(
         nodes=state.nodes,
         key_file=key,
         known_hosts=known_hosts,
-        repo_vars=server.repository_vars(server_ip, repo, wheels),
+        repo_vars={
+            **server.repository_vars(server_ip, repo, wheels),
+            # The lab's key is pinned like NVIDIA's, and its nodes are Debian 12.
+            "gpunode_nvidia_repo_key_fingerprint": repo.fingerprint,
+            "gpunode_container_toolkit_repo_key_fingerprint": repo.fingerprint,
+            OS_VARIABLE: ["debian12"],
+        },
         ca_bundle=ca_bundle,
         md_available=Path("/proc/mdstat").exists(),
     )
@@ -212,6 +220,9 @@ def up(
         time.monotonic() + 30,
         send=b"HEAD / HTTP/1.0\r\n\r\n",
     )
+    # The lock is resolved against the lab's repository, so `provision` works straight away.
+    for outcome in lock_inventory(state.inventory_dir):
+        say(f"lab {spec.name}: stack lock of group {outcome.group} in {outcome.path}")
     say(f"lab {spec.name}: {len(state.nodes)} node(s) up; inventory {state.inventory_dir}")
     return state
 

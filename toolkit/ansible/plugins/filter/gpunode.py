@@ -16,6 +16,7 @@ from toolkit.ansible.nodefacts import (
     parse_madison,
     parse_rdepends,
 )
+from toolkit.stack.aptindex import key_fingerprints
 
 
 def gpunode_dpkg_installed(text: str) -> dict[str, str]:
@@ -60,6 +61,14 @@ def gpunode_apt_names(pins: Mapping[str, Any]) -> list[str]:
     return [f"{name}={version}" for name, version in sorted(pins.items())]
 
 
+def gpunode_key_fingerprints(text: str) -> list[str]:
+    """The fingerprints of the primary keys in a key file (read as latin-1 text); [] if none."""
+    try:
+        return key_fingerprints(str(text).encode("latin-1"))
+    except (ValueError, IndexError):
+        return []
+
+
 class FilterModule:
     """gpunode's filters."""
 
@@ -73,4 +82,5 @@ class FilterModule:
             "gpunode_holds": gpunode_holds,
             "gpunode_rdepends": gpunode_rdepends,
             "gpunode_apt_names": gpunode_apt_names,
+            "gpunode_key_fingerprints": gpunode_key_fingerprints,
         }
