@@ -188,11 +188,11 @@ def test_key_urls_are_filled_and_checked_like_the_urls() -> None:
     repo = resolve(*make(), "ubuntu2404", repo_vars=repo_vars)["repositories"][0]
     assert repo["key_url"] == "http://10.0.0.1/ubuntu2404/x86_64/key.pub"
     assert repo["fingerprint"] == "EB693B3035CD5710E231E123A4B469963BF863CC"
-    with pytest.raises(ConfigError, match="gpunode_nvidia_repo_key_url: .*not an http"):
+    with pytest.raises(ConfigError, match=r"gpunode_nvidia_repo_key_url: .*not an http"):
         resolve(*make(), "debian12", repo_vars={"gpunode_nvidia_repo_key_url": "http://x/{os_}/k"})
     with pytest.raises(ConfigError, match="gpunode_nvidia_repo_url: "):
         resolve(*make(), "debian12", repo_vars={"gpunode_nvidia_repo_url": "ftp://x/"})
-    with pytest.raises(ConfigError, match="gpunode_nvidia_repo_key_fingerprint: .*40-hex"):
+    with pytest.raises(ConfigError, match=r"gpunode_nvidia_repo_key_fingerprint: .*40-hex"):
         resolve(*make(), "debian12", repo_vars={"gpunode_nvidia_repo_key_fingerprint": "3bf863cc"})
 
 
