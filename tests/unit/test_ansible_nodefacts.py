@@ -207,6 +207,8 @@ def test_parse_madison_and_missing_pins() -> None:
     assert nf.missing_pins({"libnccl2": "2.21.5-1+cuda12.4"}, offered) == []
 
 
+DEBIAN_OPEN = {"nvidia-driver": "x", "nvidia-open-kernel-dkms": "x", "nvidia-smi": "x"}
+DEBIAN_PROPRIETARY = {"nvidia-driver": "x", "nvidia-kernel-dkms": "x", "cuda-drivers-580": "x"}
 PINS_580 = {
     "nvidia-open": "580.95.05-1",
     "nvidia-driver-580-open": "580.95.05-1",
@@ -229,6 +231,14 @@ PINS_580 = {
         ("nvidia-open", {"cuda-drivers-550": "x"}, "550", "proprietary", True),
         ("nvidia-driver-550-open", {"nvidia-driver-550": "x"}, "550", "proprietary", True),
         ("nvidia-driver-580-open", PINS_580, "580", "open", False),
+        # From R590 Ubuntu's names carry no branch; Debian's never do.
+        ("nvidia-driver", {"nvidia-driver-open": "x"}, "595", "open", True),
+        ("nvidia-dkms", {"nvidia-dkms-open": "x"}, "595", "open", True),
+        ("nvidia-dkms-open", {"nvidia-dkms": "x"}, "595", "proprietary", True),
+        ("nvidia-kernel-dkms", DEBIAN_OPEN, "580", "open", True),
+        ("nvidia-open-kernel-dkms", DEBIAN_PROPRIETARY, "580", "proprietary", True),
+        ("nvidia-driver", DEBIAN_OPEN, "580", "open", False),  # both flavours pin it
+        ("nvidia-open-kernel-dkms", DEBIAN_OPEN, "580", "open", False),
     ],
 )
 def test_is_stale_driver_package(

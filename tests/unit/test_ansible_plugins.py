@@ -154,7 +154,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> EventCollector:
 def test_gpunode_stack_resolves(run: EventCollector) -> None:
     resolved = run.facts["localhost"]["gpunode_stack"]
     assert resolved["os"] == "debian12" and len(resolved["stack_id"]) == 12
-    assert resolved["driver"]["packages"]["nvidia-driver-550-open"] == "550.127.05-1"
+    # debian12: Debian-style names, at the locked versions.
+    assert resolved["driver"]["packages"]["nvidia-driver"] == "550.127.05-1"
+    assert resolved["driver"]["packages"]["nvidia-open-kernel-dkms"] == "550.127.05-1"
     assert resolved["fabric_manager"]["enabled"] is True
     assert resolved["cuda"]["packages"] == {"cuda-toolkit-12-4": "12.4.1-1"}
 

@@ -289,3 +289,33 @@ def test_stack_id_known_value() -> None:
     # Pins the canonical form: changing it changes every stamped stack id (it changed once
     # when per-OS package versions moved from the stack to the stack lock).
     assert stack_id(*make()) == "4a300a098a17"
+
+
+@pytest.mark.parametrize(
+    ("version", "flavour", "packages", "pinning"),
+    [
+        ("580.95.05", "open",
+         ["nvidia-open", "nvidia-driver", "nvidia-open-kernel-dkms", "nvidia-kernel-support",
+          "firmware-nvidia-gsp", "nvidia-smi", "libnvidia-ml1", "libcuda1", "nvidia-driver-cuda",
+          "nvidia-driver-libs", "nvidia-persistenced"],
+         ["nvidia-driver-pinning-580.95.05"]),
+        ("550.127.05", "proprietary",
+         ["cuda-drivers-550", "nvidia-driver", "nvidia-kernel-dkms", "nvidia-kernel-support",
+          "firmware-nvidia-gsp", "nvidia-smi", "libnvidia-ml1", "libcuda1", "nvidia-driver-cuda",
+          "nvidia-driver-libs", "nvidia-persistenced"],
+         []),
+        ("595.45.04", "proprietary",
+         ["cuda-drivers", "nvidia-driver", "nvidia-kernel-dkms", "nvidia-kernel-support",
+          "firmware-nvidia-gsp", "nvidia-smi", "libnvidia-ml1", "libcuda1", "nvidia-driver-cuda",
+          "nvidia-driver-libs", "nvidia-persistenced"],
+         ["nvidia-driver-pinning-595.45.04"]),
+    ],
+)  # fmt: skip
+def test_debian12_gets_debian_style_names(
+    version: str, flavour: str, packages: list[str], pinning: list[str]
+) -> None:
+    stack, hardware = make({"driver": {"version": version, "flavour": flavour}})
+    driver = resolve(stack, hardware, "debian12")["driver"]
+    assert list(driver["packages"]) == packages
+    assert list(driver["pinning_packages"]) == pinning
+    assert set(driver["packages"].values()) == {f"{version}-*"}

@@ -474,7 +474,12 @@ def missing_pins(pins: Mapping[str, str], offered: Mapping[str, Iterable[str]]) 
 
 
 _BRANCH_IN_NAME = re.compile(r"-(\d{3})(?:-|$)")
-_PROPRIETARY_ONLY = re.compile(r"^(nvidia-driver-\d{3}|nvidia-dkms-\d{3}|cuda-drivers(-\d{3})?)$")
+# Names of the proprietary module flavour only: Ubuntu's branch-suffixed and (from R590)
+# unbranched metas and DKMS packages, Debian's nvidia-kernel-dkms, cuda-drivers. Debian's
+# nvidia-driver serves both flavours, but it is pinned in both, so never judged here.
+_PROPRIETARY_ONLY = re.compile(
+    r"^(nvidia-driver(-\d{3})?|nvidia-dkms(-\d{3})?|nvidia-kernel-dkms|cuda-drivers(-\d{3})?)$"
+)
 
 
 def is_stale_driver_package(name: str, pins: Mapping[str, str], branch: str, flavour: str) -> bool:
@@ -483,7 +488,8 @@ def is_stale_driver_package(name: str, pins: Mapping[str, str], branch: str, fla
     Dependencies of the pinned packages (``libnvidia-compute-<branch>``, ``nvidia-persistenced``
     ...) are not pinned themselves; they stay. A package goes when its name carries another
     branch, when it is another version's lock package, or when it belongs to the other module
-    flavour (``nvidia-open``, ``*-open`` versus ``nvidia-driver-<b>``, ``cuda-drivers``).
+    flavour (``nvidia-open``, ``*-open``, ``nvidia-open-kernel-dkms`` versus ``nvidia-driver-<b>``,
+    ``nvidia-kernel-dkms``, ``cuda-drivers``).
     """
     if name in pins:
         return False
@@ -497,7 +503,7 @@ def is_stale_driver_package(name: str, pins: Mapping[str, str], branch: str, fla
         return True
     if flavour == "open":
         return bool(_PROPRIETARY_ONLY.match(name))
-    return name == "nvidia-open" or name.endswith("-open")
+    return name.startswith("nvidia-open") or name.endswith("-open")
 
 
 def parse_rdepends(text: str) -> list[str]:

@@ -1,7 +1,7 @@
 """The emulated GPUs of one lab node: ``/var/lib/gpunode-lab/hardware.json``.
 
 The lab writes this file into every node; the stand-in ``nvidia-smi`` (shipped by the
-stand-in ``nvidia-utils-<branch>`` package, stdlib only) reads it back. The JSON layout is
+stand-in ``nvidia-smi`` package, stdlib only) reads it back. The JSON layout is
 therefore a contract between this module and ``toolkit/lab/standins/nvidia_smi.py``:
 ``NodeHardware.model_dump(mode="json")`` is exactly what the script reads, and
 ``schema_version`` changes whenever a field's meaning does.
@@ -24,7 +24,7 @@ from toolkit.errors import ConfigError
 
 SCHEMA_VERSION = 1
 
-FaultName = Literal["missing-gpu", "ecc", "xid", "pcie", "slow-net"]
+FaultName = Literal["missing-gpu", "ecc", "xid", "pcie", "slow-net", "keyring"]
 
 # Faults the lab can inject. `slow-net` is traffic shaping on the node's interface (done by
 # the lab's container code), so it is accepted here but leaves no trace in the GPU file.
@@ -34,6 +34,7 @@ FAULTS: dict[str, str] = {
     "xid": "one GPU has an XID event in the kernel log",
     "pcie": "one GPU's PCIe link trained at Gen3 x8 instead of its maximum",
     "slow-net": "the node's network interface is shaped to a slow link (not in this file)",
+    "keyring": "NVIDIA's repository is already configured the way cuda-keyring does it",
 }
 
 # The link a `pcie` fault leaves: a real downtrained slot (a riser or retimer problem).

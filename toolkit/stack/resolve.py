@@ -94,10 +94,12 @@ def requirement(entry: Mapping[str, Any], version: str) -> str:
 
 
 def _fill(entries: list[dict[str, Any]], fields: Mapping[str, Any]) -> dict[str, str]:
-    """Package name -> version requirement."""
+    """Package name -> version requirement, for the entries that apply to the driver branch."""
+    branch = int(fields["branch"])
     return {
         str(entry["name"]).format(**fields): requirement(entry, str(fields["version"]))
         for entry in entries
+        if int(entry.get("min_branch", 0)) <= branch <= int(entry.get("max_branch", 10_000))
     }
 
 

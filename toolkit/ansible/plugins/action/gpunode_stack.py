@@ -41,7 +41,11 @@ class ActionModule(ActionBase):
     """Check the host's stack against the compatibility matrix and resolve it for its OS."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("stack", "hardware", "os_id"))
+    _VALID_ARGS = frozenset(("stack", "hardware", "os_id", "require_lock"))
+
+    def _require_lock(self) -> bool:
+        value = self._task.args.get("require_lock", True)
+        return str(value).strip().lower() not in ("false", "no", "0", "off")
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         """Return ``ansible_facts.gpunode_stack`` or fail naming every violation."""
@@ -79,7 +83,7 @@ class ActionModule(ActionBase):
         try:
             from toolkit.config import validate
             from toolkit.stack import check, resolve
-            from toolkit.stack.lock import LOCK_KEY, apply_lock
+            from toolkit.stack.lock import LOCK_KEY, apply_lock, lock_state
             from toolkit.stack.models import HardwareProfile, Stack
             from toolkit.stack.resolve import repository_variables
 
@@ -104,7 +108,9 @@ class ActionModule(ActionBase):
                     name: task_vars[name] for name in repository_variables() if task_vars.get(name)
                 },
             )
-            resolved = apply_lock(resolved, plain(task_vars.get(LOCK_KEY)) or None)
+            lock = plain(task_vars.get(LOCK_KEY)) or None
+            if lock_state(lock, resolved["stack_id"]) == "current" or self._require_lock():
+                resolved = apply_lock(resolved, lock)
         except ToolkitError as err:
             result["failed"] = True
             result["msg"] = err.message
