@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from shared_fixtures import lab_driver_packages
 
 from toolkit.lab import disks as lab_disks
 from toolkit.lab import image as lab_image
@@ -40,21 +41,7 @@ LAB_KEYRING = "/usr/share/keyrings/gpunode-test-lab.gpg"
 LAB_LIST = "/etc/apt/sources.list.d/gpunode-test-lab.list"
 # An exact old driver needs every package of it pinned, as on NVIDIA's debian12 repository
 # (its Debian-style names carry no branch, and it also carries newer 550 and 580 drivers).
-DRIVER = " ".join(
-    f"{package}=550.127.05-1"
-    for package in (
-        "nvidia-driver",
-        "nvidia-open-kernel-dkms",
-        "nvidia-kernel-support",
-        "firmware-nvidia-gsp",
-        "nvidia-smi",
-        "libnvidia-ml1",
-        "libcuda1",
-        "nvidia-driver-cuda",
-        "nvidia-driver-libs",
-        "nvidia-persistenced",
-    )
-)
+DRIVER = " ".join(f"{package}=550.127.05-1" for package in lab_driver_packages())
 # Every driver package the stand-in repository can have put on a node.
 PURGE = "'nvidia-*' 'libnvidia-*' libcuda1 firmware-nvidia-gsp"
 

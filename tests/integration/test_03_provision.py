@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from shared_fixtures import lab_driver_packages
 
 from toolkit.inventory import load_inventory
 from toolkit.lab import lab as lab_core
@@ -32,18 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DRIVER = "550.127.05"
 UPGRADE_DRIVER = "550.144.03"
 # The driver packages debian12 gets (Debian-style names: the branch is only in the version).
-DRIVER_550 = [
-    "nvidia-driver",
-    "nvidia-open-kernel-dkms",
-    "nvidia-kernel-support",
-    "firmware-nvidia-gsp",
-    "nvidia-smi",
-    "libnvidia-ml1",
-    "libcuda1",
-    "nvidia-driver-cuda",
-    "nvidia-driver-libs",
-    "nvidia-persistenced",
-]
+DRIVER_550 = lab_driver_packages()
 STACK_580 = {
     "driver": {"version": "580.95.05", "flavour": "open"},
     "cuda": "12.8.1",
@@ -105,7 +95,7 @@ def expected_pins(inv: Path) -> dict[str, dict[str, str]]:
     pins = {}
     for host in inventory.hosts_for(None):
         stack, hardware = inventory.host_config(host)
-        lock = inventory.host_vars(host).values[LOCK_KEY]
+        lock = inventory.host_vars(host.name).values[LOCK_KEY]
         resolved = apply_lock(resolve(stack, hardware, "debian12"), lock)
         merged: dict[str, str] = {}
         for part in ("driver", "cuda", "nccl", "fabric_manager", "container_toolkit"):
