@@ -435,3 +435,21 @@ def test_parse_rdepends() -> None:
     )
     assert nf.parse_rdepends(text) == ["cuda-drivers", "nvidia-open", "nvidia-utils-580"]
     assert nf.parse_rdepends("") == []
+
+
+@pytest.mark.parametrize(
+    ("pins", "expected"),
+    [
+        # The newest revision of the upstream version wins, not a newer upstream version.
+        ({"docker.io": "27.5.1-*"}, {"docker.io": "27.5.1-0ubuntu3~22.04.3"}),
+        ({"docker.io": "27.5.1-0ubuntu3~22.04.2"}, {"docker.io": "27.5.1-0ubuntu3~22.04.2"}),
+        ({"docker.io": "26.1.3-*"}, {"docker.io": "26.1.3-*"}),  # gone: named by the check
+        ({"runc": "1.2.5-*"}, {"runc": "1.2.5-*"}),
+    ],
+)
+def test_pick_versions_of_upstream_requirements(
+    pins: dict[str, str], expected: dict[str, str]
+) -> None:
+    offered = {"docker.io": ["28.2.2-0ubuntu1~22.04.1", "27.5.1-0ubuntu3~22.04.3",
+                             "27.5.1-0ubuntu3~22.04.2"]}  # fmt: skip
+    assert nf.pick_versions(pins, offered) == expected

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from functools import cmp_to_key
 from typing import Any
 
 # Distribution + major version as Ansible reports them -> NVIDIA's repository OS id.
@@ -471,6 +472,21 @@ def missing_pins(pins: Mapping[str, str], offered: Mapping[str, Iterable[str]]) 
         for name, version in pins.items()
         if version not in set(offered.get(name, ()))
     )
+
+
+def pick_versions(pins: Mapping[str, str], offered: Mapping[str, Iterable[str]]) -> dict[str, str]:
+    """Exact versions for pins that may be requirements (``V-*``: any Debian revision of ``V``).
+
+    Each requirement becomes the highest offered version that satisfies it; an exact pin, or a
+    requirement nothing satisfies, stays as it is (the availability check then names it).
+    """
+    from toolkit.stack.aptindex import compare_versions, satisfies
+
+    picked = {}
+    for name, wanted in pins.items():
+        fits = [v for v in offered.get(name, ()) if satisfies(wanted, v)]
+        picked[name] = max(fits, key=cmp_to_key(compare_versions)) if fits else wanted
+    return picked
 
 
 _BRANCH_IN_NAME = re.compile(r"-(\d{3})(?:-|$)")

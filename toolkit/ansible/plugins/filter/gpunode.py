@@ -15,6 +15,7 @@ from toolkit.ansible.nodefacts import (
     parse_holds,
     parse_madison,
     parse_rdepends,
+    pick_versions,
 )
 from toolkit.stack.aptindex import key_fingerprints
 
@@ -61,6 +62,12 @@ def gpunode_apt_names(pins: Mapping[str, Any]) -> list[str]:
     return [f"{name}={version}" for name, version in sorted(pins.items())]
 
 
+def gpunode_pick_versions(pins: Mapping[str, Any], madison_text: str) -> dict[str, str]:
+    """Exact versions for ``V-*`` requirements from ``apt-cache madison`` output."""
+    pins = {str(k): str(v) for k, v in pins.items()}
+    return pick_versions(pins, parse_madison(str(madison_text)))
+
+
 def gpunode_key_fingerprints(text: str) -> list[str]:
     """The fingerprints of the primary keys in a key file (read as latin-1 text); [] if none."""
     try:
@@ -83,4 +90,5 @@ class FilterModule:
             "gpunode_rdepends": gpunode_rdepends,
             "gpunode_apt_names": gpunode_apt_names,
             "gpunode_key_fingerprints": gpunode_key_fingerprints,
+            "gpunode_pick_versions": gpunode_pick_versions,
         }
