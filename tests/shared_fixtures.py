@@ -1,4 +1,4 @@
-"""What several test tiers share: where the shared captures are, which Python has torch.
+"""What several test tiers share: the shared captures, which Python has torch, lab facts.
 
 The captures in ``../shared/fixtures`` beside the repository are not part of the project:
 tests read them there and skip cleanly when absent. (A module of its own, not conftest.py:
@@ -28,3 +28,13 @@ def torch_python() -> str | None:
         ):
             return python
     return None
+
+
+def lab_driver_packages() -> list[str]:
+    """The driver packages the naming rules give the lab's nodes (debian12) for its stack."""
+    from toolkit.lab.inventory import DEFAULT_STACK
+    from toolkit.stack import HardwareProfile, Stack, resolve
+
+    stack = Stack.model_validate(DEFAULT_STACK)
+    hardware = HardwareProfile.model_validate({"gpu": {"model": "H100", "count": 8}})
+    return list(resolve(stack, hardware, "debian12")["driver"]["packages"])

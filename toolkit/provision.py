@@ -1,7 +1,8 @@
 """The provision and drift steps: converge nodes to their pinned stack, read what drifted.
 
-Both check the stack first (``toolkit.ansible.precheck``: exit 2, nothing touched, when it
-is incoherent), then run their playbook. The outcomes are typed so that ``gpunode
+Both check the stack first (``precheck``: exit 2, nothing touched, when it is incoherent or,
+for provisioning, when a stack lock is missing, stale or no longer carried by the
+repositories), then run their playbook. The outcomes are typed so that ``gpunode
 provision``/``drift`` and ``gpunode up`` read them the same way.
 """
 
@@ -57,6 +58,27 @@ class DriftOutcome:
         """The node's drift messages (empty: installed == pinned == loaded)."""
         node = self.report["nodes"].get(host) or {}
         return [str(d["message"]) for d in node.get("drift", [])]
+
+
+def precheck(
+    inventory: Path, limit: str | None = None, *, locks: bool = False, relock: bool = False
+) -> tuple[Precheck, list[Any]]:
+    """Before any node changes: the stack check and, with ``locks``, the stack locks.
+
+    Returns:
+        The stack check's result and the locks written (only with ``relock``).
+
+    Raises:
+        ConfigError, StackError: Bad inventory, incoherent stack, or a missing or stale lock
+            or one the repositories no longer carry (without ``relock``); nothing touched.
+    """
+    found = check_inventory(inventory, limit)
+    written: list[Any] = []
+    if locks:
+        from toolkit.stack.targets import check_locks
+
+        written = check_locks(inventory, limit=limit, relock=relock)
+    return found, written
 
 
 def converge(

@@ -2,7 +2,8 @@
 
 The stages, for the nodes of the inventory (``--limit``):
 
-1. **check**: the stack checker (exit 2 before any host is touched when incoherent);
+1. **check**: the stack checker and the stack locks (exit 2 before any host is touched when
+   the stack is incoherent or a lock is missing, stale or no longer in the repositories);
 2. **survey**: one drift run reads every node's state file, installed/pinned/loaded versions
    and drift (a ready node that drifted turns not-ready there);
 3. **disks**: the data-disk layout is applied where the plan allows (a refusal stops that
@@ -36,7 +37,8 @@ from types import FrameType
 from typing import Any
 
 from toolkit import nodestate, runs
-from toolkit.ansible.precheck import Precheck, check_inventory
+from toolkit.ansible.precheck import Precheck
+from toolkit.provision import precheck
 
 STAGES = ("survey", "disks", "provision", "accept")
 
@@ -139,6 +141,7 @@ class UpOptions:
     # Asked with the disk plan when a node's disks would change (None: no question).
     confirm_disks: Callable[[Any], bool] | None = None
     display: Display | None = None
+    relock: bool = False  # resolve missing or stale stack locks instead of refusing them
     runs_dir: Path = field(default_factory=runs.runs_dir)
 
 
@@ -220,8 +223,10 @@ def run_up(opts: UpOptions, progress: Progress = lambda _m: None) -> UpOutcome:
     """
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
-    found = check_inventory(opts.inventory, opts.limit)
+    found, written = precheck(opts.inventory, opts.limit, locks=True, relock=opts.relock)
     run_dir = runs.start_run("up", opts.runs_dir, started)
+    for lock in written:
+        progress(f"group {lock.group}: stack lock written to {lock.path}")
     nodes = {h: NodeUp(host=h, stack_id=found.stack_ids[h]) for h in found.hosts}
     progress(f"up {run_dir.name}: {len(nodes)} node(s), stack {_ids(found)}")
     stop = _Stop()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from shared_fixtures import lab_driver_packages
 
 from toolkit.lab import disks as lab_disks
 from toolkit.lab import image as lab_image
@@ -38,17 +39,11 @@ VENV_BIN = (
 )
 LAB_KEYRING = "/usr/share/keyrings/gpunode-test-lab.gpg"
 LAB_LIST = "/etc/apt/sources.list.d/gpunode-test-lab.list"
-# An exact old driver needs every package of it pinned, as on NVIDIA's repository (the
-# repository also carries a newer "unattended upgrade" 550).
-DRIVER = " ".join(
-    f"{package}=550.127.05-1"
-    for package in (
-        "nvidia-driver-550-open",
-        "nvidia-dkms-550-open",
-        "nvidia-utils-550",
-        "libnvidia-compute-550",
-    )
-)
+# An exact old driver needs every package of it pinned, as on NVIDIA's debian12 repository
+# (its Debian-style names carry no branch, and it also carries newer 550 and 580 drivers).
+DRIVER = " ".join(f"{package}=550.127.05-1" for package in lab_driver_packages())
+# Every driver package the stand-in repository can have put on a node.
+PURGE = "'nvidia-*' 'libnvidia-*' libcuda1 firmware-nvidia-gsp"
 
 
 def _ansible(inventory: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -202,7 +197,7 @@ def lab_repo_on_node_1(lab: Lab) -> Iterator[dict[str, str]]:
     finally:
         lab.ssh(
             1,
-            "apt-get purge -y -q 'nvidia-*' 'libnvidia-*' >/dev/null 2>&1; "
+            f"apt-get purge -y -q {PURGE} >/dev/null 2>&1; "
             "apt-get autoremove --purge -y -q >/dev/null; "
             f"rm -f {LAB_LIST} {LAB_KEYRING}; "
             "rm -f /var/lib/apt/lists/*compute_cuda_repos* "
@@ -227,7 +222,7 @@ def test_stand_in_driver_installs_from_the_signed_repository(
     assert [row.split(", ")[0] for row in query] == [str(i) for i in range(8)]
     assert {row.split(", ")[2] for row in query} == {"550.127.05"}
     # Removing it again leaves the node as it was (later modules provision it for real).
-    lab.ssh(1, "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q 'nvidia-*' 'libnvidia-*'")
+    lab.ssh(1, f"DEBIAN_FRONTEND=noninteractive apt-get purge -y -q {PURGE}")
     assert lab.ssh(1, "command -v nvidia-smi", check=False).returncode != 0
 
 

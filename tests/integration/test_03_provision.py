@@ -20,21 +20,20 @@ from typing import Any
 
 import pytest
 import yaml
+from shared_fixtures import lab_driver_packages
 
 from toolkit.inventory import load_inventory
+from toolkit.lab import lab as lab_core
 from toolkit.stack import resolve
+from toolkit.stack.lock import LOCK_KEY, apply_lock, dump_lock
 
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DRIVER = "550.127.05"
 UPGRADE_DRIVER = "550.144.03"
-DRIVER_550 = [
-    "nvidia-driver-550-open",
-    "nvidia-dkms-550-open",
-    "nvidia-utils-550",
-    "libnvidia-compute-550",
-]
+# The driver packages debian12 gets (Debian-style names: the branch is only in the version).
+DRIVER_550 = lab_driver_packages()
 STACK_580 = {
     "driver": {"version": "580.95.05", "flavour": "open"},
     "cuda": "12.8.1",
@@ -91,12 +90,13 @@ def set_stack(inv: Path, stack: dict[str, Any]) -> None:
 
 
 def expected_pins(inv: Path) -> dict[str, dict[str, str]]:
-    """Per host: every package of the resolved stack -> its exact version (Debian 12)."""
+    """Per host: every package of the resolved stack -> its locked version (Debian 12)."""
     inventory = load_inventory(inv)
     pins = {}
     for host in inventory.hosts_for(None):
         stack, hardware = inventory.host_config(host)
-        resolved = resolve(stack, hardware, "debian12")
+        lock = inventory.host_vars(host.name).values[LOCK_KEY]
+        resolved = apply_lock(resolve(stack, hardware, "debian12"), lock)
         merged: dict[str, str] = {}
         for part in ("driver", "cuda", "nccl", "fabric_manager", "container_toolkit"):
             section = resolved[part]
@@ -137,9 +137,7 @@ def assert_converged(lab: Any, inv: Path) -> None:
         prefs = lab.ssh(host, "cat /etc/apt/preferences.d/gpunode-*.pref").stdout
         for package, version in pins.items():
             assert f"Package: {package}\nPin: version {version}\nPin-Priority: 1001" in prefs
-        driver = next(
-            v for p, v in pins.items() if p.startswith("nvidia-driver-") and "pinning" not in p
-        )
+        driver = pins["nvidia-driver"]
         assert loaded_driver(lab, host) == driver.rsplit("-", 1)[0]
 
 
@@ -154,23 +152,23 @@ def restore_default_stack(
     """Whatever happens, leave the nodes on the lab's default stack for later modules."""
     yield
     set_stack(inv, default_stack["stack"])
-    proc = gpunode(state_dir, "provision", "-i", str(inv), "--json")
+    proc = gpunode(state_dir, "provision", "-i", str(inv), "--json", "--relock")
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
 def test_check_on_fresh_nodes_predicts_the_installs(lab: Any, inv: Path, state_dir: Path) -> None:
     for node in lab.nodes:
-        assert "nvidia-driver-550-open" not in installed(lab, node.name)
+        assert "nvidia-driver" not in installed(lab, node.name)
     result = provision(state_dir, inv, "--check")
     assert result["check"] is True
     for host, counts in result["hosts"].items():
         assert counts["changed"] > 0 and counts["failed"] == 0, host
         predictions = " ".join(c["msg"] for c in result["changes"] if c["host"] == host)
-        assert f"nvidia-driver-550-open={DEFAULT_DRIVER}-1" in predictions
+        assert f"nvidia-driver={DEFAULT_DRIVER}-1" in predictions
         assert "cuda-toolkit-12-4=12.4.1-1" in predictions
         assert "libnccl2=2.21.5-1+cuda12.4" in predictions
     for node in lab.nodes:  # check mode changed nothing
-        assert "nvidia-driver-550-open" not in installed(lab, node.name)
+        assert "nvidia-driver" not in installed(lab, node.name)
         assert lab.ssh(node.name, "test -e /etc/gpunode/state.json", check=False).returncode != 0
 
 
@@ -186,8 +184,27 @@ def test_incoherent_stack_exits_2_before_any_host_is_touched(
     assert not (tmp_path / "state" / "runs").exists()  # no playbook ran
 
 
+CUDA_KEYRING_LIST = "/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
+
+
 def test_first_provision_installs_exact_versions(lab: Any, inv: Path, state_dir: Path) -> None:
-    result = provision(state_dir, inv)
+    # Node 2 comes with NVIDIA's repository configured the way cuda-keyring does it: a second
+    # source with another signed-by would break every `apt update` (the `keyring` fault).
+    keyring_node = lab.nodes[1].name
+    lab_core.set_faults(lab.name, 2, ["keyring"])
+    try:
+        assert (
+            "signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg"
+            in lab.ssh(keyring_node, f"cat {CUDA_KEYRING_LIST}").stdout
+        )
+        result = provision(state_dir, inv)
+    finally:
+        lab_core.set_faults(lab.name, 2, [])
+    update = lab.ssh(keyring_node, "apt-get update 2>&1", check=False)
+    assert update.returncode == 0 and "Conflicting values" not in update.stdout, update.stdout
+    cuda_keyring = lab.ssh(keyring_node, f"cat {CUDA_KEYRING_LIST}").stdout
+    assert cuda_keyring.startswith("# deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg]")
+    assert "disabled by gpunode" in cuda_keyring
     assert result["ok"] and set(result["hosts"]) == {n.name for n in lab.nodes}
     assert_converged(lab, inv)
     for node in lab.nodes:
@@ -244,13 +261,13 @@ def test_unattended_upgrade_is_drift_and_provision_restores_it(
     )
     proc = gpunode(state_dir, "drift", "-i", str(inv))
     assert proc.returncode == 1
-    expected = f"{upgraded}: nvidia-driver-550-open pinned {DEFAULT_DRIVER}-1, "
+    expected = f"{upgraded}: nvidia-driver pinned {DEFAULT_DRIVER}-1, "
     assert expected + f"installed {UPGRADE_DRIVER}-1" in proc.stderr
     assert other not in proc.stderr.split("drift on", 1)[1]
     report = json.loads(gpunode(state_dir, "drift", "-i", str(inv), "--json").stdout)
     assert report["drifted"] == [upgraded]
     kinds = {(d["package"], d["kind"]) for d in report["nodes"][upgraded]["drift"]}
-    assert ("nvidia-driver-550-open", "version") in kinds
+    assert ("nvidia-driver", "version") in kinds
     assert ("kernel module", "loaded") in kinds  # user space moved, the module did not
     assert node_state(lab, upgraded)["state"] == "not-ready"
     assert any(UPGRADE_DRIVER in r for r in node_state(lab, upgraded)["reason"])
@@ -264,19 +281,29 @@ def test_unattended_upgrade_is_drift_and_provision_restores_it(
     assert status["nodes"][upgraded]["state"] == "provisioned"  # acceptance must run again
 
 
-def test_missing_pin_fails_before_anything_is_removed(
-    lab: Any, inv: Path, state_dir: Path, default_stack: dict[str, Any]
+def _lock_file(inv: Path) -> Path:
+    return inv / "group_vars/lab/stack.lock.yml"
+
+
+def test_a_stale_lock_is_refused_and_a_missing_pin_fails_before_any_node_changes(
+    lab: Any, inv: Path, state_dir: Path, default_stack: dict[str, Any], tmp_path: Path
 ) -> None:
     before = {n.name: installed(lab, n.name) for n in lab.nodes}
+    lock_text = _lock_file(inv).read_text()
     set_stack(
         inv, {**default_stack["stack"], "driver": {"version": "550.163.01", "flavour": "open"}}
     )
     try:
-        proc = gpunode(state_dir, "provision", "-i", str(inv))
+        stale = gpunode(tmp_path / "stale", "provision", "-i", str(inv))
+        missing = gpunode(tmp_path / "missing", "provision", "-i", str(inv), "--relock")
     finally:
         set_stack(inv, default_stack["stack"])
-    assert proc.returncode == 1
-    assert "nvidia-driver-550-open=550.163.01-1" in proc.stderr
+    assert stale.returncode == 2 and "the stack lock is stale" in stale.stderr
+    assert missing.returncode == 2
+    assert "nvidia-driver 550.163.01-*: not in the repositories" in missing.stderr
+    assert _lock_file(inv).read_text() == lock_text  # nothing was written
+    for state in ("stale", "missing"):
+        assert not (tmp_path / state / "runs").exists()  # no playbook ran
     for node in lab.nodes:
         after = installed(lab, node.name)
         assert {p: after.get(p) for p in DRIVER_550} == {
@@ -285,17 +312,38 @@ def test_missing_pin_fails_before_anything_is_removed(
         assert set(DRIVER_550) <= holds(lab, node.name)
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("version", "12.4.1-7", "cuda-toolkit-12-4=12.4.1-7 is no longer in repository cuda"),
+        ("sha256", "0" * 64, "cuda-toolkit-12-4=12.4.1-1 was republished by repository cuda"),
+    ],
+)
+def test_a_lock_the_repository_no_longer_holds_fails_naming_the_package(
+    inv: Path, tmp_path: Path, field: str, value: str, expected: str
+) -> None:
+    broken = tmp_path / "inv"
+    shutil.copytree(inv, broken)
+    document = yaml.safe_load(_lock_file(broken).read_text())
+    document[LOCK_KEY]["systems"]["debian12"]["packages"]["cuda-toolkit-12-4"][field] = value
+    _lock_file(broken).write_text(dump_lock(document))
+    proc = gpunode(tmp_path / "state", "provision", "-i", str(broken))
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr and "nothing was changed" in proc.stderr
+    assert not (tmp_path / "state" / "runs").exists()  # no playbook ran
+
+
 def test_moving_branch_and_cuda_converges_and_verifies(
     lab: Any, inv: Path, state_dir: Path
 ) -> None:
     before = {n.name: node_state(lab, n.name) for n in lab.nodes}
     set_stack(inv, STACK_580)
-    result = provision(state_dir, inv)
+    result = provision(state_dir, inv, "--relock")
     assert result["ok"]
     assert_converged(lab, inv)
     for node in lab.nodes:
         have = installed(lab, node.name)
-        assert not [p for p in have if "-550" in p], f"{node.name} keeps 550 packages"
+        assert not [p for p, v in have.items() if v.startswith("550.")], f"{node.name} keeps 550"
         assert "cuda-toolkit-12-4" not in have
         state = node_state(lab, node.name)
         assert state["stack_id"] != before[node.name]["stack_id"]

@@ -207,6 +207,8 @@ def test_parse_madison_and_missing_pins() -> None:
     assert nf.missing_pins({"libnccl2": "2.21.5-1+cuda12.4"}, offered) == []
 
 
+DEBIAN_OPEN = {"nvidia-driver": "x", "nvidia-open-kernel-dkms": "x", "nvidia-smi": "x"}
+DEBIAN_PROPRIETARY = {"nvidia-driver": "x", "nvidia-kernel-dkms": "x", "cuda-drivers-580": "x"}
 PINS_580 = {
     "nvidia-open": "580.95.05-1",
     "nvidia-driver-580-open": "580.95.05-1",
@@ -229,6 +231,14 @@ PINS_580 = {
         ("nvidia-open", {"cuda-drivers-550": "x"}, "550", "proprietary", True),
         ("nvidia-driver-550-open", {"nvidia-driver-550": "x"}, "550", "proprietary", True),
         ("nvidia-driver-580-open", PINS_580, "580", "open", False),
+        # From R590 Ubuntu's names carry no branch; Debian's never do.
+        ("nvidia-driver", {"nvidia-driver-open": "x"}, "595", "open", True),
+        ("nvidia-dkms", {"nvidia-dkms-open": "x"}, "595", "open", True),
+        ("nvidia-dkms-open", {"nvidia-dkms": "x"}, "595", "proprietary", True),
+        ("nvidia-kernel-dkms", DEBIAN_OPEN, "580", "open", True),
+        ("nvidia-open-kernel-dkms", DEBIAN_PROPRIETARY, "580", "proprietary", True),
+        ("nvidia-driver", DEBIAN_OPEN, "580", "open", False),  # both flavours pin it
+        ("nvidia-open-kernel-dkms", DEBIAN_OPEN, "580", "open", False),
     ],
 )
 def test_is_stale_driver_package(
@@ -479,3 +489,21 @@ def test_every_catalog_pci_id_is_one_models() -> None:
     assert len(ids) == len(set(ids)) and all(len(i) == 4 for i in ids)
     assert lookup_gpu_by_pci_id("10de:2330").model == "H100"  # type: ignore[union-attr]
     assert lookup_gpu_by_pci_id("0x2335").model == "H200"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("pins", "expected"),
+    [
+        # The newest revision of the upstream version wins, not a newer upstream version.
+        ({"docker.io": "27.5.1-*"}, {"docker.io": "27.5.1-0ubuntu3~22.04.3"}),
+        ({"docker.io": "27.5.1-0ubuntu3~22.04.2"}, {"docker.io": "27.5.1-0ubuntu3~22.04.2"}),
+        ({"docker.io": "26.1.3-*"}, {"docker.io": "26.1.3-*"}),  # gone: named by the check
+        ({"runc": "1.2.5-*"}, {"runc": "1.2.5-*"}),
+    ],
+)
+def test_pick_versions_of_upstream_requirements(
+    pins: dict[str, str], expected: dict[str, str]
+) -> None:
+    offered = {"docker.io": ["28.2.2-0ubuntu1~22.04.1", "27.5.1-0ubuntu3~22.04.3",
+                             "27.5.1-0ubuntu3~22.04.2"]}  # fmt: skip
+    assert nf.pick_versions(pins, offered) == expected

@@ -11,6 +11,7 @@ from typing import Any
 import ansible_runner
 import pytest
 import yaml
+from test_stack_support import lock_for
 
 from toolkit.ansible.content import find_content
 from toolkit.ansible.events import EventCollector
@@ -24,6 +25,12 @@ STACK = {
     "container_toolkit": "1.16.2",
 }
 HARDWARE = {"gpu": {"model": "H100", "count": 8, "nvswitch": True}}
+
+
+def _lock() -> dict[str, Any]:
+    from toolkit.stack import HardwareProfile, Stack
+
+    return lock_for(Stack.model_validate(STACK), HardwareProfile.model_validate(HARDWARE))
 
 
 def play(name: str, tasks: list[dict[str, Any]], **vars_: Any) -> dict[str, Any]:
@@ -45,6 +52,25 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> EventCollector:
             [{"name": "Resolve", "gpunode_stack": {"os_id": "debian12"}}],
             stack=STACK,
             hardware=HARDWARE,
+            stack_lock=_lock(),
+        ),
+        play(
+            "Refuse a stale lock",
+            [
+                {
+                    "name": "Refuse the lock",
+                    "gpunode_stack": {"os_id": "debian12"},
+                    "ignore_errors": True,
+                    "register": "stale",
+                },
+                {
+                    "name": "Keep the lock refusal",
+                    "ansible.builtin.set_fact": {"lock_refusal": "{{ stale.msg }}"},
+                },
+            ],
+            stack={**STACK, "container_toolkit": "1.17.8"},
+            hardware=HARDWARE,
+            stack_lock=_lock(),
         ),
         play(
             "Refuse an incoherent stack",
@@ -128,9 +154,16 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> EventCollector:
 def test_gpunode_stack_resolves(run: EventCollector) -> None:
     resolved = run.facts["localhost"]["gpunode_stack"]
     assert resolved["os"] == "debian12" and len(resolved["stack_id"]) == 12
-    assert resolved["driver"]["packages"]["nvidia-driver-550-open"] == "550.127.05-1"
+    # debian12: Debian-style names, at the locked versions.
+    assert resolved["driver"]["packages"]["nvidia-driver"] == "550.127.05-1"
+    assert resolved["driver"]["packages"]["nvidia-open-kernel-dkms"] == "550.127.05-1"
     assert resolved["fabric_manager"]["enabled"] is True
     assert resolved["cuda"]["packages"] == {"cuda-toolkit-12-4": "12.4.1-1"}
+
+
+def test_gpunode_stack_refuses_a_stale_lock(run: EventCollector) -> None:
+    refusal = run.facts["localhost"]["lock_refusal"]
+    assert "stack lock is stale" in refusal and "gpunode stack lock" in refusal
 
 
 def test_gpunode_stack_refuses_incoherent_stack(run: EventCollector) -> None:

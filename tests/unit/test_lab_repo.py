@@ -38,27 +38,22 @@ def _spec(name: str, version: str) -> PackageSpec:
 D550 = {"550.127.05-1", "550.144.03-1"}
 D580 = {"580.95.05-1", "580.105.08-1"}
 
+# The debian12 shape of NVIDIA's CUDA repository (toolkit/stack/naming.yml, source
+# debian12_repository): Debian-style names without the branch, at V-1.
+DEBIAN_DRIVER = (
+    "nvidia-driver", "nvidia-kernel-dkms", "nvidia-open-kernel-dkms", "nvidia-kernel-support",
+    "firmware-nvidia-gsp", "nvidia-smi", "libnvidia-ml1", "libcuda1", "nvidia-driver-cuda",
+    "nvidia-driver-libs", "nvidia-persistenced",
+)  # fmt: skip
 EXPECTED_VERSIONS = {
-    "nvidia-driver-550-open": D550,
-    "nvidia-dkms-550-open": D550,
-    "nvidia-driver-550": D550,
-    "nvidia-dkms-550": D550,
-    "nvidia-utils-550": D550,
-    "libnvidia-compute-550": D550,
+    **{name: D550 | D580 for name in DEBIAN_DRIVER},
     "cuda-drivers-550": D550,
     "nvidia-fabricmanager-550": D550,
     "libnvidia-nscq-550": D550,
     "nvidia-open": D580,
-    "nvidia-driver-580-open": D580,
-    "nvidia-dkms-580-open": D580,
-    "nvidia-dkms-580": D580,
-    "nvidia-driver-580": D580,
-    "nvidia-utils-580": D580,
-    "libnvidia-compute-580": D580,
     "cuda-drivers-580": D580,
     "nvidia-fabricmanager": D580,
     "libnvidia-nscq": D580,
-    "nvidia-persistenced": D550 | D580,
     "nvidia-driver-pinning-580.95.05": {"580.95.05-1"},
     "nvidia-driver-pinning-580.105.08": {"580.105.08-1"},
     "cuda-toolkit-12-4": {"12.4.1-1"},
@@ -81,6 +76,22 @@ def test_catalog_has_no_other_packages_and_no_duplicates() -> None:
     pairs = [(p.name, p.version) for p in catalog.packages()]
     assert len(pairs) == len(set(pairs))
     assert {name for name, _ in pairs} == set(EXPECTED_VERSIONS)
+
+
+def test_catalog_carries_every_name_the_naming_rules_give_debian12() -> None:
+    from test_stack_support import make
+
+    from toolkit.stack import resolve
+    from toolkit.stack.lock import requirements
+
+    names = {p.name for p in catalog.packages()}
+    for version, cuda, nccl in (("550.127.05", "12.4.1", "2.21.5-1+cuda12.4"),
+                                ("580.95.05", "12.8.1", "2.26.2-1+cuda12.8")):  # fmt: skip
+        for flavour in ("open", "proprietary"):
+            stack, hardware = make(
+                {"driver": {"version": version, "flavour": flavour}, "cuda": cuda, "nccl": nccl}
+            )
+            assert set(requirements(resolve(stack, hardware, "debian12"))) <= names
 
 
 def test_no_branch_suffix_free_names_before_580() -> None:
@@ -125,30 +136,45 @@ def test_every_dependency_resolves_within_the_catalog() -> None:
     ("name", "version", "depends"),
     [
         (
-            "nvidia-driver-550-open",
+            "nvidia-driver",
             "550.127.05-1",
             (
-                "nvidia-dkms-550-open (= 550.127.05-1)",
-                "nvidia-utils-550 (= 550.127.05-1)",
-                "libnvidia-compute-550 (= 550.127.05-1)",
+                "nvidia-driver-libs (= 550.127.05-1)",
+                "nvidia-driver-cuda (= 550.127.05-1)",
+                "nvidia-kernel-support (= 550.127.05-1)",
+                "nvidia-kernel-dkms (= 550.127.05-1) | nvidia-open-kernel-dkms (= 550.127.05-1)",
+                "firmware-nvidia-gsp (= 550.127.05-1)",
             ),
         ),
+        # Ranges where a part needs "this driver or later", not its exact build.
         (
-            "nvidia-driver-580",
+            "nvidia-open-kernel-dkms",
             "580.105.08-1",
+            ("nvidia-kernel-support (= 580.105.08-1)", "firmware-nvidia-gsp (>= 580.105.08)"),
+        ),
+        ("nvidia-kernel-dkms", "550.127.05-1", ("nvidia-kernel-support (= 550.127.05-1)",)),
+        ("libnvidia-ml1", "550.127.05-1", ("nvidia-kernel-support (>= 550.127.05)",)),
+        ("nvidia-persistenced", "580.95.05-1", ("libnvidia-ml1 (>= 580.95.05)",)),
+        (
+            "nvidia-driver-cuda",
+            "580.95.05-1",
             (
-                "nvidia-dkms-580 (= 580.105.08-1)",
-                "nvidia-utils-580 (= 580.105.08-1)",
-                "libnvidia-compute-580 (= 580.105.08-1)",
+                "libcuda1 (= 580.95.05-1)",
+                "nvidia-smi (= 580.95.05-1)",
+                "nvidia-persistenced (>= 580.95.05)",
             ),
         ),
-        ("nvidia-open", "580.95.05-1", ("nvidia-driver-580-open (= 580.95.05-1)",)),
-        ("cuda-drivers-550", "550.144.03-1", ("nvidia-driver-550 (= 550.144.03-1)",)),
         (
-            "nvidia-utils-550",
-            "550.127.05-1",
-            ("python3", "libnvidia-compute-550 (= 550.127.05-1)"),
+            "nvidia-open",
+            "580.95.05-1",
+            ("nvidia-driver (= 580.95.05-1)", "nvidia-open-kernel-dkms (= 580.95.05-1)"),
         ),
+        (
+            "cuda-drivers-550",
+            "550.144.03-1",
+            ("nvidia-driver (= 550.144.03-1)", "nvidia-kernel-dkms (= 550.144.03-1)"),
+        ),
+        ("nvidia-smi", "550.127.05-1", ("python3", "libnvidia-ml1 (= 550.127.05-1)")),
         ("libnccl-dev", "2.21.5-1+cuda12.4", ("libnccl2 (= 2.21.5-1+cuda12.4)",)),
         ("libnccl-dev", "2.26.2-1+cuda12.8", ("libnccl2 (= 2.26.2-1+cuda12.8)",)),
         ("nvidia-fabricmanager-550", "550.127.05-1", ("python3",)),
@@ -168,11 +194,7 @@ def test_dependency_shapes(name: str, version: str, depends: tuple[str, ...]) ->
     assert _spec(name, version).depends == depends
 
 
-def test_branches_exclude_each_other_symmetrically() -> None:
-    utils = _spec("nvidia-utils-580", "580.95.05-1")
-    assert "nvidia-utils-550" in utils.conflicts
-    assert "nvidia-utils-550" in utils.replaces
-    assert "nvidia-utils" in utils.provides
+def test_exclusive_packages_exclude_each_other_symmetrically() -> None:
     specs = catalog.packages()
     for spec in specs:
         for other in spec.conflicts:
@@ -180,8 +202,9 @@ def test_branches_exclude_each_other_symmetrically() -> None:
                 continue
             for back in (s for s in specs if s.name == other):
                 assert spec.name in back.conflicts, f"{other} does not conflict {spec.name}"
-    dkms = _spec("nvidia-dkms-550-open", "550.127.05-1")
-    assert set(dkms.conflicts) == {"nvidia-dkms-550", "nvidia-dkms-580", "nvidia-dkms-580-open"}
+    # The two kernel module flavours; Fabric Manager across its R580 rename.
+    dkms = _spec("nvidia-open-kernel-dkms", "550.127.05-1")
+    assert dkms.conflicts == ("nvidia-kernel-dkms",)
     fm = _spec("nvidia-fabricmanager", "580.95.05-1")
     assert fm.conflicts == ("nvidia-fabricmanager-550",)
     assert _spec("libnvidia-nscq", "580.95.05-1").conflicts == ("libnvidia-nscq-550",)
@@ -195,12 +218,7 @@ def test_pinning_package_ships_an_apt_preferences_file() -> None:
     text = pref.content.decode()
     assert "\nPin: version 580.95.05-1\nPin-Priority: 1000\n" in text
     package_line = next(line for line in text.splitlines() if line.startswith("Package:"))
-    for name in (
-        "nvidia-open",
-        "nvidia-driver-580-open",
-        "nvidia-utils-580",
-        "nvidia-fabricmanager",
-    ):
+    for name in ("nvidia-open", "nvidia-driver", "nvidia-smi", "libcuda1", "nvidia-fabricmanager"):
         assert name in package_line.split()
     assert "nvidia-driver-pinning" in spec.provides
     assert "nvidia-driver-pinning" in spec.conflicts
@@ -212,10 +230,10 @@ def test_render_refuses_unfilled_markers() -> None:
 
 
 def test_control_text_is_a_valid_stanza() -> None:
-    text = _spec("nvidia-driver-550-open", "550.127.05-1").control()
-    assert text.startswith("Package: nvidia-driver-550-open\n")
+    text = _spec("nvidia-driver", "550.127.05-1").control()
+    assert text.startswith("Package: nvidia-driver\n")
     assert "\nVersion: 550.127.05-1\n" in text
-    assert "\nDepends: nvidia-dkms-550-open (= 550.127.05-1), " in text
+    assert "\nDepends: nvidia-driver-libs (= 550.127.05-1), " in text
     assert all(line.startswith(" ") or ": " in line for line in text.splitlines())
 
 
@@ -241,7 +259,7 @@ def test_build_layout(built: RepoInfo) -> None:
     assert built.container_toolkit_key_url_path == "libnvidia-container/gpgkey"
     in_cuda = {p.name for p in cuda.glob("*.deb")}
     in_toolkit = {p.name for p in toolkit.glob("*.deb")}
-    assert "nvidia-utils-550_550.127.05-1_amd64.deb" in in_cuda
+    assert "nvidia-smi_550.127.05-1_amd64.deb" in in_cuda
     assert "nvidia-container-toolkit_1.16.2-1_amd64.deb" in in_toolkit
     assert not any(name.startswith("nvidia-container") for name in in_cuda)
     assert len(in_cuda) + len(in_toolkit) == len(catalog.packages())
@@ -291,7 +309,7 @@ def test_key_is_generated_once_and_private(built: RepoInfo) -> None:
 
 
 def test_debs_are_root_owned_and_reproducible(tmp_path: Path) -> None:
-    spec = _spec("nvidia-utils-550", "550.127.05-1")
+    spec = _spec("nvidia-smi", "550.127.05-1")
     a = repo.build_deb(spec, tmp_path, tmp_path / "a.deb")
     b = repo.build_deb(spec, tmp_path, tmp_path / "b.deb")
     assert a.read_bytes() == b.read_bytes()
@@ -390,7 +408,7 @@ def test_apt_accepts_the_signed_repository(built: RepoInfo, apt: Apt) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "not signed" not in done.stdout + done.stderr
     assert "W:" not in done.stderr, done.stderr
-    policy = apt("apt-cache", "policy", "nvidia-utils-550", "nvidia-container-toolkit").stdout
+    policy = apt("apt-cache", "policy", "cuda-drivers-550", "nvidia-container-toolkit").stdout
     assert "Candidate: 550.144.03-1" in policy
     assert "550.127.05-1 500" in policy
     assert "Candidate: 1.17.8-1" in policy
@@ -473,14 +491,9 @@ def updated(built: RepoInfo, apt: Apt) -> Apt:
 
 
 def _driver_set(branch: str, version: str, flavour: str = "open") -> list[str]:
-    suffix = "-open" if flavour == "open" else ""
-    names = [
-        f"nvidia-driver-{branch}{suffix}",
-        f"nvidia-dkms-{branch}{suffix}",
-        f"nvidia-utils-{branch}",
-        f"libnvidia-compute-{branch}",
-        "nvidia-persistenced",
-    ]
+    """The driver packages the naming rules give debian12, at one version."""
+    other = "nvidia-kernel-dkms" if flavour == "open" else "nvidia-open-kernel-dkms"
+    names = [name for name in DEBIAN_DRIVER if name != other]
     if branch == "580" and flavour == "open":
         names.insert(0, "nvidia-open")
     return [f"{name}={version}-1" for name in names]
@@ -500,7 +513,8 @@ def test_the_default_stack_installs(updated: Apt) -> None:
         "libnccl-dev=2.21.5-1+cuda12.4",
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Inst nvidia-driver-550-open (550.127.05-1 NVIDIA CUDA" in done.stdout
+    assert "Inst nvidia-driver (550.127.05-1 NVIDIA CUDA" in done.stdout
+    assert "Inst nvidia-open-kernel-dkms (550.127.05-1" in done.stdout
     assert "Inst libnccl2 (2.21.5-1+cuda12.4" in done.stdout
     assert "Remv" not in done.stdout
 
@@ -523,15 +537,12 @@ def test_550_to_580_swaps_cleanly(updated: Apt) -> None:
         "libnvidia-nscq=580.95.05-1",
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    for old in (
-        "nvidia-driver-550-open",
-        "nvidia-dkms-550-open",
-        "nvidia-utils-550",
-        "libnvidia-compute-550",
-        "nvidia-fabricmanager-550",
-        "libnvidia-nscq-550",
-    ):
+    # Debian names carry no branch: the driver moves in place; Fabric Manager's R580 rename
+    # replaces the branch-suffixed package.
+    for old in ("nvidia-fabricmanager-550", "libnvidia-nscq-550"):
         assert f"Remv {old} [550.127.05-1]" in done.stdout
+    for name in ("nvidia-driver", "nvidia-open-kernel-dkms", "nvidia-smi", "libcuda1"):
+        assert f"Inst {name} [550.127.05-1] (580.95.05-1" in done.stdout
     assert "Inst nvidia-open (580.95.05-1" in done.stdout
     assert "Inst nvidia-persistenced [550.127.05-1] (580.95.05-1" in done.stdout
 
@@ -540,7 +551,9 @@ def test_an_unattended_upgrade_moves_the_driver(updated: Apt) -> None:
     updated.installed(_installed_550())
     done = updated("apt-get", "-s", "-y", "upgrade")
     assert done.returncode == 0, done.stderr
-    assert "Inst nvidia-utils-550 [550.127.05-1] (550.144.03-1" in done.stdout
+    # Unbranched names follow the newest driver of any branch unless pinned (which is what
+    # the version-lock packages and gpunode's own apt preferences and holds are for).
+    assert "Inst nvidia-smi [550.127.05-1] (580.105.08-1" in done.stdout
     assert "Inst nvidia-fabricmanager-550 [550.127.05-1] (550.144.03-1" in done.stdout
 
 
@@ -548,7 +561,7 @@ def test_the_pinning_package_holds_the_580_driver(updated: Apt, tmp_path: Path) 
     spec = _spec("nvidia-driver-pinning-580.95.05", "580.95.05-1")
     (pref,) = spec.files
     (updated.base / "etc/preferences.d/nvidia-driver-pinning").write_bytes(pref.content)
-    policy = updated("apt-cache", "policy", "nvidia-open", "nvidia-utils-580").stdout
+    policy = updated("apt-cache", "policy", "nvidia-open", "nvidia-smi").stdout
     assert policy.count("Candidate: 580.95.05-1") == 2
     assert "580.95.05-1 1000" in policy
     plain = updated("apt-cache", "policy", "libnccl2").stdout

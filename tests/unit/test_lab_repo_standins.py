@@ -80,7 +80,7 @@ def _loaded(root: Root) -> str:
 
 
 def test_installed_nvidia_smi_runs_from_the_package(root: Root) -> None:
-    root.unpack("nvidia-utils-550", "550.127.05-1")
+    root.unpack("nvidia-smi", "550.127.05-1")
     smi = root.path / "usr/bin/nvidia-smi"
     assert smi.read_text().startswith("#!/usr/bin/python3\n")
     assert os.access(smi, os.X_OK)
@@ -92,7 +92,7 @@ def test_installed_nvidia_smi_runs_from_the_package(root: Root) -> None:
 
 
 def test_module_load_emulates_install_upgrade_and_boot(root: Root) -> None:
-    root.unpack("nvidia-dkms-550-open", "550.127.05-1")
+    root.unpack("nvidia-open-kernel-dkms", "550.127.05-1")
     loader = "/usr/lib/gpunode-lab/nvidia-module-load"
     assert root.run(loader, "install").returncode == 0
     assert _loaded(root) == "550.127.05"
@@ -100,7 +100,7 @@ def test_module_load_emulates_install_upgrade_and_boot(root: Root) -> None:
     assert proc.startswith(
         "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.127.05  Release Build"
     )
-    root.unpack("nvidia-dkms-550-open", "550.144.03-1")  # the upgrade
+    root.unpack("nvidia-open-kernel-dkms", "550.144.03-1")  # the upgrade
     assert root.run(loader, "install").returncode == 0
     assert _loaded(root) == "550.127.05"  # the old module stays loaded
     (root.state / "persistence-mode.json").write_text("{}")
@@ -111,19 +111,20 @@ def test_module_load_emulates_install_upgrade_and_boot(root: Root) -> None:
 
 
 def test_proprietary_module_says_so(root: Root) -> None:
-    root.unpack("nvidia-dkms-580", "580.95.05-1")
+    root.unpack("nvidia-kernel-dkms", "580.95.05-1")
     assert root.run("/usr/lib/gpunode-lab/nvidia-module-load", "boot").returncode == 0
     proc = (root.state / "proc-driver-nvidia-version").read_text()
     assert proc.startswith("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  ")
 
 
 def test_kernel_module_package_scripts_and_files(root: Root) -> None:
-    postinst = root.control("nvidia-dkms-550-open", "550.127.05-1", "postinst")
+    postinst = root.control("nvidia-open-kernel-dkms", "550.127.05-1", "postinst")
     assert "/usr/lib/gpunode-lab/nvidia-module-load install" in postinst
     assert "deb-systemd-helper enable gpunode-lab-nvidia-module.service" in postinst
-    root.unpack("nvidia-dkms-550-open", "550.127.05-1")
+    root.unpack("nvidia-open-kernel-dkms", "550.127.05-1")
     unit = (root.path / "lib/systemd/system/gpunode-lab-nvidia-module.service").read_text()
     assert "ExecStart=/usr/lib/gpunode-lab/nvidia-module-load boot" in unit
+    root.unpack("nvidia-kernel-support", "550.127.05-1")
     assert (
         "blacklist nouveau"
         in (root.path / "usr/lib/modprobe.d/blacklist-nvidia-nouveau.conf").read_text()
@@ -135,7 +136,8 @@ def test_kernel_module_package_scripts_and_files(root: Root) -> None:
 
 
 def test_compute_libraries_are_versioned_with_soname_links(root: Root) -> None:
-    root.unpack("libnvidia-compute-550", "550.127.05-1")
+    root.unpack("libnvidia-ml1", "550.127.05-1")
+    root.unpack("libcuda1", "550.127.05-1")
     lib = root.path / "usr/lib/x86_64-linux-gnu"
     assert os.readlink(lib / "libnvidia-ml.so.1") == "libnvidia-ml.so.550.127.05"
     assert os.readlink(lib / "libcuda.so.1") == "libcuda.so.550.127.05"
@@ -272,7 +274,7 @@ def test_persistenced_unit_has_the_distributions_shape(root: Root) -> None:
 )
 def test_persistenced_sets_the_mode_it_was_started_with(root: Root, flag: str, mode: str) -> None:
     root.unpack("nvidia-persistenced", "550.127.05-1")
-    root.unpack("nvidia-utils-550", "550.127.05-1")
+    root.unpack("nvidia-smi", "550.127.05-1")
     root.hardware(count=2)
     version = root.run("/usr/bin/nvidia-persistenced", "--version")
     assert "nvidia-persistenced:  version 550.127.05" in version.stdout
@@ -421,7 +423,7 @@ def test_container_runtime_execs_runc(root: Root) -> None:
 
 def test_container_cli_info_reads_the_emulated_gpus(root: Root) -> None:
     _ctk(root)
-    root.unpack("nvidia-utils-550", "550.127.05-1")
+    root.unpack("nvidia-smi", "550.127.05-1")
     root.hardware(count=2)
     failed = root.run("/usr/bin/nvidia-container-cli", "info")
     assert failed.returncode == 1

@@ -340,13 +340,6 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], str, str | None]] = [
      "nccl": "2.21.5-1+cuda12.2"}, {}, "driver.branch_eol", "warning"),
     ("r610 eol", {"driver": {"version": "610.43.02"}}, {}, "driver.branch_eol", "warning"),
     ("r620 not eol", {"driver": {"version": "620.10.01"}}, {}, "driver.branch_eol", None),
-    # per-OS overrides name packages the stack installs
-    ("override known", {"packages": {"ubuntu2204": {"nvidia-open": "580.95.05-0ubuntu1"}}}, {},
-     "packages.unknown_override", None),
-    ("override unknown", {"packages": {"debian12": {"nvidia-opn": "580.95.05-1"}}}, {},
-     "packages.unknown_override", "error"),
-    ("override fm pcie", {"packages": {"debian12": {"nvidia-fabricmanager": "580.95.05-1"}},
-     "fabric_manager": "none"}, PCIE_L40S, "packages.unknown_override", "error"),
 ]  # fmt: skip
 
 

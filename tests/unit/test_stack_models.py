@@ -32,7 +32,6 @@ def test_issue_example_loads(tmp_path: Path) -> None:
     assert loaded.stack.driver.version == "550.127.05"
     assert loaded.stack.fabric_manager == "auto"
     assert loaded.stack.cuda_minor_version_compat is False
-    assert loaded.stack.packages == {}
     assert loaded.hardware.gpu.info.architecture == "hopper"
     assert loaded.hardware.data_disks is None
 
@@ -91,17 +90,14 @@ def test_line_number_points_at_the_key(tmp_path: Path) -> None:
     assert f"{file}:3: stack.cuda:" in info.value.message
 
 
-def test_package_overrides_are_validated(tmp_path: Path) -> None:
+def test_per_os_package_versions_are_gone_the_lock_has_them(tmp_path: Path) -> None:
     text = GOOD.replace(
         'container_toolkit: "1.16.2"',
-        'container_toolkit: "1.16.2"\n  packages:\n    ubuntu2004: {libnccl2: "1"}\n'
-        '    debian12: {libnccl2: "not a version"}',
+        'container_toolkit: "1.16.2"\n  packages:\n    debian12: {libnccl2: "1"}',
     )
     with pytest.raises(ConfigError) as info:
         load_stack_file(write(tmp_path, text))
-    message = info.value.message
-    assert "stack.packages.ubuntu2004: Input should be 'ubuntu2204', 'ubuntu2404' or" in message
-    assert "stack.packages.debian12.libnccl2: not a version" in message
+    assert "stack.packages: unknown key" in info.value.message
 
 
 @pytest.mark.parametrize(("text", "expected"), [("", "empty"), ("- a\n", "a list")])

@@ -52,3 +52,30 @@ def violations(
 
 def by_rule(found: list[Violation], rule: str) -> list[Violation]:
     return [v for v in found if v.rule == rule]
+
+
+def lock_for(
+    stack: Stack, hardware: HardwareProfile, os_ids: tuple[str, ...] = ("debian12",)
+) -> dict[str, Any]:
+    """A stack lock (the ``stack_lock`` value) as if every package carried revision ``-1``."""
+    from toolkit.stack import resolve
+    from toolkit.stack.lock import requirements
+
+    systems = {}
+    for os_id in os_ids:
+        resolved = resolve(stack, hardware, os_id)
+        systems[os_id] = {
+            "arch": resolved["arch"],
+            "repositories": {r["name"]: r["uri"] for r in resolved["repositories"]},
+            "packages": {
+                name: {
+                    "version": wanted.replace("-*", "-1"),
+                    "architecture": "amd64",
+                    "sha256": "0" * 64,
+                    "repository": "cuda",
+                }
+                for name, wanted in requirements(resolved).items()
+            },
+        }
+    return {"group": "g", "stack_id": resolve(stack, hardware, os_ids[0])["stack_id"],
+            "systems": systems}  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from functools import cmp_to_key
 from typing import Any
 
 # Distribution + major version as Ansible reports them -> NVIDIA's repository OS id.
@@ -506,8 +507,28 @@ def missing_pins(pins: Mapping[str, str], offered: Mapping[str, Iterable[str]]) 
     )
 
 
+def pick_versions(pins: Mapping[str, str], offered: Mapping[str, Iterable[str]]) -> dict[str, str]:
+    """Exact versions for pins that may be requirements (``V-*``: any Debian revision of ``V``).
+
+    Each requirement becomes the highest offered version that satisfies it; an exact pin, or a
+    requirement nothing satisfies, stays as it is (the availability check then names it).
+    """
+    from toolkit.stack.aptindex import compare_versions, satisfies
+
+    picked = {}
+    for name, wanted in pins.items():
+        fits = [v for v in offered.get(name, ()) if satisfies(wanted, v)]
+        picked[name] = max(fits, key=cmp_to_key(compare_versions)) if fits else wanted
+    return picked
+
+
 _BRANCH_IN_NAME = re.compile(r"-(\d{3})(?:-|$)")
-_PROPRIETARY_ONLY = re.compile(r"^(nvidia-driver-\d{3}|nvidia-dkms-\d{3}|cuda-drivers(-\d{3})?)$")
+# Names of the proprietary module flavour only: Ubuntu's branch-suffixed and (from R590)
+# unbranched metas and DKMS packages, Debian's nvidia-kernel-dkms, cuda-drivers. Debian's
+# nvidia-driver serves both flavours, but it is pinned in both, so never judged here.
+_PROPRIETARY_ONLY = re.compile(
+    r"^(nvidia-driver(-\d{3})?|nvidia-dkms(-\d{3})?|nvidia-kernel-dkms|cuda-drivers(-\d{3})?)$"
+)
 
 
 def is_stale_driver_package(name: str, pins: Mapping[str, str], branch: str, flavour: str) -> bool:
@@ -516,7 +537,8 @@ def is_stale_driver_package(name: str, pins: Mapping[str, str], branch: str, fla
     Dependencies of the pinned packages (``libnvidia-compute-<branch>``, ``nvidia-persistenced``
     ...) are not pinned themselves; they stay. A package goes when its name carries another
     branch, when it is another version's lock package, or when it belongs to the other module
-    flavour (``nvidia-open``, ``*-open`` versus ``nvidia-driver-<b>``, ``cuda-drivers``).
+    flavour (``nvidia-open``, ``*-open``, ``nvidia-open-kernel-dkms`` versus ``nvidia-driver-<b>``,
+    ``nvidia-kernel-dkms``, ``cuda-drivers``).
     """
     if name in pins:
         return False
@@ -530,7 +552,7 @@ def is_stale_driver_package(name: str, pins: Mapping[str, str], branch: str, fla
         return True
     if flavour == "open":
         return bool(_PROPRIETARY_ONLY.match(name))
-    return name == "nvidia-open" or name.endswith("-open")
+    return name.startswith("nvidia-open") or name.endswith("-open")
 
 
 def parse_rdepends(text: str) -> list[str]:

@@ -42,10 +42,14 @@ def _progress(as_json: bool) -> Any:
     return display
 
 
-def _precheck(inventory: Path, limit: str | None, as_json: bool) -> Precheck:
-    from toolkit.ansible.precheck import check_inventory
+def _precheck(
+    inventory: Path, limit: str | None, as_json: bool, *, locks: bool = False, relock: bool = False
+) -> Precheck:
+    from toolkit.provision import precheck
 
-    found = check_inventory(inventory, limit)
+    found, written = precheck(inventory, limit, locks=locks, relock=relock)
+    for outcome in written:
+        err_console.print(f"group {outcome.group}: stack lock written to {outcome.path}")
     for warning in found.warnings:
         err_console.print(Text.assemble(("warning: ", "yellow"), warning))
     if not as_json:
@@ -73,6 +77,12 @@ Examples:
 @tags_option
 @click.option("--check", is_flag=True, help="Predict the changes without making them.")
 @click.option("--diff", is_flag=True, help="Show the differences of changed files.")
+@click.option(
+    "--relock",
+    is_flag=True,
+    help="Resolve the stack locks again from the repositories (instead of refusing a missing "
+    "or stale lock) and write them before provisioning.",
+)
 @json_option
 def provision(
     inventory: Path,
@@ -80,18 +90,21 @@ def provision(
     tags: tuple[str, ...],
     check: bool,
     diff: bool,
+    relock: bool,
     as_json: bool,
 ) -> None:
     """Converge nodes to their pinned stack.
 
-    Checks every targeted host's stack first (as `gpunode stack check`), then runs the
-    provision playbook: driver, CUDA, NCCL, Fabric Manager, container runtime, node state.
+    Checks every targeted host's stack first (as `gpunode stack check`) and that each group's
+    stack lock is current and still carried by its repositories (same versions, same SHA256),
+    then runs the provision playbook, installing exactly the locked versions: driver, CUDA,
+    NCCL, Fabric Manager, container runtime, node state.
     """
     from toolkit.ansible.progress import summary_table
     from toolkit.ansible.runner import describe_failure
     from toolkit.provision import converge
 
-    found = _precheck(inventory, limit, as_json)
+    found = _precheck(inventory, limit, as_json, locks=True, relock=relock)
     tag_list = [t.strip() for value in tags for t in value.split(",") if t.strip()]
     outcome = converge(
         inventory,

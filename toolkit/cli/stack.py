@@ -8,7 +8,7 @@ from typing import Any
 import click
 from rich.text import Text
 
-from toolkit.cli.options import json_option
+from toolkit.cli.options import inventory_option, json_option, limit_option
 from toolkit.cli.output import emit_json, err_console, out_console
 from toolkit.errors import StackError
 
@@ -28,6 +28,7 @@ Examples:
   gpunode stack check inventories/sample
   gpunode stack check my-stack.yml --json
   gpunode stack show inventories/sample --os debian12
+  gpunode stack lock -i inventories/lab
 """
 )
 def stack() -> None:
@@ -140,7 +141,7 @@ def show(
     documents: dict[str | None, dict[str, Any]] = {}
     for target in targets:
         document = target.report()
-        document["resolved"] = {os_id: target.resolve(os_id, arch) for os_id in systems}
+        document["resolved"] = {os_id: _locked(target, os_id, arch) for os_id in systems}
         documents[target.group] = document
     failed = [g for g, d in documents.items() if not d["ok"]]
     if as_json:
@@ -162,6 +163,63 @@ def show(
         raise StackError(f"{path}: the stack is incoherent{where}; see `gpunode stack check`")
 
 
+def _locked(target: Any, os_id: str, arch: str | None) -> dict[str, Any]:
+    """The resolved stack, at the locked versions when the group's lock is current."""
+    from toolkit.errors import ToolkitError
+    from toolkit.stack.lock import apply_lock
+
+    resolved: dict[str, Any] = target.resolve(os_id, arch)
+    try:
+        return apply_lock(resolved, target.lock) | {"locked": True}
+    except ToolkitError:
+        return resolved | {"locked": False}
+
+
+@stack.command(
+    "lock",
+    epilog="""\b
+Each group's OSes come from the inventory variable gpunode_stack_os. Nothing is written
+unless every group resolves.
+
+\b
+Exit codes: 0 written, 2 incoherent stack, bad inventory, or a repository that lacks a pinned
+version, has a key with another fingerprint or a bad signature (every package named).
+
+\b
+Examples:
+  gpunode stack lock -i inventories/lab
+  gpunode stack lock -i inventories/prod --json
+""",
+)
+@inventory_option
+@limit_option
+@json_option
+def lock(inventory: Path, limit: str | None, as_json: bool) -> None:
+    """Resolve each group's stack against its repositories and write stack.lock.yml.
+
+    Reads every configured repository's signed index (signature checked with gpgv against
+    the key, whose fingerprint is checked first), picks the exact Debian version of each
+    pinned package for each OS of the group, and writes group_vars/<group>/stack.lock.yml
+    (versions, architectures, SHA256s, repositories, stack id) for you to commit.
+    """
+    from toolkit.stack.targets import lock_inventory
+
+    outcomes = lock_inventory(inventory, limit=limit)
+    if as_json:
+        emit_json({"ok": True, "locks": [o.to_dict() for o in outcomes]})
+        return
+    for outcome in outcomes:
+        line = Text()
+        line.append(f"group {outcome.group}: ", style="bold")
+        line.append(f"stack {outcome.stack_id} locked in {outcome.path}")
+        line.append(" (changed)" if outcome.changed else " (unchanged)")
+        out_console.print(line, soft_wrap=True)
+        for os_id, packages in outcome.packages.items():
+            out_console.print(Text(f"  {os_id}", style="bold"), soft_wrap=True)
+            for package, version in packages.items():
+                out_console.print(Text(f"    {package}={version}"), soft_wrap=True)
+
+
 _SECTIONS = ("driver", "cuda", "nccl", "fabric_manager", "container_toolkit", "cudnn", "dcgm")
 
 
@@ -172,7 +230,8 @@ def _print_resolved(path: Path, group: str | None, document: dict[str, Any], deb
     head.append(f"stack {document['stack_id']}")
     out_console.print(head, soft_wrap=True)
     for os_id, resolved in document["resolved"].items():
-        out_console.print(Text(f"  {os_id}", style="bold"), soft_wrap=True)
+        note = "" if resolved.get("locked") else "  (not locked: versions are requirements)"
+        out_console.print(Text(f"  {os_id}{note}", style="bold"), soft_wrap=True)
         for section in _SECTIONS:
             part = resolved[section]
             if part is None:
@@ -199,12 +258,16 @@ def _print_resolved(path: Path, group: str | None, document: dict[str, Any], deb
 
 
 def _repo_lines(repo: dict[str, str], deb822: bool) -> list[str]:
+    key = f"# key {repo['key_url']}" + (
+        f" (fingerprint {repo['fingerprint']})" if repo.get("fingerprint") else ""
+    )
     if deb822:
         return [
+            key,
             f"# {repo['name']}",
             "Types: deb",
             f"URIs: {repo['uri']}",
             f"Suites: {repo['suite']}",
             f"Signed-By: {repo['keyring']}",
         ]
-    return [f"deb [signed-by={repo['keyring']}] {repo['uri']} {repo['suite']}"]
+    return [key, f"deb [signed-by={repo['keyring']}] {repo['uri']} {repo['suite']}"]

@@ -39,6 +39,11 @@ Examples:
     type=click.Choice(["slurm", "kubernetes"]),
     help="Mark nodes in a scheduler after the verdict (repeatable).",
 )
+@click.option(
+    "--relock",
+    is_flag=True,
+    help="Resolve missing or stale stack locks from the repositories instead of refusing.",
+)
 @json_option
 def up(
     inventory: Path,
@@ -46,6 +51,7 @@ def up(
     yes: bool,
     multi_node: bool,
     hooks: tuple[str, ...],
+    relock: bool,
     as_json: bool,
 ) -> None:
     """Take nodes from bare to ready: disks, provision, acceptance.
@@ -70,6 +76,7 @@ def up(
             hooks=hooks,
             confirm_disks=None if yes else _confirm_disks,
             display=_display(as_json),
+            relock=relock,
         ),
         progress=say,
     )

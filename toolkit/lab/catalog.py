@@ -243,14 +243,18 @@ def _exclusive(family: list[str], name: str) -> tuple[str, ...]:
 
 
 def _driver_names(release: DriverRelease) -> dict[str, str]:
+    """The names of one driver's packages in NVIDIA's debian12 repository (Debian style).
+
+    Source: NVIDIA's debian12 CUDA repository as public install scripts use it
+    (``nvidia-driver``, ``nvidia-kernel-dkms``, ``nvidia-kernel-support``,
+    ``firmware-nvidia-gsp``, ``libnvidia-ml1``, ``libcuda1``, ``nvidia-driver-cuda``,
+    ``nvidia-driver-libs``, ``nvidia-smi``, all at ``V-1``, after ``nvidia-driver-pinning-*``),
+    the open module as ``nvidia-open-kernel-dkms`` (Debian's name), and Fabric Manager as in the
+    Ubuntu repositories (branch-suffixed before R580). The same rules are data in
+    ``toolkit/stack/naming.yml``.
+    """
     b = release.branch
     return {
-        "compute": f"libnvidia-compute-{b}",
-        "utils": f"nvidia-utils-{b}",
-        "dkms_open": f"nvidia-dkms-{b}-open",
-        "dkms": f"nvidia-dkms-{b}",
-        "driver_open": f"nvidia-driver-{b}-open",
-        "driver": f"nvidia-driver-{b}",
         "fabricmanager": f"nvidia-fabricmanager-{b}" if int(b) < 580 else "nvidia-fabricmanager",
         "nscq": f"libnvidia-nscq-{b}" if int(b) < 580 else "libnvidia-nscq",
         "cuda_drivers": f"cuda-drivers-{b}" if int(b) <= 580 else "cuda-drivers",
@@ -258,22 +262,39 @@ def _driver_names(release: DriverRelease) -> dict[str, str]:
 
 
 def _families() -> dict[str, list[str]]:
-    """Names per role across every branch: members of one family conflict with each other."""
+    """Branch-suffixed names per role across every branch: they conflict with each other."""
     families: dict[str, set[str]] = {}
     for release in DRIVERS:
-        names = _driver_names(release)
-        for role, name in names.items():
-            # Open and proprietary kernel modules (and their metas) exclude each other too.
-            key = {"dkms_open": "dkms", "driver_open": "driver"}.get(role, role)
-            families.setdefault(key, set()).add(name)
+        for role, name in _driver_names(release).items():
+            families.setdefault(role, set()).add(name)
     return {key: sorted(names) for key, names in families.items()}
+
+
+# Every driver package name of the debian12 shape (the version-lock package pins them all).
+DEBIAN_DRIVER_NAMES = (
+    "nvidia-driver",
+    "nvidia-kernel-dkms",
+    "nvidia-open-kernel-dkms",
+    "nvidia-kernel-support",
+    "firmware-nvidia-gsp",
+    "nvidia-smi",
+    "libnvidia-ml1",
+    "libcuda1",
+    "nvidia-driver-cuda",
+    "nvidia-driver-libs",
+    "nvidia-persistenced",
+    "nvidia-open",
+)
 
 
 def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> list[PackageSpec]:
     names = _driver_names(release)
     v, av, b = release.version, release.apt_version, release.branch
     pin = f"(= {av})"
-    source = f"nvidia-graphics-drivers-{b}"
+    # Parts of one driver built from one source pin each other exactly; packages that only
+    # need "this driver or later" (the tools, the firmware for the open module) use ranges.
+    at_least = f"(>= {v})"
+    source = "nvidia-graphics-drivers"
     nvml_major_minor = ".".join(v.split(".")[:2])
     lib_marker = (
         f"gpunode lab stand-in for {{lib}} {v}: not a real library; "
@@ -284,48 +305,90 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
     def ex(role: str, name: str) -> tuple[str, ...]:
         return _exclusive(families[role], name)
 
-    compute = names["compute"]
     out.append(
         PackageSpec(
-            name=compute,
+            name="firmware-nvidia-gsp",
             version=av,
             source=source,
-            description=f"NVIDIA libcompute package\n NVML and CUDA driver libraries of {v}.",
-            conflicts=ex("compute", compute),
-            replaces=ex("compute", compute),
-            provides=("libnvidia-compute", f"libnvidia-ml1 (= {av})", f"libcuda1 (= {av})"),
+            section="non-free-firmware/kernel",
+            description=f"NVIDIA GSP firmware\n The GPU System Processor firmware of driver {v}.",
+            files=(
+                FileSpec(
+                    f"/lib/firmware/nvidia/{v}/gsp_ga10x.bin",
+                    lib_marker.format(lib="gsp_ga10x.bin").encode(),
+                ),
+            ),
+        )
+    )
+    out.append(
+        PackageSpec(
+            name="nvidia-kernel-support",
+            version=av,
+            source=source,
+            section="non-free/kernel",
+            description=f"NVIDIA binary kernel module support files\n Driver {v}.",
+            files=(
+                FileSpec(
+                    "/usr/lib/modprobe.d/blacklist-nvidia-nouveau.conf",
+                    render("blacklist-nvidia-nouveau.conf.j2").encode(),
+                ),
+                FileSpec(
+                    "/usr/lib/modprobe.d/nvidia-kms.conf",
+                    render("nvidia-kms.conf.j2").encode(),
+                ),
+            ),
+        )
+    )
+    out.append(
+        PackageSpec(
+            name="libnvidia-ml1",
+            version=av,
+            source=source,
+            section="non-free/libs",
+            description=f"NVIDIA Management Library (NVML) runtime library\n Driver {v}.",
+            depends=(f"nvidia-kernel-support {at_least}",),
             files=(
                 FileSpec(
                     f"{LIBDIR}/libnvidia-ml.so.{v}",
                     lib_marker.format(lib="libnvidia-ml").encode(),
                 ),
                 FileSpec(f"{LIBDIR}/libnvidia-ml.so.1", link=f"libnvidia-ml.so.{v}"),
+            ),
+        )
+    )
+    out.append(
+        PackageSpec(
+            name="libcuda1",
+            version=av,
+            source=source,
+            section="non-free/libs",
+            description=f"NVIDIA CUDA Driver Library\n libcuda of driver {v}.",
+            depends=(f"nvidia-kernel-support {at_least}",),
+            files=(
                 FileSpec(f"{LIBDIR}/libcuda.so.{v}", lib_marker.format(lib="libcuda").encode()),
                 FileSpec(f"{LIBDIR}/libcuda.so.1", link=f"libcuda.so.{v}"),
                 FileSpec(f"{LIBDIR}/libcuda.so", link="libcuda.so.1"),
             ),
         )
     )
-    utils = names["utils"]
     smi = render(
         "nvidia_smi.py", version=v, cuda_version=release.cuda, nvml_version=nvml_major_minor
     )
     out.append(
         PackageSpec(
-            name=utils,
+            name="nvidia-smi",
             version=av,
             source=source,
-            section="multiverse/utils",
-            description=f"NVIDIA driver support binaries\n nvidia-smi of driver {v}.",
-            depends=("python3", f"{compute} {pin}"),
-            conflicts=ex("utils", utils),
-            replaces=ex("utils", utils),
-            provides=("nvidia-utils",),
+            section="non-free/utils",
+            description=f"NVIDIA System Management Interface\n nvidia-smi of driver {v}.",
+            depends=("python3", f"libnvidia-ml1 {pin}"),
             files=(FileSpec("/usr/bin/nvidia-smi", _script(smi), 0o755),),
         )
     )
-    for flavour, role in (("open", "dkms_open"), ("proprietary", "dkms")):
-        dkms = names[role]
+    for flavour, dkms in (
+        ("open", "nvidia-open-kernel-dkms"),
+        ("proprietary", "nvidia-kernel-dkms"),
+    ):
         module_kind = "Open Kernel Module" if flavour == "open" else "Kernel Module"
         # The first words of /proc/driver/nvidia/version differ between the two flavours.
         nvrm = (
@@ -339,19 +402,25 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
             "nvrm": nvrm,
             "build_date": release.build_date,
         }
+        other = "nvidia-kernel-dkms" if flavour == "open" else "nvidia-open-kernel-dkms"
+        # The open module runs on the GSP: it needs the firmware of its driver or later.
+        needs = (f"nvidia-kernel-support {pin}",) + (
+            (f"firmware-nvidia-gsp {at_least}",) if flavour == "open" else ()
+        )
         out.append(
             PackageSpec(
                 name=dkms,
                 version=av,
                 source=source,
-                section="multiverse/kernel",
+                section="non-free/kernel",
                 description=(
-                    f"NVIDIA DKMS package ({flavour} kernel module)\n"
+                    f"NVIDIA binary kernel module DKMS source ({flavour})\n"
                     f" The {module_kind.lower()} of driver {v}; the lab emulates loading it."
                 ),
-                conflicts=ex("dkms", dkms),
-                replaces=ex("dkms", dkms),
-                provides=("nvidia-dkms-kernel",),
+                depends=needs,
+                conflicts=(other,),
+                replaces=(other,),
+                provides=(f"nvidia-kernel-dkms-any (= {av})",),
                 files=(
                     FileSpec(
                         "/usr/lib/gpunode-lab/nvidia-module-load",
@@ -366,47 +435,54 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
                         f"/usr/src/nvidia-{v}/dkms.conf",
                         render("dkms.conf.j2", **values).encode(),
                     ),
-                    FileSpec(
-                        "/usr/lib/modprobe.d/blacklist-nvidia-nouveau.conf",
-                        render("blacklist-nvidia-nouveau.conf.j2").encode(),
-                    ),
-                    FileSpec(
-                        "/usr/lib/modprobe.d/nvidia-kms.conf",
-                        render("nvidia-kms.conf.j2").encode(),
-                    ),
                 ),
                 scripts=(("postinst", render("dkms.postinst.j2", **values)),),
             )
         )
-    for flavour, role, dkms_role in (
-        ("open", "driver_open", "dkms_open"),
-        ("proprietary", "driver", "dkms"),
-    ):
-        meta = names[role]
-        out.append(
-            PackageSpec(
-                name=meta,
-                version=av,
-                source=source,
-                section="multiverse/metapackages",
-                description=f"NVIDIA driver metapackage ({flavour} kernel module)\n Driver {v}.",
-                depends=(
-                    f"{names[dkms_role]} {pin}",
-                    f"{utils} {pin}",
-                    f"{compute} {pin}",
-                ),
-                conflicts=ex("driver", meta),
-                replaces=ex("driver", meta),
-                provides=("nvidia-driver-binary",),
-            )
+    out.append(
+        PackageSpec(
+            name="nvidia-driver-libs",
+            version=av,
+            source=source,
+            section="non-free/libs",
+            description=f"NVIDIA metapackage (libraries)\n The user-space libraries of {v}.",
+            depends=(f"libcuda1 {pin}", f"libnvidia-ml1 {pin}"),
         )
+    )
+    out.append(
+        PackageSpec(
+            name="nvidia-driver-cuda",
+            version=av,
+            source=source,
+            section="non-free/libs",
+            description=f"NVIDIA driver CUDA integration components\n Driver {v}.",
+            depends=(f"libcuda1 {pin}", f"nvidia-smi {pin}", f"nvidia-persistenced {at_least}"),
+        )
+    )
+    out.append(
+        PackageSpec(
+            name="nvidia-driver",
+            version=av,
+            source=source,
+            section="non-free/metapackages",
+            description=f"NVIDIA metapackage\n Driver {v} with either kernel module flavour.",
+            depends=(
+                f"nvidia-driver-libs {pin}",
+                f"nvidia-driver-cuda {pin}",
+                f"nvidia-kernel-support {pin}",
+                f"nvidia-kernel-dkms {pin} | nvidia-open-kernel-dkms {pin}",
+                f"firmware-nvidia-gsp {pin}",
+            ),
+        )
+    )
     out.append(
         PackageSpec(
             name="nvidia-persistenced",
             version=av,
             source="nvidia-persistenced",
-            section="multiverse/utils",
+            section="non-free/utils",
             description="NVIDIA Persistence Daemon\n Keeps the GPUs initialised while idle.",
+            depends=(f"libnvidia-ml1 {at_least}",),
             files=(
                 FileSpec(
                     "/usr/bin/nvidia-persistenced",
@@ -427,9 +503,9 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
             name=cuda_drivers,
             version=av,
             source="cuda-drivers",
-            section="multiverse/metapackages",
+            section="non-free/metapackages",
             description=f"CUDA Driver meta-package, branch-specific\n Driver {v} (proprietary).",
-            depends=(f"{names['driver']} {pin}",),
+            depends=(f"nvidia-driver {pin}", f"nvidia-kernel-dkms {pin}"),
         )
     )
     if int(b) >= 580:
@@ -438,25 +514,18 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
                 name="nvidia-open",
                 version=av,
                 source="nvidia-open",
-                section="multiverse/metapackages",
+                section="non-free/metapackages",
                 description=f"NVIDIA open kernel module driver meta-package\n Driver {v}.",
-                depends=(f"{names['driver_open']} {pin}",),
+                depends=(f"nvidia-driver {pin}", f"nvidia-open-kernel-dkms {pin}"),
             )
         )
-        pinned = sorted(
-            {
-                *names.values(),
-                "nvidia-open",
-                "nvidia-persistenced",
-                "cuda-drivers",
-            }
-        )
+        pinned = sorted({*DEBIAN_DRIVER_NAMES, *names.values(), "cuda-drivers"})
         out.append(
             PackageSpec(
                 name=f"nvidia-driver-pinning-{v}",
                 version=av,
                 source="nvidia-driver-pinning",
-                section="multiverse/admin",
+                section="non-free/admin",
                 architecture="all",
                 description=(
                     f"Pins the NVIDIA driver packages to {v}\n"

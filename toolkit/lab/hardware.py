@@ -1,7 +1,7 @@
 """The emulated GPUs of one lab node: ``/var/lib/gpunode-lab/hardware.json``.
 
 The lab writes this file into every node; the stand-in ``nvidia-smi`` (shipped by the
-stand-in ``nvidia-utils-<branch>`` package, stdlib only) reads it back. The JSON layout is
+stand-in ``nvidia-smi`` package, stdlib only) reads it back. The JSON layout is
 therefore a contract between this module and ``toolkit/lab/standins/nvidia_smi.py``:
 ``NodeHardware.model_dump(mode="json")`` is exactly what the script reads, and
 ``schema_version`` changes whenever a field's meaning does.
@@ -24,7 +24,9 @@ from toolkit.errors import ConfigError
 
 SCHEMA_VERSION = 2  # 2: the GPU and host maximum link generation, the idle link
 
-FaultName = Literal["missing-gpu", "ecc", "xid", "old-xid", "pcie", "pcie-idle", "slow-net"]
+FaultName = Literal[
+    "missing-gpu", "ecc", "xid", "old-xid", "pcie", "pcie-idle", "slow-net", "keyring"
+]
 
 # Faults the lab can inject. `slow-net` is traffic shaping on the node's interface (done by
 # the lab's container code), so it is accepted here but leaves no trace in the GPU file.
@@ -39,6 +41,7 @@ FAULTS: dict[str, str] = {
     "pcie": "one GPU's PCIe link trained at Gen3 x8: its root port caps it below the card's max",
     "pcie-idle": "every GPU lowers its PCIe link to Gen1 while idle and runs at its max under load",
     "slow-net": "the node's network interface is shaped to a slow link (not in this file)",
+    "keyring": "NVIDIA's repository is already configured the way cuda-keyring does it",
 }
 
 # The link a `pcie` fault leaves: a real downtrained slot (a riser or retimer problem); the

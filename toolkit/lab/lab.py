@@ -29,6 +29,8 @@ from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.repo import build_repository
 from toolkit.lab.spec import LabSpec, check_fault, node_name
 from toolkit.lab.state import DiskState, LabState, NodeState, ServerState
+from toolkit.stack.lock import OS_VARIABLE
+from toolkit.stack.targets import lock_inventory
 
 Progress = Callable[[str], None]
 DEFAULT_NAME = "gpunode"
@@ -191,12 +193,25 @@ def up(
 
     known_hosts = _write_known_hosts(home, state)
     target = inventory_dir or state.inventory_dir or default_inventory_dir(spec.name)
+    repo_vars = {
+        **server.repository_vars(server_ip, repo, wheels),
+        # The lab's key is pinned like NVIDIA's, and its nodes are Debian 12.
+        "gpunode_nvidia_repo_key_fingerprint": repo.fingerprint,
+        "gpunode_container_toolkit_repo_key_fingerprint": repo.fingerprint,
+        OS_VARIABLE: ["debian12"],
+    }
+    for node in state.nodes:
+        if "keyring" in spec.node_faults(node.index):
+            container = nodes.get_container(client, node.name)
+            if container is not None:
+                url = str(repo_vars["gpunode_nvidia_repo_url"])
+                nodes.put_files(container, _cuda_keyring_files(url, repo.public_key))
     inventory_files = inventory.render(
         spec=spec,
         nodes=state.nodes,
         key_file=key,
         known_hosts=known_hosts,
-        repo_vars=server.repository_vars(server_ip, repo, wheels),
+        repo_vars=repo_vars,
         ca_bundle=ca_bundle,
         md_available=Path("/proc/mdstat").exists(),
     )
@@ -212,6 +227,9 @@ def up(
         time.monotonic() + 30,
         send=b"HEAD / HTTP/1.0\r\n\r\n",
     )
+    # The lock is resolved against the lab's repository, so `provision` works straight away.
+    for outcome in lock_inventory(state.inventory_dir):
+        say(f"lab {spec.name}: stack lock of group {outcome.group} in {outcome.path}")
     say(f"lab {spec.name}: {len(state.nodes)} node(s) up; inventory {state.inventory_dir}")
     return state
 
@@ -297,6 +315,24 @@ def _apply_faults(container: Container, spec: LabSpec, node: NodeState, hw: Node
     node.faults = list(spec.node_faults(node.index))
 
 
+def _cuda_keyring_files(repo_url: str, keyring: Path) -> dict[str, nodes.NodeFile]:
+    """The ``keyring`` fault: NVIDIA's repository configured the way ``cuda-keyring`` does it.
+
+    Source: the cuda-keyring_1.1-1_all.deb of NVIDIA's repositories installs
+    /usr/share/keyrings/cuda-archive-keyring.gpg and
+    /etc/apt/sources.list.d/cuda-<distro>-<arch>.list with
+    ``deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] <repository> /``; cloud and
+    OEM images ship it. A second source of the same repository with another signed-by makes
+    every `apt update` fail ("Conflicting values set for option Signed-By",
+    NVIDIA/cuda-repo-management#4).
+    """
+    line = f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {repo_url} /\n"
+    return {
+        "/usr/share/keyrings/cuda-archive-keyring.gpg": nodes.NodeFile(keyring.read_bytes()),
+        "/etc/apt/sources.list.d/cuda-debian12-x86_64.list": nodes.NodeFile(line.encode()),
+    }
+
+
 def _write_known_hosts(home: Path, state: LabState) -> Path:
     entries = []
     for node in state.nodes:
@@ -356,6 +392,12 @@ def set_faults(name: str, ref: str | int, faults: list[str]) -> NodeState:
     spec = LabSpec.model_validate(spec.model_dump())
     container = node_container(name, node.index)
     _apply_faults(container, spec, node, _hardware(spec, node.index))
+    if "keyring" in faults and state.inventory_dir is not None:
+        from toolkit.inventory import load_inventory
+
+        url = str(load_inventory(state.inventory_dir).groups["all"].vars["gpunode_nvidia_repo_url"])
+        keyring = build_repository(paths.cache_dir() / "repo").public_key
+        nodes.put_files(container, _cuda_keyring_files(url, keyring))
     state.spec = spec
     lab_state.save(state)
     return node

@@ -9,7 +9,7 @@ from typing import Literal
 
 from toolkit.stack.matrix import Architecture, CudaRow, Fact, Matrix, Source, matrix
 from toolkit.stack.models import HardwareProfile, Stack
-from toolkit.stack.resolve import fabric_manager_enabled, unknown_overrides
+from toolkit.stack.resolve import fabric_manager_enabled
 from toolkit.stack.versions import cuda_full, driver_branch, numeric, parse_nccl
 
 Severity = Literal["error", "warning"]
@@ -37,7 +37,6 @@ RULES: dict[str, str] = {
     "driver.open_min_branch": "open kernel modules exist on the driver branch",
     "driver.branch_known": "the driver branch is a data-center branch the matrix knows",
     "driver.branch_eol": "the driver branch is not past its end of life",
-    "packages.unknown_override": "a per-OS override names a package the stack installs",
 }
 
 
@@ -86,16 +85,6 @@ def check(stack: Stack, hardware: HardwareProfile, *, today: date | None = None)
     found += _fabric_manager(m, stack, hardware, arch)
     found += _gpu(m, stack, hardware, arch)
     found += _driver(m, stack, today)
-    for os_id, package, hint in unknown_overrides(stack, hardware):
-        found.append(
-            _violation(
-                "packages.unknown_override",
-                "error",
-                f"stack.packages.{os_id}.{package}: the stack installs no package {package!r}"
-                f"{hint}",
-                m.sources["package_names"],
-            )
-        )
     return found
 
 

@@ -20,7 +20,6 @@ SUPPORTED_OS: tuple[OsId, ...] = ("ubuntu2204", "ubuntu2404", "debian12")
 
 CUDNN_RE = re.compile(r"^(\d+\.\d+\.\d+\.\d+|8\.\d+\.\d+\.\d+-\d+\+cuda\d+\.\d+)$")
 DCGM_RE = re.compile(r"^\d+\.\d+\.\d+$")
-APT_VERSION_RE = re.compile(r"^(\d+:)?[0-9][A-Za-z0-9.+~-]*$")
 
 
 def _quoted(value: Any) -> Any:
@@ -50,7 +49,6 @@ CudnnVersion = Annotated[
     str, _Quoted, _matches(CUDNN_RE, '"9.1.0.70" (cuDNN 9+) or "8.9.7.29-1+cuda12.2" (cuDNN 8)')
 ]
 DcgmVersion = Annotated[str, _Quoted, _matches(DCGM_RE, '"4.1.1"')]
-AptVersion = Annotated[str, _Quoted, _matches(APT_VERSION_RE, '"550.127.05-1" or "1:4.1.1-1"')]
 
 
 class DriverPin(StrictModel):
@@ -77,10 +75,6 @@ class Stack(StrictModel):
         default=False,
         description="Allow a driver below the toolkit's own minimum (CUDA minor-version "
         "compatibility); the checker then warns instead of failing.",
-    )
-    packages: dict[OsId, dict[str, AptVersion]] = Field(
-        default_factory=dict,
-        description="Per-OS exact apt versions that differ from the default, by package name.",
     )
 
     @field_validator("fabric_manager", mode="before")

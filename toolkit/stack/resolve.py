@@ -1,13 +1,18 @@
-"""Resolving a stack to exact packages per OS, and the stack id.
+"""Resolving a stack to packages per OS, and the stack id.
 
-The package names and version templates are data (``packages.yml``); this module fills them
-from the stack and applies the stack's per-OS version overrides.
+The package names are data (``naming.yml``: per OS family and driver branch range, each rule
+with its source); this module fills them from the stack. A package's version is a
+*requirement* until a lock fixes it: ``V-*`` (any Debian revision of upstream version ``V``) or
+an exact version (NCCL's ``2.21.5-1+cuda12.4``). ``toolkit.stack.lock`` turns requirements into
+the exact versions a repository carries. The repositories (URL, key URL, key fingerprint) are
+filled here too, by one rule (:func:`repositories`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
@@ -22,15 +27,33 @@ from toolkit.stack.versions import cuda_full, cuda_major_minor, driver_branch, p
 
 # Architectures whose servers are Arm (Grace): NVIDIA's repositories call that arch "sbsa".
 _ARM_ARCHITECTURES = frozenset({"grace_hopper", "grace_blackwell"})
-_DEB_ARCH = {"x86_64": "amd64", "sbsa": "arm64"}
+DEB_ARCH = {"x86_64": "amd64", "sbsa": "arm64"}
+# A requirement on the upstream version only: any Debian revision.
+ANY_REVISION = "-*"
+_URL_RE = re.compile(r"^(https?|file)://[^\s{}]+$")
+_FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
 
 
 @lru_cache(maxsize=1)
-def package_data() -> dict[str, Any]:
-    """The package names and version templates shipped with the package (``packages.yml``)."""
-    text = resources.files("toolkit.stack").joinpath("packages.yml").read_text(encoding="utf-8")
+def naming_rules() -> dict[str, Any]:
+    """The package naming rules shipped with the package (``naming.yml``)."""
+    text = resources.files("toolkit.stack").joinpath("naming.yml").read_text(encoding="utf-8")
     data: dict[str, Any] = yaml.safe_load(text)
     return data
+
+
+def os_family(os_id: str) -> str:
+    """The naming-rule family of an OS (``ubuntu2204`` -> ``ubuntu``)."""
+    return str(naming_rules()["os"][os_id])
+
+
+def repository_variables() -> tuple[str, ...]:
+    """Every inventory variable that moves a repository: URLs, key URLs, key fingerprints."""
+    return tuple(
+        repo[field]["variable"]
+        for repo in naming_rules()["repositories"]
+        for field in ("url", "key_url", "fingerprint")
+    )
 
 
 def fabric_manager_enabled(stack: Stack, hardware: HardwareProfile) -> bool:
@@ -49,43 +72,65 @@ def fabric_manager_version(stack: Stack) -> str:
     return stack.fabric_manager
 
 
+def _applies(rule: Mapping[str, Any], family: str, key: str, value: int) -> bool:
+    return family in rule["families"] and (
+        int(rule.get(f"min_{key}", 0)) <= value <= int(rule.get(f"max_{key}", 10_000))
+    )
+
+
+def _rule(component: str, family: str, key: str, value: int) -> Mapping[str, Any]:
+    for rule in naming_rules()[component]:
+        if _applies(rule, family, key, value):
+            return dict(rule)
+    raise ConfigError(f"no naming rule for {component} on the {family} family ({key} {value})")
+
+
+def requirement(entry: Mapping[str, Any], version: str) -> str:
+    """The version requirement of one package entry for a component version."""
+    if entry.get("match", "upstream") == "exact":
+        return version
+    epoch = f"{entry['epoch']}:" if entry.get("epoch") else ""
+    return f"{epoch}{version}{ANY_REVISION}"
+
+
 def _fill(entries: list[dict[str, Any]], fields: Mapping[str, Any]) -> dict[str, str]:
-    """Package name -> exact version, for the entries that apply to the driver branch."""
-    default = package_data()["default_version"]
+    """Package name -> version requirement, for the entries that apply to the driver branch."""
     branch = int(fields["branch"])
     return {
-        str(entry["name"]).format(**fields): str(entry.get("version", default)).format(**fields)
+        str(entry["name"]).format(**fields): requirement(entry, str(fields["version"]))
         for entry in entries
         if int(entry.get("min_branch", 0)) <= branch <= int(entry.get("max_branch", 10_000))
     }
 
 
-def _sections(stack: Stack, hardware: HardwareProfile) -> dict[str, Any]:
-    """The OS-independent resolution: each component's version and default packages."""
-    data = package_data()
+def _sections(stack: Stack, hardware: HardwareProfile, os_id: str) -> dict[str, Any]:
+    """Each component's version and its packages (name -> requirement) on one OS."""
+    family = os_family(os_id)
     driver = stack.driver.version
     branch = driver_branch(driver)
     cuda = cuda_full(stack.cuda)
     cuda_major, cuda_minor = cuda_major_minor(cuda)
     base = {"branch": branch, "cuda_major": cuda_major, "cuda_minor": cuda_minor}
     nccl = parse_nccl(stack.nccl)
+    driver_rule = _rule("driver", family, "branch", branch)
+
+    def packages(component: str, version: str) -> dict[str, str]:
+        rule = _rule(component, family, "branch", branch)
+        return _fill(rule["packages"], {**base, "version": version})
 
     sections: dict[str, Any] = {
         "driver": {
             "version": driver,
             "branch": str(branch),
             "flavour": stack.driver.flavour,
-            "packages": _fill(data["driver"][stack.driver.flavour], {**base, "version": driver}),
-            "pinning_packages": _fill(data["driver"]["pinning"], {**base, "version": driver}),
+            "packages": _fill(driver_rule[stack.driver.flavour], {**base, "version": driver}),
+            "pinning_packages": _fill(driver_rule["pinning"], {**base, "version": driver}),
         },
-        "cuda": {
-            "version": cuda,
-            "packages": _fill(data["cuda"], {**base, "version": cuda}),
-        },
+        "cuda": {"version": cuda, "packages": packages("cuda", cuda)},
         "nccl": {
             "version": nccl.version,
             "cuda": nccl.cuda,
-            "packages": _fill(data["nccl"], {**base, "version": nccl.package_version}),
+            "packages": packages("nccl", nccl.package_version),
         },
     }
     enabled = fabric_manager_enabled(stack, hardware)
@@ -93,68 +138,34 @@ def _sections(stack: Stack, hardware: HardwareProfile) -> dict[str, Any]:
     sections["fabric_manager"] = {
         "enabled": enabled,
         "version": fm_version if enabled else None,
-        "packages": (
-            _fill(data["fabric_manager"]["packages"], {**base, "version": fm_version})
-            if enabled
-            else {}
-        ),
+        "packages": packages("fabric_manager", fm_version) if enabled else {},
     }
     sections["container_toolkit"] = {
         "version": stack.container_toolkit,
-        "packages": _fill(
-            data["container_toolkit"]["packages"], {**base, "version": stack.container_toolkit}
-        ),
+        "packages": packages("container_toolkit", stack.container_toolkit),
     }
-    sections["cudnn"] = _cudnn(stack.cudnn, base)
-    sections["dcgm"] = _dcgm(stack.dcgm, base)
+    sections["cudnn"] = _cudnn(stack.cudnn, base, family)
+    sections["dcgm"] = _dcgm(stack.dcgm, base, family)
     return sections
 
 
-def _cudnn(version: str | None, base: dict[str, Any]) -> dict[str, Any] | None:
+def _cudnn(version: str | None, base: dict[str, Any], family: str) -> dict[str, Any] | None:
     if version is None:
         return None
-    data = package_data()["cudnn"]
-    if version.startswith("8."):
-        plain = version.split("-", 1)[0]
-        return {"version": plain, "packages": _fill(data["v8"], {**base, "version": version})}
-    fields = {**base, "version": version, "cudnn_major": version.split(".", 1)[0]}
-    return {"version": version, "packages": _fill(data["v9_and_later"], fields)}
-
-
-def _dcgm(version: str | None, base: dict[str, Any]) -> dict[str, Any] | None:
-    if version is None:
-        return None
-    data = package_data()["dcgm"]
     major = int(version.split(".", 1)[0])
-    entries = data["v3"] if major <= 3 else data["v4_and_later"]
+    rule = _rule("cudnn", family, "major", major)
+    fields = {**base, "version": version, "cudnn_major": major}
+    plain = version.split("-", 1)[0]
+    return {"version": plain, "packages": _fill(rule["packages"], fields)}
+
+
+def _dcgm(version: str | None, base: dict[str, Any], family: str) -> dict[str, Any] | None:
+    if version is None:
+        return None
+    major = int(version.split(".", 1)[0])
+    rule = _rule("dcgm", family, "major", major)
     fields = {**base, "version": version, "dcgm_major": major}
-    return {"version": version, "packages": _fill(entries, fields)}
-
-
-def _package_index(sections: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
-    """Package name -> (section, key) of the mapping that lists it."""
-    index = {}
-    for name, section in sections.items():
-        if isinstance(section, dict):
-            for key in ("packages", "pinning_packages"):
-                for package in section.get(key, {}):
-                    index[package] = (name, key)
-    return index
-
-
-def unknown_overrides(stack: Stack, hardware: HardwareProfile) -> list[tuple[str, str, str]]:
-    """Overrides in ``stack.packages`` naming a package the stack does not install.
-
-    Returns:
-        ``(os, package, suggestion)`` for each, the suggestion a "did you mean" tail.
-    """
-    index = _package_index(_sections(stack, hardware))
-    return [
-        (os_id, package, did_you_mean(package, sorted(index)))
-        for os_id, overrides in sorted(stack.packages.items())
-        for package in overrides
-        if package not in index
-    ]
+    return {"version": version, "packages": _fill(rule["packages"], fields)}
 
 
 def canonical(stack: Stack, hardware: HardwareProfile) -> dict[str, Any]:
@@ -163,16 +174,22 @@ def canonical(stack: Stack, hardware: HardwareProfile) -> dict[str, Any]:
     Versions are normalised (``12.8`` -> ``12.8.0``); the repositories (a site choice, the
     lab's differ) and the minor-version-compat opt-in (installs nothing) are not part of it.
     """
-    sections = _sections(stack, hardware)
+    enabled = fabric_manager_enabled(stack, hardware)
     return {
-        "driver": {k: sections["driver"][k] for k in ("version", "branch", "flavour")},
-        "cuda": sections["cuda"]["version"],
+        "driver": {
+            "version": stack.driver.version,
+            "branch": str(driver_branch(stack.driver.version)),
+            "flavour": stack.driver.flavour,
+        },
+        "cuda": cuda_full(stack.cuda),
         "nccl": parse_nccl(stack.nccl).package_version,
-        "fabric_manager": {k: sections["fabric_manager"][k] for k in ("enabled", "version")},
+        "fabric_manager": {
+            "enabled": enabled,
+            "version": fabric_manager_version(stack) if enabled else None,
+        },
         "container_toolkit": stack.container_toolkit,
         "cudnn": stack.cudnn,
         "dcgm": stack.dcgm,
-        "package_overrides": {os_id: dict(v) for os_id, v in stack.packages.items()},
     }
 
 
@@ -187,6 +204,49 @@ def default_arch(hardware: HardwareProfile) -> str:
     return "sbsa" if hardware.gpu.info.architecture in _ARM_ARCHITECTURES else "x86_64"
 
 
+def fill_template(template: str, os_id: str, arch: str) -> str:
+    """Fill ``{os}``, ``{arch}`` and ``{deb_arch}`` in a repository URL or key URL."""
+    for key, value in (("{os}", os_id), ("{arch}", arch), ("{deb_arch}", DEB_ARCH[arch])):
+        template = template.replace(key, value)
+    return template
+
+
+def repositories(
+    os_id: str, arch: str, repo_vars: Mapping[str, Any] | None = None
+) -> list[dict[str, str]]:
+    """The repositories of one OS and arch: name, uri, suite, keyring, key_url, fingerprint.
+
+    The one rule for repository variables: each of URL, key URL and fingerprint comes from its
+    inventory variable (``naming.yml``, ``repositories``) or NVIDIA's default, and ``{os}``,
+    ``{arch}``, ``{deb_arch}`` are filled in URL and key URL alike.
+
+    Raises:
+        ConfigError: A URL that is not http(s)/file or keeps a ``{...}`` placeholder, or a
+            fingerprint that is not 40 hex digits, naming the variable.
+    """
+    values = repo_vars or {}
+    out = []
+    for repo in naming_rules()["repositories"]:
+        entry = {"name": str(repo["name"]), "suite": str(repo["suite"])}
+        entry["keyring"] = str(repo["keyring"])
+        for field in ("url", "key_url"):
+            variable = repo[field]["variable"]
+            value = fill_template(str(values.get(variable) or repo[field]["default"]), os_id, arch)
+            if not _URL_RE.match(value):
+                raise ConfigError(
+                    f"{variable}: {value!r} is not an http(s):// or file:// URL "
+                    "(only {os}, {arch} and {deb_arch} are filled in)"
+                )
+            entry["uri" if field == "url" else "key_url"] = value
+        variable = repo["fingerprint"]["variable"]
+        fingerprint = re.sub(r"\s", "", str(values.get(variable) or repo["fingerprint"]["default"]))
+        if fingerprint and not _FINGERPRINT_RE.match(fingerprint.upper()):
+            raise ConfigError(f"{variable}: {fingerprint!r} is not a 40-hex-digit fingerprint")
+        entry["fingerprint"] = fingerprint.upper()
+        out.append(entry)
+    return out
+
+
 def resolve(
     stack: Stack,
     hardware: HardwareProfile,
@@ -195,51 +255,33 @@ def resolve(
     arch: str | None = None,
     repo_vars: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The resolved stack for one OS: exact packages, repositories and the stack id.
+    """The resolved stack for one OS: packages, repositories and the stack id.
+
+    Package versions are requirements (``V-*`` or exact) until a lock is applied
+    (``toolkit.stack.lock.apply_lock``).
 
     Args:
         stack: The validated stack.
         hardware: The group's hardware profile (decides Fabric Manager and the arch).
         os_id: ``ubuntu2204``, ``ubuntu2404`` or ``debian12``.
         arch: ``x86_64`` or ``sbsa``; by default from the GPU (Grace systems are ``sbsa``).
-        repo_vars: Inventory variables overriding the repository URLs
-            (``gpunode_nvidia_repo_url``, ``gpunode_container_toolkit_repo_url``); ``{os}``,
-            ``{arch}`` and ``{deb_arch}`` in them are filled in.
+        repo_vars: Inventory variables moving the repositories (:func:`repository_variables`).
 
     Returns:
         The shape documented in docs/architecture.md, "The resolved stack".
 
     Raises:
-        ConfigError: Unknown OS or arch, or an override naming a package the stack does not
-            install.
+        ConfigError: Unknown OS or arch, or a bad repository variable.
     """
     if os_id not in SUPPORTED_OS:
         raise ConfigError(f"unknown OS {os_id!r}" + did_you_mean(os_id, list(SUPPORTED_OS)))
     arch = arch or default_arch(hardware)
-    if arch not in _DEB_ARCH:
-        raise ConfigError(f"unknown arch {arch!r}" + did_you_mean(arch, list(_DEB_ARCH)))
-    sections = _sections(stack, hardware)
-    index = _package_index(sections)
-    for package, version in stack.packages.get(os_id, {}).items():
-        if package not in index:
-            raise ConfigError(
-                f"stack.packages.{os_id}.{package}: the stack installs no such package"
-                + did_you_mean(package, sorted(index))
-            )
-        section, key = index[package]
-        sections[section][key][package] = version
-
-    repositories = []
-    for repo in package_data()["repositories"]:
-        uri = str((repo_vars or {}).get(repo["variable"]) or repo["uri"])
-        for key, value in (("{os}", os_id), ("{arch}", arch), ("{deb_arch}", _DEB_ARCH[arch])):
-            uri = uri.replace(key, value)
-        repositories.append(
-            {"name": repo["name"], "uri": uri, "suite": repo["suite"], "keyring": repo["keyring"]}
-        )
+    if arch not in DEB_ARCH:
+        raise ConfigError(f"unknown arch {arch!r}" + did_you_mean(arch, list(DEB_ARCH)))
     return {
         "stack_id": stack_id(stack, hardware),
         "os": os_id,
-        **sections,
-        "repositories": repositories,
+        "arch": arch,
+        **_sections(stack, hardware, os_id),
+        "repositories": repositories(os_id, arch, repo_vars),
     }

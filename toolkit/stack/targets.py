@@ -8,13 +8,22 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from toolkit.errors import ConfigError
+from toolkit.errors import ConfigError, StackError
+from toolkit.stack.aptindex import Fetch, fetch_url
 from toolkit.stack.check import Violation, check, has_errors
+from toolkit.stack.lock import (
+    LOCK_KEY,
+    OS_VARIABLE,
+    dump_lock,
+    lock_path,
+    lock_state,
+    resolve_lock,
+    stack_systems,
+    verify_lock,
+    write_lock,
+)
 from toolkit.stack.models import HardwareProfile, Stack, load_stack_file
-from toolkit.stack.resolve import resolve, stack_id
-
-# Inventory variables that choose the repositories (docs/architecture.md).
-REPO_VARS = ("gpunode_nvidia_repo_url", "gpunode_container_toolkit_repo_url")
+from toolkit.stack.resolve import repository_variables, resolve, stack_id
 
 
 @dataclass(frozen=True)
@@ -28,10 +37,42 @@ class Target:
     # Hosts of the group whose host vars replace its `stack` or `hardware` (the lab's nodes
     # add their own data disks): name -> their own stack and hardware.
     host_overrides: Mapping[str, tuple[Stack, HardwareProfile]] = field(default_factory=dict)
+    # The group's variables (its lock `stack_lock` and OSes `gpunode_stack_os` among them).
+    group_vars: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def lock(self) -> Mapping[str, Any] | None:
+        """The group's stack lock (``group_vars/<group>/stack.lock.yml``), if any."""
+        value = self.group_vars.get(LOCK_KEY)
+        return value if isinstance(value, Mapping) else None
+
+    def systems(self) -> list[str]:
+        """The OSes of the group's nodes (``gpunode_stack_os``)."""
+        return stack_systems(str(self.group), self.group_vars)
+
+    def resolved_by_os(self) -> dict[str, dict[str, Any]]:
+        """The resolved stack for each OS of the group."""
+        return {os_id: self.resolve(os_id) for os_id in self.systems()}
+
+    def lock_violations(self) -> list[Violation]:
+        """A missing or stale lock, as warnings (``provision`` refuses them)."""
+        if self.group is None:
+            return []
+        state = lock_state(self.lock, self.stack_id())
+        if state == "current":
+            return []
+        text = {
+            "missing": f"group {self.group} has no stack lock",
+            "stale": f"the stack lock of group {self.group} was resolved for stack "
+            f"{(self.lock or {}).get('stack_id')}, not {self.stack_id()}",
+        }[state]
+        rule = f"lock.{state}"
+        hint = f"run `gpunode stack lock -i INVENTORY` ({OS_VARIABLE} names the OSes)"
+        return [Violation(rule, "warning", f"{text}: {hint} [rule {rule}]", "gpunode stack lock")]
 
     def violations(self, today: date | None = None) -> list[Violation]:
         """Every violation of the compatibility matrix, the group's and its hosts' own."""
-        found = check(self.stack, self.hardware, today=today)
+        found = check(self.stack, self.hardware, today=today) + self.lock_violations()
         seen = {(v.rule, v.message) for v in found}
         for host, (stack, hardware) in self.host_overrides.items():
             for violation in check(stack, hardware, today=today):
@@ -78,13 +119,13 @@ def load_targets(path: str | Path) -> tuple[bool, list[Target]]:
         for group in inventory.stack_groups():
             stack, hardware = inventory.group_config(group)
             info = inventory.groups[group]
-            repo_vars = {k: info.vars[k] for k in REPO_VARS if k in info.vars}
+            repo_vars = {k: info.vars[k] for k in repository_variables() if k in info.vars}
             overrides = {}
             for host in info.hosts:
                 sources = inventory.host_vars(host).sources
                 if any(sources.get(key) != info.sources.get(key) for key in ("stack", "hardware")):
                     overrides[host] = inventory.host_config(host)
-            targets.append(Target(group, stack, hardware, repo_vars, overrides))
+            targets.append(Target(group, stack, hardware, repo_vars, overrides, info.vars))
         if not targets:
             raise ConfigError(
                 f"{path}: no group has hosts and a `stack:` (group_vars/<group>/stack.yml)"
@@ -94,3 +135,122 @@ def load_targets(path: str | Path) -> tuple[bool, list[Target]]:
         raise ConfigError(f"{path}: no such file or directory")
     stack_file = load_stack_file(path)
     return False, [Target(None, stack_file.stack, stack_file.hardware)]
+
+
+@dataclass(frozen=True)
+class LockOutcome:
+    """One group's lock as ``gpunode stack lock`` (or ``provision --relock``) wrote it."""
+
+    group: str
+    path: Path
+    stack_id: str
+    packages: dict[str, dict[str, str]]  # os -> package -> exact version
+    changed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form of ``gpunode stack lock --json``."""
+        return {
+            "group": self.group,
+            "path": str(self.path),
+            "stack_id": self.stack_id,
+            "changed": self.changed,
+            "packages": self.packages,
+        }
+
+
+def _inventory_targets(path: Path, limit: str | None) -> list[Target]:
+    is_inventory, targets = load_targets(path)
+    if not is_inventory:
+        raise ConfigError(f"{path}: a stack lock belongs to an inventory directory, not a file")
+    if limit is None:
+        return targets
+    from toolkit.inventory import load_inventory
+
+    groups = {g for host in load_inventory(path).hosts_for(limit) for g in host.groups}
+    return [t for t in targets if t.group in groups]
+
+
+def lock_inventory(
+    path: str | Path, *, limit: str | None = None, fetch: Fetch = fetch_url
+) -> list[LockOutcome]:
+    """Resolve every stack group's lock from its repositories and write it.
+
+    Every group is resolved before any lock is written, so a failure leaves every lock as
+    it was.
+
+    Raises:
+        ConfigError: Not an inventory, or a group without ``gpunode_stack_os``.
+        StackError: An incoherent stack, or a repository problem naming the packages.
+    """
+    path = Path(path)
+    documents = []
+    for target in _inventory_targets(path, limit):
+        report = target.report()
+        if not report["ok"]:
+            raise StackError(
+                f"group {target.group}: the stack is incoherent; see `gpunode stack check`"
+            )
+        group = str(target.group)
+        document = resolve_lock(group, target.stack_id(), target.resolved_by_os(), fetch)
+        documents.append((target, document))
+    outcomes = []
+    for target, document in documents:
+        group = str(target.group)
+        file = lock_path(path, group)
+        before = file.read_text(encoding="utf-8") if file.exists() else None
+        write_lock(path, group, document)
+        systems = document[LOCK_KEY]["systems"]
+        outcomes.append(
+            LockOutcome(
+                group=group,
+                path=file,
+                stack_id=target.stack_id(),
+                packages={
+                    os_id: {p: e["version"] for p, e in system["packages"].items()}
+                    for os_id, system in systems.items()
+                },
+                changed=before != dump_lock(document),
+            )
+        )
+    return outcomes
+
+
+def check_locks(
+    path: str | Path, *, limit: str | None = None, relock: bool = False, fetch: Fetch = fetch_url
+) -> list[LockOutcome]:
+    """Before nodes change: every targeted group's lock is current and still in its repositories.
+
+    Args:
+        path: The inventory directory.
+        limit: The command's ``--limit``: only the groups of those hosts.
+        relock: Resolve and write the locks again instead of refusing a missing or stale one.
+        fetch: Reads a URL.
+
+    Returns:
+        The locks written (with ``relock``).
+
+    Raises:
+        StackError: A missing or stale lock (without ``relock``), or locked packages the
+            repositories lack or republished with another SHA256, each named.
+    """
+    path = Path(path)
+    targets = _inventory_targets(path, limit)
+    if relock:
+        groups = ",".join(str(t.group) for t in targets)
+        return lock_inventory(path, limit=groups or None, fetch=fetch)
+    problems: list[str] = []
+    for target in targets:
+        state = lock_state(target.lock, target.stack_id())
+        if state != "current" or target.lock is None:
+            problems.append(
+                f"group {target.group}: the stack lock is {state} (stack {target.stack_id()})"
+            )
+            continue
+        problems += verify_lock(str(target.group), target.lock, target.resolved_by_os(), fetch)
+    if problems:
+        raise StackError(
+            "the stack locks do not hold; nothing was changed:\n  "
+            + "\n  ".join(problems)
+            + "\nrun `gpunode stack lock -i INVENTORY` or pass --relock to resolve them again"
+        )
+    return []

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """nvidia-smi of the gpunode lab: reports the node's emulated GPUs like the real tool.
 
-Installed as /usr/bin/nvidia-smi by the stand-in nvidia-utils-<branch> package, with the
+Installed as /usr/bin/nvidia-smi by the stand-in nvidia-smi package, with the
 package's own driver version baked in. It reads:
 
 - /var/lib/gpunode-lab/hardware.json: the emulated GPUs and injected faults (written by the

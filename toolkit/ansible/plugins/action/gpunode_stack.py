@@ -1,9 +1,11 @@
 """Action plugin ``gpunode_stack``: check and resolve a host's pinned stack on the controller.
 
 It runs the same checker as ``gpunode stack check`` on the host's ``stack`` and ``hardware``
-variables, maps the node's OS to NVIDIA's OS id, and returns the resolved stack as the fact
-``gpunode_stack`` (the dict described in docs/architecture.md). Every violation is reported,
-not only the first; warnings are shown as Ansible warnings.
+variables, maps the node's OS to NVIDIA's OS id, resolves the stack with the repository
+variables and applies the group's stack lock (the variable ``stack_lock`` from
+``group_vars/<group>/stack.lock.yml``): the fact ``gpunode_stack`` (the dict described in
+docs/architecture.md) carries exactly the locked versions. A missing or stale lock fails.
+Every violation is reported, not only the first; warnings are shown as Ansible warnings.
 """
 
 from __future__ import annotations
@@ -15,9 +17,6 @@ from ansible.plugins.action import ActionBase
 from toolkit.ansible.nodefacts import UnsupportedOS, os_id
 from toolkit.ansible.values import plain
 from toolkit.errors import ToolkitError
-
-# Inventory variables that move the repositories (docs/architecture.md, "Repository variables").
-REPO_VARS = ("gpunode_nvidia_repo_url", "gpunode_container_toolkit_repo_url")
 
 
 def _issues(checked: Any) -> tuple[list[str], list[str]]:
@@ -42,7 +41,11 @@ class ActionModule(ActionBase):
     """Check the host's stack against the compatibility matrix and resolve it for its OS."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("stack", "hardware", "os_id"))
+    _VALID_ARGS = frozenset(("stack", "hardware", "os_id", "require_lock"))
+
+    def _require_lock(self) -> bool:
+        value = self._task.args.get("require_lock", True)
+        return str(value).strip().lower() not in ("false", "no", "0", "off")
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         """Return ``ansible_facts.gpunode_stack`` or fail naming every violation."""
@@ -80,7 +83,9 @@ class ActionModule(ActionBase):
         try:
             from toolkit.config import validate
             from toolkit.stack import check, resolve
+            from toolkit.stack.lock import LOCK_KEY, apply_lock, lock_state
             from toolkit.stack.models import HardwareProfile, Stack
+            from toolkit.stack.resolve import repository_variables
 
             source = f"host vars of {host}"
             stack = validate(Stack, plain(stack_data), source, prefix=("stack",))
@@ -99,8 +104,13 @@ class ActionModule(ActionBase):
                 target_os,
                 # NVIDIA's repository names Arm servers sbsa, never aarch64.
                 arch={"aarch64": "sbsa", "x86_64": "x86_64"}.get(machine),
-                repo_vars={name: task_vars[name] for name in REPO_VARS if task_vars.get(name)},
+                repo_vars={
+                    name: task_vars[name] for name in repository_variables() if task_vars.get(name)
+                },
             )
+            lock = plain(task_vars.get(LOCK_KEY)) or None
+            if lock_state(lock, resolved["stack_id"]) == "current" or self._require_lock():
+                resolved = apply_lock(resolved, lock)
         except ToolkitError as err:
             result["failed"] = True
             result["msg"] = err.message

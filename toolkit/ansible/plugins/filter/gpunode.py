@@ -15,7 +15,9 @@ from toolkit.ansible.nodefacts import (
     parse_holds,
     parse_madison,
     parse_rdepends,
+    pick_versions,
 )
+from toolkit.stack.aptindex import key_fingerprints
 
 
 def gpunode_dpkg_installed(text: str) -> dict[str, str]:
@@ -60,6 +62,20 @@ def gpunode_apt_names(pins: Mapping[str, Any]) -> list[str]:
     return [f"{name}={version}" for name, version in sorted(pins.items())]
 
 
+def gpunode_pick_versions(pins: Mapping[str, Any], madison_text: str) -> dict[str, str]:
+    """Exact versions for ``V-*`` requirements from ``apt-cache madison`` output."""
+    pins = {str(k): str(v) for k, v in pins.items()}
+    return pick_versions(pins, parse_madison(str(madison_text)))
+
+
+def gpunode_key_fingerprints(text: str) -> list[str]:
+    """The fingerprints of the primary keys in a key file (read as latin-1 text); [] if none."""
+    try:
+        return key_fingerprints(str(text).encode("latin-1"))
+    except (ValueError, IndexError):
+        return []
+
+
 class FilterModule:
     """gpunode's filters."""
 
@@ -73,4 +89,6 @@ class FilterModule:
             "gpunode_holds": gpunode_holds,
             "gpunode_rdepends": gpunode_rdepends,
             "gpunode_apt_names": gpunode_apt_names,
+            "gpunode_key_fingerprints": gpunode_key_fingerprints,
+            "gpunode_pick_versions": gpunode_pick_versions,
         }

@@ -1,0 +1,289 @@
+"""Facts of apt repositories: key fingerprints, signed Release files, Packages indexes.
+
+Pure parsers (OpenPGP public-key packets, clearsigned text, deb822 paragraphs, dpkg version
+order) next to the one function that checks a signature with ``gpgv`` and the one that reads
+a repository's signed index. Used by the stack lock on the controller and, through a filter,
+to check a downloaded key's fingerprint before a node trusts it.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import re
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.errors import StackError
+
+# (url) -> bytes; tests pass file:// URLs, sites http(s).
+Fetch = Callable[[str], bytes]
+
+
+def fetch_url(url: str) -> bytes:
+    """Read a URL (http, https or file).
+
+    Raises:
+        StackError: It cannot be read.
+    """
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            data: bytes = response.read()
+            return data
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        raise StackError(f"cannot read {url}: {err}") from err
+
+
+# -- OpenPGP keys -------------------------------------------------------------------------
+
+
+def dearmor(data: bytes) -> bytes:
+    """The binary packets of an ASCII-armored key, or the data itself when already binary."""
+    text = data.decode("ascii", errors="replace")
+    if "-----BEGIN PGP" not in text:
+        return data
+    body = text.split("-----BEGIN PGP", 1)[1].split("\n", 1)[1]
+    body = body.split("-----END PGP", 1)[0]
+    # Armor headers end at the first blank line; the checksum line starts with "=".
+    if "\n\n" in body.replace("\r", ""):
+        body = body.replace("\r", "").split("\n\n", 1)[1]
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    return base64.b64decode("".join(line for line in lines if not line.startswith("=")))
+
+
+def _packets(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(tag, body) of each OpenPGP packet (RFC 4880 section 4.2)."""
+    i = 0
+    while i < len(data):
+        head = data[i]
+        if not head & 0x80:
+            raise ValueError("not an OpenPGP packet stream")
+        if head & 0x40:  # new format
+            tag = head & 0x3F
+            first = data[i + 1]
+            if first < 192:
+                length, i = first, i + 2
+            elif first < 224:
+                length, i = ((first - 192) << 8) + data[i + 2] + 192, i + 3
+            elif first == 255:
+                length, i = int.from_bytes(data[i + 2 : i + 6], "big"), i + 6
+            else:
+                raise ValueError("partial packet lengths are not used in keys")
+        else:  # old format
+            tag = (head >> 2) & 0x0F
+            kind = head & 0x03
+            size = {0: 1, 1: 2, 2: 4}.get(kind)
+            if size is None:
+                raise ValueError("indeterminate packet length")
+            length, i = int.from_bytes(data[i + 1 : i + 1 + size], "big"), i + 1 + size
+        yield tag, data[i : i + length]
+        i += length
+
+
+def key_fingerprints(data: bytes) -> list[str]:
+    """The v4 fingerprints (40 upper-case hex digits) of the primary keys in a key file.
+
+    Raises:
+        ValueError: The data is not an OpenPGP key (armored or binary).
+    """
+    found = []
+    for tag, body in _packets(dearmor(data)):
+        if tag == 6 and body[:1] == b"\x04":
+            digest = hashlib.sha1(b"\x99" + len(body).to_bytes(2, "big") + body)
+            found.append(digest.hexdigest().upper())
+    if not found:
+        raise ValueError("no OpenPGP public key found")
+    return found
+
+
+# -- signed Release ------------------------------------------------------------------------
+
+
+def clearsigned_text(data: bytes) -> str:
+    """The signed text of a clearsigned message (InRelease), dash-escaping undone."""
+    text = data.decode("utf-8")
+    if not text.startswith("-----BEGIN PGP SIGNED MESSAGE-----"):
+        return text
+    body = text.split("\n\n", 1)[1].split("\n-----BEGIN PGP SIGNATURE-----", 1)[0]
+    lines = (line[2:] if line.startswith("- ") else line for line in body.split("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def gpgv(keyring: bytes, signed: bytes, signature: bytes | None = None) -> None:
+    """Check a signature with ``gpgv`` against a keyring (binary or armored).
+
+    Args:
+        keyring: The repository's key.
+        signed: An InRelease (clearsigned) file, or a Release file when ``signature`` is given.
+        signature: A detached signature (Release.gpg).
+
+    Raises:
+        StackError: The signature does not verify, or gpgv is missing.
+    """
+    with tempfile.TemporaryDirectory(prefix="gpunode-gpgv-") as tmp:
+        root = Path(tmp)
+        (root / "key.gpg").write_bytes(dearmor(keyring))
+        (root / "signed").write_bytes(signed)
+        argv = ["gpgv", "--homedir", tmp, "--keyring", str(root / "key.gpg")]
+        if signature is not None:
+            (root / "signed.sig").write_bytes(signature)
+            argv += [str(root / "signed.sig")]
+        argv += [str(root / "signed")]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        except FileNotFoundError as err:
+            raise StackError("gpgv is not installed (Debian package gpgv)") from err
+        if done.returncode != 0:
+            detail = done.stderr.strip().splitlines()[-1:] or ["no detail"]
+            raise StackError(f"bad signature: {detail[0]}")
+
+
+def paragraphs(text: str) -> list[dict[str, str]]:
+    """deb822 paragraphs (Release, Packages); continuation lines are kept with newlines."""
+    out: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    key = ""
+    for line in text.splitlines():
+        if not line.strip():
+            if current:
+                out.append(current)
+            current, key = {}, ""
+        elif line[0] in " \t" and key:
+            current[key] += "\n" + line.strip()
+        elif ":" in line:
+            key, _, value = line.partition(":")
+            current[key] = value.strip()
+    if current:
+        out.append(current)
+    return out
+
+
+# -- dpkg version order ---------------------------------------------------------------------
+
+
+def _order(char: str) -> int:
+    if char == "~":
+        return -1
+    if char.isdigit():
+        return 0
+    if char.isalpha():
+        return ord(char)
+    return ord(char) + 256
+
+
+def _compare_part(a: str, b: str) -> int:
+    while a or b:
+        na = re.match(r"^[^\d]*", a)[0]  # type: ignore[index]
+        nb = re.match(r"^[^\d]*", b)[0]  # type: ignore[index]
+        for i in range(max(len(na), len(nb))):
+            ca = _order(na[i]) if i < len(na) else 0
+            cb = _order(nb[i]) if i < len(nb) else 0
+            if ca != cb:
+                return -1 if ca < cb else 1
+        a, b = a[len(na) :], b[len(nb) :]
+        da = re.match(r"^\d*", a)[0]  # type: ignore[index]
+        db = re.match(r"^\d*", b)[0]  # type: ignore[index]
+        if int(da or 0) != int(db or 0):
+            return -1 if int(da or 0) < int(db or 0) else 1
+        a, b = a[len(da) :], b[len(db) :]
+    return 0
+
+
+def split_version(version: str) -> tuple[int, str, str]:
+    """``[epoch:]upstream[-revision]`` -> (epoch, upstream, revision)."""
+    epoch, _, rest = version.rpartition(":") if ":" in version else ("0", "", version)
+    upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "")
+    return int(epoch or 0), upstream, revision
+
+
+def compare_versions(a: str, b: str) -> int:
+    """dpkg's order of two versions: -1, 0 or 1 (Debian policy 5.6.12)."""
+    ea, ua, ra = split_version(a)
+    eb, ub, rb = split_version(b)
+    if ea != eb:
+        return -1 if ea < eb else 1
+    return _compare_part(ua, ub) or _compare_part(ra, rb)
+
+
+def satisfies(requirement: str, version: str) -> bool:
+    """Whether a Debian version meets a requirement: exact, or ``[E:]V-*`` (any revision)."""
+    if not requirement.endswith("-*"):
+        return requirement == version
+    wanted = requirement[:-2]
+    epoch, upstream, _revision = split_version(version)
+    if ":" in wanted:
+        return wanted == f"{epoch}:{upstream}"
+    return epoch == 0 and wanted == upstream
+
+
+# -- one repository's signed index -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One package version of a repository's Packages index."""
+
+    package: str
+    version: str
+    architecture: str
+    sha256: str
+    filename: str
+
+
+def read_index(uri: str, key: bytes, fetch: Fetch = fetch_url) -> list[IndexEntry]:
+    """Read a flat repository's (``deb <uri> /``) signed package index.
+
+    InRelease (or Release with Release.gpg) is checked with ``gpgv`` against ``key``; the
+    Packages file (``Packages.gz`` preferred) must have the SHA256 the Release lists.
+
+    Raises:
+        StackError: Unreadable, unsigned or badly signed, or a Packages file whose SHA256
+            differs from the Release's, naming the URL.
+    """
+    base = uri if uri.endswith("/") else uri + "/"
+    try:
+        inrelease = fetch(base + "InRelease")
+    except StackError:
+        release = fetch(base + "Release")
+        try:
+            gpgv(key, release, fetch(base + "Release.gpg"))
+        except StackError as err:
+            raise StackError(f"{base}Release: {err.message}") from err
+        text = release.decode("utf-8")
+    else:
+        try:
+            gpgv(key, inrelease)
+        except StackError as err:
+            raise StackError(f"{base}InRelease: {err.message}") from err
+        text = clearsigned_text(inrelease)
+    fields = paragraphs(text)
+    listed: dict[str, str] = {}
+    for line in (fields[0].get("SHA256", "") if fields else "").splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            listed[parts[2]] = parts[0]
+    name = next((n for n in ("Packages.gz", "Packages") if n in listed), None)
+    if name is None:
+        raise StackError(f"{base}: the Release lists no Packages file with a SHA256")
+    data = fetch(base + name)
+    if hashlib.sha256(data).hexdigest() != listed[name]:
+        raise StackError(f"{base}{name}: its SHA256 differs from the one the signed Release lists")
+    if name.endswith(".gz"):
+        data = gzip.decompress(data)
+    return [
+        IndexEntry(
+            package=p["Package"],
+            version=p["Version"],
+            architecture=p.get("Architecture", ""),
+            sha256=p.get("SHA256", ""),
+            filename=p.get("Filename", ""),
+        )
+        for p in paragraphs(data.decode("utf-8"))
+        if "Package" in p and "Version" in p
+    ]

@@ -1,0 +1,283 @@
+"""The stack lock: a group's stack resolved against its repositories' signed indexes.
+
+``gpunode stack lock`` writes ``group_vars/<group>/stack.lock.yml`` (top-level key
+``stack_lock``), to be committed like a pip-tools lock: for each OS of the group
+(``gpunode_stack_os``), every package of the resolved stack with the exact Debian version the
+repository carries for the pinned upstream version, its architecture, SHA256 and repository,
+plus the stack id it was resolved for. Because the file lies in ``group_vars``, Ansible hands it
+to the ``gpunode_stack`` action plugin, which installs exactly those versions
+(:func:`apply_lock`); :func:`verify_lock` re-reads the repositories before a node changes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from toolkit.config import did_you_mean
+from toolkit.errors import ConfigError, StackError
+from toolkit.stack.aptindex import (
+    Fetch,
+    IndexEntry,
+    compare_versions,
+    fetch_url,
+    key_fingerprints,
+    read_index,
+    satisfies,
+)
+from toolkit.stack.models import SUPPORTED_OS
+
+LOCK_FILE = "stack.lock.yml"
+LOCK_KEY = "stack_lock"
+# The inventory variable listing the OSes of a group's nodes (a list of SUPPORTED_OS).
+OS_VARIABLE = "gpunode_stack_os"
+_PACKAGE_KEYS = ("packages", "pinning_packages")
+
+
+def lock_path(inventory: Path, group: str) -> Path:
+    """Where a group's lock lies: ``group_vars/<group>/stack.lock.yml``."""
+    return inventory / "group_vars" / group / LOCK_FILE
+
+
+def stack_systems(group: str, group_vars: Mapping[str, Any]) -> list[str]:
+    """The OSes of a group's nodes (``gpunode_stack_os``).
+
+    Raises:
+        ConfigError: Unset, or naming an unsupported OS.
+    """
+    value = group_vars.get(OS_VARIABLE)
+    if isinstance(value, str):
+        value = [value]
+    if not value or not isinstance(value, list):
+        raise ConfigError(
+            f"group {group}: {OS_VARIABLE} is not set: list the OSes of its nodes "
+            f"({', '.join(SUPPORTED_OS)}) in group_vars, e.g. `{OS_VARIABLE}: [ubuntu2204]`"
+        )
+    for os_id in value:
+        if os_id not in SUPPORTED_OS:
+            raise ConfigError(
+                f"group {group}: {OS_VARIABLE}: unknown OS {os_id!r}"
+                + did_you_mean(str(os_id), list(SUPPORTED_OS))
+            )
+    return [str(v) for v in value]
+
+
+def requirements(resolved: Mapping[str, Any]) -> dict[str, str]:
+    """Every package of a resolved stack -> its version requirement (or locked version)."""
+    out: dict[str, str] = {}
+    for section in resolved.values():
+        if isinstance(section, dict):
+            for key in _PACKAGE_KEYS:
+                out.update(section.get(key) or {})
+    return out
+
+
+@dataclass
+class _Indexes:
+    """Repository indexes read once per (URL, key URL, fingerprint)."""
+
+    fetch: Fetch
+    cache: dict[tuple[str, str, str], list[IndexEntry]] = field(default_factory=dict)
+
+    def entries(self, repo: Mapping[str, str]) -> list[IndexEntry]:
+        key = (repo["uri"], repo["key_url"], repo["fingerprint"])
+        if key not in self.cache:
+            data = self.fetch(repo["key_url"])
+            try:
+                found = key_fingerprints(data)
+            except ValueError as err:
+                raise StackError(f"{repo['key_url']}: not an OpenPGP key: {err}") from err
+            if repo["fingerprint"] and repo["fingerprint"] not in found:
+                raise StackError(
+                    f"{repo['key_url']}: the key's fingerprint {', '.join(found)} is not the "
+                    f"pinned {repo['fingerprint']} (repository {repo['name']}); nothing trusted"
+                )
+            self.cache[key] = read_index(repo["uri"], data, self.fetch)
+        return self.cache[key]
+
+
+def _locate(
+    resolved: Mapping[str, Any], indexes: _Indexes
+) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """(package -> lock entry, problems) for one resolved OS."""
+    deb_arch = {"x86_64": "amd64", "sbsa": "arm64"}[resolved["arch"]]
+    archs = (deb_arch, "all")
+    found: dict[str, dict[str, str]] = {}
+    problems: list[str] = []
+    repos = resolved["repositories"]
+    for package, wanted in requirements(resolved).items():
+        best: tuple[IndexEntry, str] | None = None
+        offered: set[str] = set()
+        for repo in repos:
+            for entry in indexes.entries(repo):
+                if entry.package != package or entry.architecture not in archs:
+                    continue
+                offered.add(entry.version)
+                if satisfies(wanted, entry.version) and (
+                    best is None or compare_versions(entry.version, best[0].version) > 0
+                ):
+                    best = (entry, repo["name"])
+        if best is None:
+            have = ", ".join(sorted(offered)) or "none"
+            problems.append(
+                f"{resolved['os']}: {package} {wanted}: not in the repositories "
+                f"(they carry: {have})"
+            )
+            continue
+        entry, repo_name = best
+        found[package] = {
+            "version": entry.version,
+            "architecture": entry.architecture,
+            "sha256": entry.sha256,
+            "repository": repo_name,
+            "filename": entry.filename,
+        }
+    return found, problems
+
+
+def resolve_lock(
+    group: str,
+    stack_id: str,
+    resolved_by_os: Mapping[str, Mapping[str, Any]],
+    fetch: Fetch = fetch_url,
+) -> dict[str, Any]:
+    """The lock document of one group: every package at the version its repository carries.
+
+    Args:
+        group: The inventory group.
+        stack_id: The stack id the lock is resolved for.
+        resolved_by_os: ``os_id -> resolve(...)`` for each OS of the group.
+        fetch: Reads a URL.
+
+    Raises:
+        StackError: A key with another fingerprint, a bad signature or index, or packages
+            the repositories lack (every one named).
+    """
+    indexes = _Indexes(fetch)
+    systems: dict[str, Any] = {}
+    problems: list[str] = []
+    for os_id, resolved in resolved_by_os.items():
+        packages, missing = _locate(resolved, indexes)
+        problems += missing
+        systems[os_id] = {
+            "arch": resolved["arch"],
+            "repositories": {r["name"]: r["uri"] for r in resolved["repositories"]},
+            "packages": dict(sorted(packages.items())),
+        }
+    if problems:
+        raise StackError(f"group {group}: cannot lock the stack:\n  " + "\n  ".join(problems))
+    return {LOCK_KEY: {"group": group, "stack_id": stack_id, "systems": systems}}
+
+
+def dump_lock(document: Mapping[str, Any]) -> str:
+    """The lock file's text (a YAML document with a header for people)."""
+    lock = document[LOCK_KEY]
+    header = (
+        "---\n"
+        f"# The stack lock of group {lock['group']}, written by `gpunode stack lock`: commit it.\n"
+        "# Exact package versions resolved from the repositories' signed indexes for stack\n"
+        f"# {lock['stack_id']}; `gpunode provision` installs exactly these and refuses a stale\n"
+        "# lock (`--relock` resolves it again).\n"
+    )
+    return header + yaml.safe_dump(dict(document), sort_keys=False, width=100)
+
+
+def write_lock(inventory: Path, group: str, document: Mapping[str, Any]) -> Path:
+    """Write a group's lock file and return its path."""
+    path = lock_path(inventory, group)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump_lock(document), encoding="utf-8")
+    return path
+
+
+def lock_state(lock: Mapping[str, Any] | None, stack_id: str) -> str:
+    """``missing``, ``stale`` (resolved for another stack id) or ``current``."""
+    if not lock:
+        return "missing"
+    return "current" if lock.get("stack_id") == stack_id else "stale"
+
+
+def apply_lock(resolved: Mapping[str, Any], lock: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The resolved stack with every package at its locked version.
+
+    Raises:
+        StackError: No lock, a stale lock, or a lock without this OS or package.
+    """
+    os_id = resolved["os"]
+    state = lock_state(lock, resolved["stack_id"])
+    if state != "current" or lock is None:
+        detail = "" if lock is None else f" (resolved for stack {lock.get('stack_id')})"
+        raise StackError(
+            f"the stack lock is {state}{detail} for stack {resolved['stack_id']}: run "
+            "`gpunode stack lock -i INVENTORY` (or `gpunode provision --relock`)"
+        )
+    system = (lock.get("systems") or {}).get(os_id)
+    if not system:
+        raise StackError(
+            f"the stack lock has no {os_id}: add it to {OS_VARIABLE} and run `gpunode stack lock`"
+        )
+    locked = system.get("packages") or {}
+    out = copy.deepcopy(dict(resolved))
+    missing = []
+    for section in out.values():
+        if isinstance(section, dict):
+            for key in _PACKAGE_KEYS:
+                packages = section.get(key) or {}
+                for package in packages:
+                    if package in locked:
+                        packages[package] = str(locked[package]["version"])
+                    else:
+                        missing.append(package)
+    if missing:
+        raise StackError(
+            f"the stack lock of {os_id} lacks {', '.join(sorted(missing))}: run "
+            "`gpunode stack lock` again"
+        )
+    return out
+
+
+def verify_lock(
+    group: str,
+    lock: Mapping[str, Any],
+    resolved_by_os: Mapping[str, Mapping[str, Any]],
+    fetch: Fetch = fetch_url,
+) -> list[str]:
+    """What the repositories no longer carry as locked, every package named.
+
+    A locked version the repository lacks, or carries with another SHA256 (republished), is a
+    problem; nothing on a node should change while there is one.
+    """
+    indexes = _Indexes(fetch)
+    problems = []
+    for os_id, resolved in resolved_by_os.items():
+        system = (lock.get("systems") or {}).get(os_id) or {}
+        repos = {r["name"]: r for r in resolved["repositories"]}
+        for package, entry in sorted((system.get("packages") or {}).items()):
+            repo = repos.get(str(entry.get("repository")))
+            if repo is None:
+                problems.append(f"{os_id}: {package}: unknown repository {entry.get('repository')}")
+                continue
+            versions = [
+                e
+                for e in indexes.entries(repo)
+                if e.package == package
+                and e.version == entry["version"]
+                and e.architecture == entry["architecture"]
+            ]
+            if not versions:
+                problems.append(
+                    f"group {group}, {os_id}: {package}={entry['version']} is no longer in "
+                    f"repository {repo['name']} ({repo['uri']})"
+                )
+            elif all(e.sha256 != entry["sha256"] for e in versions):
+                problems.append(
+                    f"group {group}, {os_id}: {package}={entry['version']} was republished by "
+                    f"repository {repo['name']} with SHA256 {versions[0].sha256}, locked "
+                    f"{entry['sha256']}"
+                )
+    return problems
