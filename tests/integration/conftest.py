@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.errors import LabError
+from toolkit.errors import ToolkitError
 from toolkit.lab import image as lab_image
 from toolkit.lab import lab as lab_core
 from toolkit.lab import nodes as lab_nodes
@@ -69,7 +69,7 @@ def require_docker() -> None:
     """Fail (never skip) when the Docker engine cannot be reached."""
     try:
         lab_image.docker_client()
-    except LabError as err:
+    except ToolkitError as err:
         pytest.fail(f"integration tests need the Docker engine: {err.message}", pytrace=False)
 
 

@@ -14,6 +14,8 @@ Subcommands:
   the ranks of one node of a multi-node all-reduce (torch.distributed; ``nccl`` on GPUs,
   ``gloo`` on the CPU); with ``--p2p`` two single-rank nodes also time each direction.
 - ``worker``: one rank (internal; started by the two above).
+- ``nccl-probe``: which libnccl the framework in this Python loads (file, version, pip wheel
+  or system package), as JSON; ``gpunode image inspect`` and the acceptance check use it.
 
 Exit codes: 0 the result was written (whatever it says), 2 bad arguments, 3 it could not run.
 """
@@ -489,22 +491,142 @@ def worker(args: argparse.Namespace) -> int:
             "p2p_gbps": p2p,
             "error": None,
             "torch": torch.__version__,
-            "nccl_loaded": nccl_version(torch) if use_cuda else None,
+            "nccl": nccl_probe(torch),
         }
         write_json(args.out, result)
     return 0
 
 
-def nccl_version(torch: Any) -> str | None:
-    """The NCCL version torch actually loaded (torch.cuda.nccl.version())."""
+# The NCCL a framework loads is a shared library file; its version is what that file says, not
+# what torch was built against: torch.cuda.nccl.version() reports the latter
+# (pytorch/pytorch#116977). A CUDA build of torch preloads `libnccl.so.*` from the
+# `nvidia-nccl-cu*` wheel (`<sys.path entry>/nvidia/nccl/lib/`, torch/__init__.py
+# `_preload_cuda_deps("nccl", "libnccl.so.*")`) before the loader's own search path, where a
+# system `libnccl2` lives (`/usr/lib/<triplet>/libnccl.so.2`).
+NCCL_SONAME = "libnccl.so.2"
+NCCL_WHEEL_DIR = ("nvidia", "nccl", "lib")
+NCCL_FILE_VERSION_RE = re.compile(r"libnccl\.so\.(?P<v>\d+\.\d+\.\d+)$")
+
+
+def decode_nccl_version(code: int) -> str:
+    """ncclGetVersion's integer: ``major*10000 + minor*100 + patch`` from 2.9 (nccl.h's
+    NCCL_VERSION_CODE), ``major*1000 + minor*100 + patch`` before."""
+    if code >= 10000:
+        return f"{code // 10000}.{(code % 10000) // 100}.{code % 100}"
+    return f"{code // 1000}.{(code % 1000) // 100}.{code % 100}"
+
+
+def mapped_nccl(maps_text: str) -> list[str]:
+    """Paths of libnccl files mapped into a process (the text of /proc/<pid>/maps)."""
+    found: list[str] = []
+    for line in maps_text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and os.path.basename(parts[5]).startswith("libnccl.so"):
+            if parts[5] not in found:
+                found.append(parts[5])
+    return found
+
+
+def resolve_nccl(search_path: list[str], ldconfig_text: str) -> str | None:
+    """The libnccl the framework would load: the wheel's first (in sys.path order), then the
+    loader's cache (the text of ``ldconfig -p``)."""
+    for entry in search_path:
+        lib_dir = os.path.join(entry or ".", *NCCL_WHEEL_DIR)
+        try:
+            names = sorted(n for n in os.listdir(lib_dir) if n.startswith("libnccl.so"))
+        except OSError:
+            continue
+        if names:
+            return os.path.join(lib_dir, names[0])
+    for line in ldconfig_text.splitlines():
+        name, _, target = line.strip().partition(" => ")
+        if name.split(" ", 1)[0] == NCCL_SONAME and target:
+            return target.strip()
+    return None
+
+
+def nccl_source(path: str) -> dict[str, Any]:
+    """Where a libnccl file comes from: a pip wheel (its distribution and version) or a
+    system package (dpkg's owner and version), else unknown."""
+    real = os.path.realpath(path)
+    parts = real.split(os.sep)
+    if len(parts) > 4 and tuple(parts[-4:-1]) == NCCL_WHEEL_DIR:
+        site = os.sep.join(parts[:-4])
+        for name in sorted(os.listdir(site)):
+            if name.startswith("nvidia_nccl_cu") and name.endswith(".dist-info"):
+                dist, version = name[: -len(".dist-info")].rsplit("-", 1)
+                return {
+                    "kind": "pip-wheel",
+                    "package": dist.replace("_", "-"),
+                    "package_version": version,
+                }
+        return {"kind": "pip-wheel", "package": None, "package_version": None}
+    for candidate in (path, real):
+        rc, stdout, _ = sh(["dpkg-query", "-S", candidate])
+        if rc == 0 and ":" in stdout:
+            package = stdout.split(":", 1)[0].strip()
+            rc, version, _ = sh(["dpkg-query", "-W", "-f=${Version}", package])
+            return {
+                "kind": "system-package",
+                "package": package,
+                "package_version": version.strip() if rc == 0 else None,
+            }
+    return {"kind": "unknown", "package": None, "package_version": None}
+
+
+def nccl_file_version(path: str) -> str | None:
+    """The version of a libnccl file: ncclGetVersion() when the library loads, else the
+    ``libnccl.so.X.Y.Z`` name the symlink chain ends in."""
+    import ctypes
+
     try:
-        v = torch.cuda.nccl.version()
-    except Exception:
-        return None
-    if isinstance(v, tuple):
-        return ".".join(str(x) for x in v)
-    v = int(v)
-    return f"{v // 10000}.{(v % 10000) // 100}.{v % 100}" if v >= 10000 else str(v)
+        lib = ctypes.CDLL(path)
+        code = ctypes.c_int(0)
+        if lib.ncclGetVersion(ctypes.byref(code)) == 0 and code.value > 0:
+            return decode_nccl_version(code.value)
+    except (OSError, AttributeError):
+        pass
+    m = NCCL_FILE_VERSION_RE.search(os.path.realpath(path))
+    return m.group("v") if m else None
+
+
+def nccl_probe(torch: Any = None) -> dict[str, Any]:
+    """The NCCL the framework in this Python really loads: which file, its version, where
+    it comes from, and whether it was mapped into this process or found the way the framework
+    would find it (a CPU build of torch maps none)."""
+    out: dict[str, Any] = {
+        "version": None,
+        "path": None,
+        "how": None,
+        "source": None,
+        "framework": getattr(torch, "__version__", None),
+        "framework_built_with": None,
+    }
+    if torch is not None:
+        # What the framework was compiled against: shown, never judged (pytorch#116977).
+        try:
+            v = torch.cuda.nccl.version()
+            out["framework_built_with"] = (
+                ".".join(str(x) for x in v) if isinstance(v, tuple) else decode_nccl_version(int(v))
+            )
+        except Exception:
+            pass
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as handle:
+            mapped = mapped_nccl(handle.read())
+    except OSError:
+        mapped = []
+    if mapped:
+        out.update(path=mapped[0], how="mapped")
+    else:
+        _rc, ldconfig, _ = sh(["ldconfig", "-p"])
+        path = resolve_nccl(list(sys.path), ldconfig)
+        if path is None:
+            return out
+        out.update(path=path, how="resolved")
+    out["version"] = nccl_file_version(out["path"])
+    out["source"] = nccl_source(out["path"])
+    return out
 
 
 def launch_ranks(
@@ -746,7 +868,9 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
             cuda_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         except Exception:
             cuda_gpus = 0
-        result["versions"]["nccl_loaded"] = nccl_version(torch) if cuda_gpus else None
+        probe = nccl_probe(torch)
+        result["versions"]["nccl"] = probe
+        result["versions"]["nccl_loaded"] = probe["version"]
     result["cuda_device_count"] = cuda_gpus
     sizes = [int(s) for s in spec.get("sizes", [1 << 20])]
     iters = int(spec.get("iters", 20))
@@ -807,6 +931,7 @@ def main(argv: list[str] | None = None) -> int:
     p_run = sub.add_parser("run")
     p_run.add_argument("--spec", required=True)
     p_run.add_argument("--out", required=True)
+    sub.add_parser("nccl-probe", help="print which NCCL the framework loads, as JSON")
     for name in ("allreduce", "worker"):
         p = sub.add_parser(name)
         p.add_argument("--sizes", type=int, nargs="+", required=True)
@@ -834,6 +959,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "worker":
         return worker(args)
+    if args.cmd == "nccl-probe":
+        print(json.dumps(nccl_probe(import_torch()), sort_keys=True))
+        return 0
     torch = import_torch()
     device = args.device
     cuda_gpus = 0

@@ -22,6 +22,7 @@ from docker.models.containers import Container
 
 from toolkit.errors import ConfigError, LabError
 from toolkit.lab import disks as lab_disks
+from toolkit.images.base import ensure_lab_base
 from toolkit.lab import image as lab_image
 from toolkit.lab import inventory, network, nodes, paths, server, ssh
 from toolkit.lab import state as lab_state
@@ -110,6 +111,9 @@ def up(
     say("package repository: building or reusing the signed stand-in repository")
     repo = build_repository(paths.cache_dir() / "repo")
     wheels = server.ensure_wheels(paths.cache_dir() / "wheels")
+    say("training image base: checking")
+    image_base = ensure_lab_base(client)
+    say(f"training image base: {image_base.tag} ({'built' if image_base.built else 'cached'})")
 
     home.mkdir(parents=True, exist_ok=True)
     key = ssh.client_key(home, spec.name)
@@ -196,7 +200,7 @@ def up(
         nodes=state.nodes,
         key_file=key,
         known_hosts=known_hosts,
-        repo_vars=server.repository_vars(server_ip, repo, wheels),
+        repo_vars=server.repository_vars(server_ip, repo, wheels, image_base.id),
         ca_bundle=ca_bundle,
         md_available=Path("/proc/mdstat").exists(),
     )
