@@ -521,15 +521,16 @@ def mapped_nccl(maps_text: str) -> list[str]:
     found: list[str] = []
     for line in maps_text.splitlines():
         parts = line.split(None, 5)
-        if len(parts) == 6 and os.path.basename(parts[5]).startswith("libnccl.so"):
-            if parts[5] not in found:
-                found.append(parts[5])
+        is_nccl = len(parts) == 6 and os.path.basename(parts[5]).startswith("libnccl.so")
+        if is_nccl and parts[5] not in found:
+            found.append(parts[5])
     return found
 
 
-def resolve_nccl(search_path: list[str], ldconfig_text: str) -> str | None:
-    """The libnccl the framework would load: the wheel's first (in sys.path order), then the
-    loader's cache (the text of ``ldconfig -p``)."""
+def nccl_candidates(search_path: list[str], ldconfig_text: str) -> list[str]:
+    """Every libnccl the framework could load, in the order it looks: the wheel's (in
+    sys.path order), then the loader's cache (the text of ``ldconfig -p``)."""
+    found: list[str] = []
     for entry in search_path:
         lib_dir = os.path.join(entry or ".", *NCCL_WHEEL_DIR)
         try:
@@ -537,12 +538,18 @@ def resolve_nccl(search_path: list[str], ldconfig_text: str) -> str | None:
         except OSError:
             continue
         if names:
-            return os.path.join(lib_dir, names[0])
+            found.append(os.path.join(lib_dir, names[0]))
     for line in ldconfig_text.splitlines():
         name, _, target = line.strip().partition(" => ")
         if name.split(" ", 1)[0] == NCCL_SONAME and target:
-            return target.strip()
-    return None
+            found.append(target.strip())
+    # The loader's default directories, searched after its cache (ld.so(8)).
+    triplet = f"{os.uname().machine}-linux-gnu"
+    for lib_dir in (f"/lib/{triplet}", f"/usr/lib/{triplet}", "/lib64", "/usr/lib64"):
+        path = os.path.join(lib_dir, NCCL_SONAME)
+        if os.path.lexists(path) and os.path.realpath(path) not in map(os.path.realpath, found):
+            found.append(path)
+    return found
 
 
 def nccl_source(path: str) -> dict[str, Any]:
@@ -616,16 +623,25 @@ def nccl_probe(torch: Any = None) -> dict[str, Any]:
             mapped = mapped_nccl(handle.read())
     except OSError:
         mapped = []
+    _rc, ldconfig, _ = sh(["ldconfig", "-p"])
+    candidates = nccl_candidates(list(sys.path), ldconfig)
     if mapped:
         out.update(path=mapped[0], how="mapped")
+    elif candidates:
+        out.update(path=candidates[0], how="resolved")
     else:
-        _rc, ldconfig, _ = sh(["ldconfig", "-p"])
-        path = resolve_nccl(list(sys.path), ldconfig)
-        if path is None:
-            return out
-        out.update(path=path, how="resolved")
+        return out
     out["version"] = nccl_file_version(out["path"])
     out["source"] = nccl_source(out["path"])
+    # The other NCCLs in this environment (a system libnccl2 beside the wheel's): shown, so
+    # "two NCCLs in one image" is visible; their version is read from names, never loaded.
+    out["others"] = []
+    for path in candidates:
+        if os.path.realpath(path) != os.path.realpath(out["path"]):
+            source = nccl_source(path)
+            m = NCCL_FILE_VERSION_RE.search(os.path.realpath(path))
+            version = m.group("v") if m else source.get("package_version")
+            out["others"].append({"path": path, "version": version, "source": source})
     return out
 
 

@@ -167,9 +167,8 @@ def rewrite_layer(
                 first = first_of.get(name)
                 data_member = member
                 if first is not None:
-                    holder = members[holder_of.get(name, name)]
-                    data_member = holder
-                    info = _copy(holder, name, epoch)
+                    data_member = members[holder_of.get(name, name)]
+                    info = _copy(data_member, name, epoch)
                     if name != first:
                         info.type, info.linkname, info.size = tarfile.LNKTYPE, first, 0
                 else:

@@ -21,8 +21,8 @@ import docker
 from docker.models.containers import Container
 
 from toolkit.errors import ConfigError, LabError
-from toolkit.lab import disks as lab_disks
 from toolkit.images.base import ensure_lab_base
+from toolkit.lab import disks as lab_disks
 from toolkit.lab import image as lab_image
 from toolkit.lab import inventory, network, nodes, paths, server, ssh
 from toolkit.lab import state as lab_state
