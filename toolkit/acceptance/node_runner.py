@@ -14,6 +14,9 @@ Subcommands:
   the ranks of one node of a multi-node all-reduce (torch.distributed; ``nccl`` on GPUs,
   ``gloo`` on the CPU); with ``--p2p`` two single-rank nodes also time each direction.
 - ``worker``: one rank (internal; started by the two above).
+- ``framework --spec SPEC.json --out RESULT.json``: only the checks that need the framework
+  (versions, all-reduce, GPU speed, ``/data``); ``run`` starts it inside the training image
+  when the spec names one (``container.image``), else runs it in its own Python.
 - ``nccl-probe``: which libnccl the framework in this Python loads (file, version, pip wheel
   or system package), as JSON; ``gpunode image inspect`` and the acceptance check use it.
 
@@ -875,6 +878,74 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
         spec.get("kernel_log_command") or DEFAULT_KERNEL_LOG_COMMAND
     )
     result["state"] = read_state()
+    container = spec.get("container")
+    framework = run_in_container(spec, container) if container else run_framework(spec)
+    result["versions"].update(framework.pop("versions", {}))
+    result.update(framework)
+    result["duration_s"] = time.perf_counter() - started
+    return result
+
+
+def container_argv(
+    image: str,
+    workdir: str,
+    data_path: str | None = None,
+    env: dict[str, str] | None = None,
+    gpus: str = "all",
+) -> list[str]:
+    """``docker run`` of this runner inside the training image, the way a training job runs.
+
+    GPUs are passed as the NVIDIA Container Toolkit does it for Docker (``--gpus``); the
+    host's network (multi-node rendezvous), IPC namespace and unlimited locked memory are the
+    settings NVIDIA's PyTorch containers are documented to need for NCCL (NGC PyTorch
+    release notes, "Running PyTorch": ``--ipc=host --ulimit memlock=-1``). The work folder
+    (this runner, spec and results) and the data disk are mounted at the same paths.
+    """
+    argv = ["docker", "run", "--rm", "--network", "host", "--ipc", "host"]
+    argv += ["--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "--gpus", gpus]
+    argv += ["-v", f"{workdir}:{workdir}"]
+    if data_path:
+        argv += ["-v", f"{data_path}:{data_path}"]
+    for key, value in sorted((env or {}).items()):
+        argv += ["-e", f"{key}={value}"]
+    return [*argv, "--entrypoint", "python3", image, os.path.join(workdir, "node_runner.py")]
+
+
+def run_in_container(spec: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
+    """The framework's checks inside the training image (``framework`` in the container)."""
+    workdir = str(spec.get("workdir", "/tmp"))
+    spec_path = os.path.join(workdir, "framework-spec.json")
+    out_path = os.path.join(workdir, f"framework-{os.getpid()}.json")
+    inner = {k: v for k, v in spec.items() if k != "container"}
+    write_json(spec_path, inner)
+    argv = container_argv(str(container["image"]), workdir, spec.get("data_path"))
+    argv += ["framework", "--spec", spec_path, "--out", out_path]
+    info: dict[str, Any] = {"image": container["image"], "ok": False, "error": None}
+    rc, stdout, stderr = sh(argv, timeout=float(spec.get("timeout_s", 600)) + 300)
+    framework: dict[str, Any] = {}
+    if rc == 0:
+        try:
+            with open(out_path, encoding="utf-8") as handle:
+                framework = json.load(handle)
+            info["ok"] = True
+        except (OSError, ValueError) as err:
+            info["error"] = f"no result from the container: {err}"
+    else:
+        info["error"] = f"docker run exited {rc}: {(stderr or stdout).strip()[-600:]}"
+    if not info["ok"]:
+        framework = {
+            "cuda_device_count": 0,
+            "allreduce": {"engine": "torch", "rows": [], "error": f"container: {info['error']}"},
+            "gpu_perf": None,
+            "data": None,
+        }
+    framework["container"] = info
+    return framework
+
+
+def run_framework(spec: dict[str, Any]) -> dict[str, Any]:
+    """The checks that run with the framework: versions, all-reduce, GPU speed, /data."""
+    result: dict[str, Any] = {"versions": {}}
     torch = import_torch()
     cuda_gpus = 0
     if torch is not None:
@@ -928,7 +999,6 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
     result["data"] = (
         data_throughput(data_path, int(spec.get("data_size_bytes", 1 << 30))) if data_path else None
     )
-    result["duration_s"] = time.perf_counter() - started
     return result
 
 
@@ -947,6 +1017,9 @@ def main(argv: list[str] | None = None) -> int:
     p_run = sub.add_parser("run")
     p_run.add_argument("--spec", required=True)
     p_run.add_argument("--out", required=True)
+    p_framework = sub.add_parser("framework", help="the framework's checks only (in an image)")
+    p_framework.add_argument("--spec", required=True)
+    p_framework.add_argument("--out", required=True)
     sub.add_parser("nccl-probe", help="print which NCCL the framework loads, as JSON")
     for name in ("allreduce", "worker"):
         p = sub.add_parser(name)
@@ -964,14 +1037,14 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--master-addr", required=True)
             p.add_argument("--master-port", type=int, required=True)
     args = parser.parse_args(argv)
-    if args.cmd == "run":
+    if args.cmd in ("run", "framework"):
         try:
             with open(args.spec, encoding="utf-8") as handle:
                 spec = json.load(handle)
         except (OSError, ValueError) as err:
             print(f"cannot read spec {args.spec}: {err}", file=sys.stderr)
             return 2
-        write_json(args.out, run_node(spec))
+        write_json(args.out, run_node(spec) if args.cmd == "run" else run_framework(spec))
         return 0
     if args.cmd == "worker":
         return worker(args)
