@@ -886,23 +886,26 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+# The options NVIDIA's PyTorch containers are documented to need for NCCL (NGC PyTorch
+# release notes, "Running PyTorch": --ipc=host --ulimit memlock=-1 --ulimit stack=67108864);
+# the inventory may replace them (gpunode_accept_container_options).
+DEFAULT_CONTAINER_OPTIONS = ("--ipc=host", "--ulimit=memlock=-1", "--ulimit=stack=67108864")
+
+
 def container_argv(
     image: str,
     workdir: str,
     data_path: str | None = None,
     env: dict[str, str] | None = None,
-    gpus: str = "all",
+    options: list[str] | tuple[str, ...] = DEFAULT_CONTAINER_OPTIONS,
 ) -> list[str]:
     """``docker run`` of this runner inside the training image, the way a training job runs.
 
-    GPUs are passed as the NVIDIA Container Toolkit does it for Docker (``--gpus``); the
-    host's network (multi-node rendezvous), IPC namespace and unlimited locked memory are the
-    settings NVIDIA's PyTorch containers are documented to need for NCCL (NGC PyTorch
-    release notes, "Running PyTorch": ``--ipc=host --ulimit memlock=-1``). The work folder
-    (this runner, spec and results) and the data disk are mounted at the same paths.
+    GPUs are passed as the NVIDIA Container Toolkit does it for Docker (``--gpus all``), the
+    host's network serves the multi-node rendezvous, and the work folder (this runner, spec
+    and results) and the data disk are mounted at the same paths.
     """
-    argv = ["docker", "run", "--rm", "--network", "host", "--ipc", "host"]
-    argv += ["--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "--gpus", gpus]
+    argv = ["docker", "run", "--rm", "--network=host", "--gpus=all", *options]
     argv += ["-v", f"{workdir}:{workdir}"]
     if data_path:
         argv += ["-v", f"{data_path}:{data_path}"]
@@ -918,7 +921,8 @@ def run_in_container(spec: dict[str, Any], container: dict[str, Any]) -> dict[st
     out_path = os.path.join(workdir, f"framework-{os.getpid()}.json")
     inner = {k: v for k, v in spec.items() if k != "container"}
     write_json(spec_path, inner)
-    argv = container_argv(str(container["image"]), workdir, spec.get("data_path"))
+    options = container.get("options") or DEFAULT_CONTAINER_OPTIONS
+    argv = container_argv(str(container["image"]), workdir, spec.get("data_path"), None, options)
     argv += ["framework", "--spec", spec_path, "--out", out_path]
     info: dict[str, Any] = {"image": container["image"], "ok": False, "error": None}
     rc, stdout, stderr = sh(argv, timeout=float(spec.get("timeout_s", 600)) + 300)

@@ -31,7 +31,7 @@ import docker.errors
 
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
-from toolkit.acceptance.node_runner import container_argv
+from toolkit.acceptance.node_runner import DEFAULT_CONTAINER_OPTIONS, container_argv
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective, parse_size, sweep_sizes
 from toolkit.acceptance.verdict import Check, NodeExpectation, Verdict, judge, normalise_allreduce
 from toolkit.errors import AcceptanceError, ConfigError, RemoteError
@@ -329,6 +329,24 @@ def _stage_images(plans: list[NodePlan], opts: AcceptOptions, progress: Progress
                 plan.image = image_id
 
 
+def container_options(host: Host) -> list[str]:
+    """``docker run`` options for the ranks: ``gpunode_accept_container_options`` or the
+    documented defaults (``node_runner.DEFAULT_CONTAINER_OPTIONS``).
+
+    Raises:
+        ConfigError: The variable is not a list of strings.
+    """
+    value = host.vars.get("gpunode_accept_container_options")
+    if value is None:
+        return list(DEFAULT_CONTAINER_OPTIONS)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(
+            f"host {host.name}: gpunode_accept_container_options must be a list of docker "
+            "run options (strings)"
+        )
+    return list(value)
+
+
 def _container_check(info: dict[str, Any] | None, image: str) -> Check:
     """Whether the node's container runtime started the image with the GPUs and /data."""
     info = info or {}
@@ -520,7 +538,9 @@ def _runner_spec(plan: NodePlan) -> dict[str, Any]:
         ),
         "data_size_bytes": parse_size(spec.data_test_size),
         "workdir": REMOTE_DIR,
-        "container": {"image": plan.image} if plan.image else None,
+        "container": (
+            {"image": plan.image, "options": container_options(plan.host)} if plan.image else None
+        ),
     }
 
 
@@ -606,7 +626,8 @@ def _launch_set(
             {"GLOO_SOCKET_IFNAME": str(ifname), "NCCL_SOCKET_IFNAME": str(ifname)} if ifname else {}
         )
         if plan.image:
-            start = shlex.join(container_argv(plan.image, REMOTE_DIR, None, env))
+            options = container_options(plan.host)
+            start = shlex.join(container_argv(plan.image, REMOTE_DIR, None, env, options))
         else:
             prefix = (
                 "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) if env else ""

@@ -172,7 +172,12 @@ def repository_vars(
     """The repository variables of the inventory (docs/architecture.md) for this server,
     and the training image's base (the lab's imported Debian 12, pinned by its ID)."""
     base = f"http://{server_ip}"
-    image = {"gpunode_image_base": image_base, "gpunode_image_os": "debian12"} if image_base else {}
+    image: dict[str, object] = (
+        {"gpunode_image_base": image_base, "gpunode_image_os": "debian12"} if image_base else {}
+    )
+    # Lab nodes are unprivileged containers: Docker inside them cannot raise RLIMIT_MEMLOCK
+    # or the stack limit, so the ranks' containers keep only the shared IPC namespace.
+    image["gpunode_accept_container_options"] = ["--ipc=host"]
     return {
         **image,
         "gpunode_nvidia_repo_url": f"{base}/{repo.suite_path.strip('/')}/",
