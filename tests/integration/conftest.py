@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,3 +97,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     finally:
         if os.environ.get("GPUNODE_TEST_KEEP_LAB") != "1":
             lab_core.down(LAB_NAME)
+
+
+@pytest.fixture(scope="session")
+def training_image(lab: Lab) -> Any:
+    """The lab group's training image, built once per session from the lab's inventory
+    (``gpunode image build``): acceptance runs its ranks in it, test_05 verifies it."""
+    from toolkit.images.build import build_recipe, recipe_for
+
+    return build_recipe(recipe_for(lab.inventory))

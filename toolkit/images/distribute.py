@@ -114,7 +114,10 @@ def push(
     image_id = str(image.id)
     started = time.perf_counter()
     if registry:
-        reference = registry_push(client, image_id, registry, tag or "latest", progress)
+        # The registry repository is <registry>/gpunode-training; the local tag's tag part
+        # (the stack id) names the image there.
+        remote_tag = tag.rsplit(":", 1)[1] if tag and ":" in tag.rsplit("/", 1)[-1] else "latest"
+        reference = registry_push(client, image_id, registry, remote_tag, progress)
         nodes = _fan_out(hosts, image_id, lambda node: _pull(node, reference, image_id), progress)
         outcome = PushOutcome(image_id, "registry", reference, nodes)
     else:
