@@ -202,7 +202,9 @@ def make_recipe(
         AptSource(
             uri=str(cuda_repo["uri"]),
             suite=str(cuda_repo["suite"]),
-            key_url=_var(values, "gpunode_nvidia_repo_key_url", where),
+            # The resolved repository's key URL where resolve() fills one in (its {os} and
+            # {arch} templated like the repository URL), else the variable as written.
+            key_url=cuda_repo.get("key_url") or _var(values, "gpunode_nvidia_repo_key_url", where),
         )
         if cuda_repo
         else None
