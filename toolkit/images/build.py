@@ -8,6 +8,7 @@ the inventory names must be reachable from this machine, as they are from the la
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,10 @@ from toolkit.inventory import Inventory, load_inventory
 
 Progress = Callable[[str], None]
 BUILDER = "classic"  # the engine's legacy builder, normalised afterwards
+# The builder's own (unnormalised) results are the layer cache of the next build: the newest
+# one per recipe is kept under this name, and only the most recent few recipes.
+CACHE_REPOSITORY = "gpunode-training-cache"
+KEEP_CACHES = 3
 MAX_DIFFERENCES = 200
 
 
@@ -152,6 +157,7 @@ def build_recipe(
         progress(f"normalising {raw[:19]}")
         tags = (recipe.tag,) if tag else ()
         result = normalise(client, raw, recipe.base, recipe.source_date_epoch, tags, workdir)
+        _keep_as_cache(client, raw, context.digest)
     progress(f"image {result.id} ({recipe.tag if tag else 'untagged'})")
     return BuildOutcome(
         recipe=recipe,
@@ -194,10 +200,39 @@ def verify_recipe(
     if rebuilt.image_id != expected and rebuilt.normalised is not None:
         reference = read_image(client, expected, recipe.base, recipe.source_date_epoch, workdir)
         differences = list(iter_diff(reference, rebuilt.normalised))
+        _remove(client, rebuilt.image_id)  # untagged: only its differences matter
         if len(differences) > MAX_DIFFERENCES:
             more = len(differences) - MAX_DIFFERENCES
             differences = [*differences[:MAX_DIFFERENCES], f"... and {more} more"]
     return VerifyOutcome(expected=expected, rebuilt=rebuilt, differences=differences)
+
+
+def _remove(client: docker.DockerClient, image_id: str) -> None:
+    # An image still used (by a container, by a tag) stays.
+    with contextlib.suppress(docker.errors.APIError):
+        client.images.remove(image_id, noprune=False)
+
+
+def _keep_as_cache(client: docker.DockerClient, raw: str, digest: str) -> None:
+    """Keep the builder's result as the cache of this recipe; drop older ones."""
+    tag = digest.split(":", 1)[1][:12]
+    try:
+        previous = str(client.images.get(f"{CACHE_REPOSITORY}:{tag}").id)
+    except docker.errors.ImageNotFound:
+        previous = None
+    client.images.get(raw).tag(CACHE_REPOSITORY, tag)
+    if previous and previous != raw:
+        _remove(client, previous)
+    caches = sorted(
+        client.images.list(name=CACHE_REPOSITORY),
+        key=lambda image: str(image.attrs.get("Created", "")),
+        reverse=True,
+    )
+    for old in caches[KEEP_CACHES:]:
+        for name in old.tags:
+            with contextlib.suppress(docker.errors.APIError):
+                client.images.remove(name, noprune=True)
+        _remove(client, str(old.id))
 
 
 def _require_base(client: docker.DockerClient, base: str) -> None:

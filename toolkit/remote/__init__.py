@@ -156,9 +156,12 @@ class Node:
             channel = transport.open_session(timeout=timeout)
             channel.settimeout(timeout)
             channel.exec_command(command)
-            for chunk in chunks:
-                channel.sendall(chunk)
-            channel.shutdown_write()
+            try:
+                for chunk in chunks:
+                    channel.sendall(chunk)
+                channel.shutdown_write()
+            except OSError:
+                pass  # the command ended early (it failed): its exit status and stderr say why
             stdout = channel.makefile("rb").read().decode(errors="replace")
             stderr = channel.makefile_stderr("rb").read().decode(errors="replace")
             code = channel.recv_exit_status()
