@@ -102,7 +102,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 @pytest.fixture(scope="session")
 def training_image(lab: Lab) -> Any:
     """The lab group's training image, built once per session from the lab's inventory
-    (``gpunode image build``): acceptance runs its ranks in it, test_05 verifies it."""
+    without cache (``gpunode image build --no-cache``): acceptance runs its ranks in it,
+    test_05 rebuilds it from scratch elsewhere and expects the same ID."""
     from toolkit.images.build import build_recipe, recipe_for
 
-    return build_recipe(recipe_for(lab.inventory))
+    return build_recipe(recipe_for(lab.inventory), no_cache=True)
