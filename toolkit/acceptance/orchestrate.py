@@ -302,7 +302,10 @@ def _stage_images(plans: list[NodePlan], opts: AcceptOptions, progress: Progress
     for plan in plans:
         groups.setdefault(plan.group, []).append(plan)
     for group, members in groups.items():
-        recipe = recipe_for(opts.inventory, group)
+        try:
+            recipe = recipe_for(opts.inventory, group)
+        except ConfigError as err:
+            raise ConfigError(f"{err.message} (or accept with --engine host)") from err
         try:
             image_id = str(docker_client().images.get(recipe.tag).id)
         except docker.errors.ImageNotFound:
