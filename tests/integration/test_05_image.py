@@ -8,6 +8,7 @@ session (conftest ``training_image``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -220,14 +221,17 @@ def test_registry_push_and_pull_by_digest(
     inventory = _inventory_copy(lab, tmp_path, gpunode_image_registry=registry)
     recipe = recipe_for(inventory)
     assert recipe.registry == registry
-    outcome = push(image_id, _hosts(lab)[:1], registry=recipe.registry, tag=recipe.tag)
-    assert outcome.method == "registry" and outcome.ok, [n.error for n in outcome.nodes]
-    assert outcome.reference is not None
-    assert outcome.reference.startswith(f"{registry}/gpunode-training@sha256:")
-    assert [n.action for n in outcome.nodes] == ["pulled"]
-    pulled = lab.ssh(1, f"docker image inspect --format '{{{{.Id}}}}' {outcome.reference}")
-    assert pulled.stdout.strip() == image_id  # the same config, so the same image
-    docker_client().images.remove(f"{registry}/gpunode-training:{recipe.stack_id}")
+    try:
+        outcome = push(image_id, _hosts(lab)[:1], registry=recipe.registry, tag=recipe.tag)
+        assert outcome.method == "registry" and outcome.ok, [n.error for n in outcome.nodes]
+        assert outcome.reference is not None
+        assert outcome.reference.startswith(f"{registry}/gpunode-training@sha256:")
+        assert [n.action for n in outcome.nodes] == ["pulled"]
+        pulled = lab.ssh(1, f"docker image inspect --format '{{{{.Id}}}}' {outcome.reference}")
+        assert pulled.stdout.strip() == image_id  # the same config, so the same image
+    finally:
+        with contextlib.suppress(Exception):
+            docker_client().images.remove(f"{registry}/gpunode-training:{recipe.stack_id}")
 
 
 @pytest.mark.lab
