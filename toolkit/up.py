@@ -4,15 +4,19 @@ The stages, for the nodes of the inventory (``--limit``):
 
 1. **check**: the stack checker and the stack locks (exit 2 before any host is touched when
    the stack is incoherent or a lock is missing, stale or no longer in the repositories);
-2. **survey**: one drift run reads every node's state file, installed/pinned/loaded versions
+2. **image**: each group's training image is built on this machine unless the image of its
+   current recipe is already here (``toolkit.images``; acceptance sends it to the nodes);
+3. **survey**: one drift run reads every node's state file, installed/pinned/loaded versions
    and drift (a ready node that drifted turns not-ready there);
-3. **disks**: the data-disk layout is applied where the plan allows (a refusal stops that
+4. **disks**: the data-disk layout is applied where the plan allows (a refusal stops that
    node, never the others);
-4. **provision**: the pinned stack (a ready node is not ready while it changes);
-5. **accept**: the acceptance test and the marking (``ready`` only for the stack installed).
+5. **provision**: the pinned stack (a ready node is not ready while it changes);
+6. **accept**: the acceptance test, in the image, and the marking (``ready`` only for the
+   stack installed).
 
-What a node has already proven is skipped: a node that is ready for the stack id pinned now,
-has not drifted and whose verdict has not expired skips everything; a node whose state file
+What a node has already proven is skipped: a node that is ready for the stack id pinned now
+and the current training image, has not drifted and whose verdict has not expired skips
+everything; a node whose state file
 says it was provisioned with this stack id, has not drifted and needs no reboot skips disks
 and provision. The proof lives on the node (its state file, ``toolkit.nodestate``) and is
 re-read each time, so an interrupted ``up`` picks up where the nodes really are. Each ``up``
@@ -40,7 +44,7 @@ from toolkit import nodestate, runs
 from toolkit.ansible.precheck import Precheck
 from toolkit.provision import precheck
 
-STAGES = ("survey", "disks", "provision", "accept")
+STAGES = ("image", "survey", "disks", "provision", "accept")
 
 Progress = Callable[[str], None]
 Display = Callable[[str, bool], Any]
@@ -138,6 +142,7 @@ class UpOptions:
     limit: str | None = None
     multi_node: bool = False
     hooks: Sequence[str] = ()
+    engine: str = "image"  # or "host": acceptance without the training image
     # Asked with the disk plan when a node's disks would change (None: no question).
     confirm_disks: Callable[[Any], bool] | None = None
     display: Display | None = None
@@ -189,9 +194,18 @@ def _signals(stop: _Stop) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def proven_ready(state: dict[str, Any], stack_id: str, drift: list[str], now: datetime) -> bool:
-    """Ready for this stack id, no drift, verdict not expired."""
+def proven_ready(
+    state: dict[str, Any],
+    stack_id: str,
+    drift: list[str],
+    now: datetime,
+    image_id: str | None = None,
+) -> bool:
+    """Ready for this stack id (and this training image, when one is used), no drift, verdict
+    not expired."""
     if state.get("state") != "ready" or state.get("stack_id") != stack_id or drift:
+        return False
+    if image_id is not None and state.get("image_id") != image_id:
         return False
     until = state.get("valid_until")
     if not until:
@@ -265,7 +279,9 @@ def _stages(
     stop: _Stop,
     progress: Progress,
 ) -> None:
-    todo_provision, todo_accept = _survey(opts, found, nodes, stop, progress)
+    images = _images(opts, nodes, progress) if opts.engine == "image" else {}
+    stop.check()
+    todo_provision, todo_accept = _survey(opts, found, nodes, images, stop, progress)
     if todo_provision:
         provisionable = _disks(opts, nodes, todo_provision, stop, progress)
         if provisionable:
@@ -275,8 +291,63 @@ def _stages(
         _accept(opts, nodes, sorted(todo_accept), outcome, progress)
 
 
+def _images(opts: UpOptions, nodes: dict[str, NodeUp], progress: Progress) -> dict[str, str]:
+    """Build each group's training image unless its current recipe's image is here already.
+
+    Returns:
+        Per host, the ID of its group's image (hosts whose image failed are marked failed).
+    """
+    from toolkit.errors import ToolkitError
+    from toolkit.images.build import build_recipe, recipe_for
+    from toolkit.images.engine import docker_client
+    from toolkit.images.recipe import LABEL_INPUT_DIGEST
+    from toolkit.images.render import render
+    from toolkit.inventory import load_inventory
+
+    inventory = load_inventory(opts.inventory)
+    groups: dict[str, list[str]] = {}
+    for host in nodes:
+        member_of = [g for g in inventory.stack_groups() if host in inventory.group_hosts(g)]
+        groups.setdefault(member_of[-1] if member_of else "all", []).append(host)
+    images: dict[str, str] = {}
+    for group, hosts in sorted(groups.items()):
+        t0 = time.monotonic()
+        try:
+            recipe = recipe_for(opts.inventory, group)
+            digest = render(recipe).digest
+            client = docker_client()
+            try:
+                have = client.images.get(recipe.tag)
+                labels = have.labels or {}
+            except Exception:  # not built yet (docker's ImageNotFound) or unreadable
+                have, labels = None, {}
+            if have is not None and labels.get(LABEL_INPUT_DIGEST) == digest:
+                image_id, detail = str(have.id), f"{recipe.tag} is current"
+            else:
+                progress(f"image: building {recipe.tag} for group {group}")
+                built = build_recipe(recipe, progress=progress, client=client)
+                image_id, detail = built.image_id, f"built {recipe.tag}"
+        except ToolkitError as err:
+            for host in hosts:
+                nodes[host].stages["image"] = StageResult(
+                    "failed", err.message, time.monotonic() - t0
+                )
+            continue
+        for host in hosts:
+            images[host] = image_id
+            nodes[host].stages["image"] = StageResult(
+                "done", f"{detail} ({image_id[:19]})", time.monotonic() - t0
+            )
+    return images
+
+
 def _survey(
-    opts: UpOptions, found: Precheck, nodes: dict[str, NodeUp], stop: _Stop, progress: Progress
+    opts: UpOptions,
+    found: Precheck,
+    nodes: dict[str, NodeUp],
+    images: dict[str, str],
+    stop: _Stop,
+    progress: Progress,
 ) -> tuple[list[str], list[str]]:
     """Read every node's state and drift; say which need provisioning, which acceptance."""
     from toolkit.provision import read_drift
@@ -297,6 +368,8 @@ def _survey(
     todo_provision: list[str] = []
     todo_accept: list[str] = []
     for host, node in nodes.items():
+        if node.failed_stage:  # its image could not be built
+            continue
         if host in unreadable:
             node.stages["survey"] = StageResult("failed", unreadable[host], spent)
             node.state = {"state": "unknown", "reason": [unreadable[host]]}
@@ -306,8 +379,8 @@ def _survey(
         node.stages["survey"] = StageResult(
             "done", f"{node.state.get('state')}; drift: {len(drift)}", spent
         )
-        if proven_ready(node.state, node.stack_id, drift, now):
-            for stage in STAGES[1:]:
+        if proven_ready(node.state, node.stack_id, drift, now, images.get(host)):
+            for stage in ("disks", "provision", "accept"):
                 node.stages[stage] = StageResult(
                     "skipped", f"ready for {node.stack_id} until {node.state.get('valid_until')}"
                 )
@@ -411,6 +484,7 @@ def _accept(
             multi_node=opts.multi_node,
             hooks=opts.hooks,
             runs_dir=opts.runs_dir,
+            engine=opts.engine,
         ),
         progress=progress,
     )

@@ -174,6 +174,8 @@ def test_bench_time_to_verdict(tmp_path: Path) -> None:
                     limit=",".join(limit),
                     multi_node=multi,
                     runs_dir=tmp_path / "runs",
+                    # Its nodes are not provisioned (no Docker): the host fallback.
+                    engine="host",
                 )
             )
             figures[label] = time.perf_counter() - start

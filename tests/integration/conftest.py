@@ -18,10 +18,11 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from toolkit.errors import LabError
+from toolkit.errors import ToolkitError
 from toolkit.lab import image as lab_image
 from toolkit.lab import lab as lab_core
 from toolkit.lab import nodes as lab_nodes
@@ -69,7 +70,7 @@ def require_docker() -> None:
     """Fail (never skip) when the Docker engine cannot be reached."""
     try:
         lab_image.docker_client()
-    except LabError as err:
+    except ToolkitError as err:
         pytest.fail(f"integration tests need the Docker engine: {err.message}", pytrace=False)
 
 
@@ -96,3 +97,13 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     finally:
         if os.environ.get("GPUNODE_TEST_KEEP_LAB") != "1":
             lab_core.down(LAB_NAME)
+
+
+@pytest.fixture(scope="session")
+def training_image(lab: Lab) -> Any:
+    """The lab group's training image, built once per session from the lab's inventory
+    without cache (``gpunode image build --no-cache``): acceptance runs its ranks in it,
+    test_05 rebuilds it from scratch elsewhere and expects the same ID."""
+    from toolkit.images.build import build_recipe, recipe_for
+
+    return build_recipe(recipe_for(lab.inventory), no_cache=True)

@@ -27,6 +27,8 @@ from toolkit.inventory import load_inventory
 from toolkit.remote import open_node
 
 LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test")  # tests/integration/conftest.py
+# The ranks run in the lab group's training image (built once per session).
+pytestmark = pytest.mark.usefixtures("training_image")
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,11 @@ Subcommands:
   the ranks of one node of a multi-node all-reduce (torch.distributed; ``nccl`` on GPUs,
   ``gloo`` on the CPU); with ``--p2p`` two single-rank nodes also time each direction.
 - ``worker``: one rank (internal; started by the two above).
+- ``framework --spec SPEC.json --out RESULT.json``: only the checks that need the framework
+  (versions, all-reduce, GPU speed, ``/data``); ``run`` starts it inside the training image
+  when the spec names one (``container.image``), else runs it in its own Python.
+- ``nccl-probe``: which libnccl the framework in this Python loads (file, version, pip wheel
+  or system package), as JSON; ``gpunode image inspect`` and the acceptance check use it.
 
 Exit codes: 0 the result was written (whatever it says), 2 bad arguments, 3 it could not run.
 """
@@ -551,22 +556,158 @@ def worker(args: argparse.Namespace) -> int:
             "p2p_gbps": p2p,
             "error": None,
             "torch": torch.__version__,
-            "nccl_loaded": nccl_version(torch) if use_cuda else None,
+            "nccl": nccl_probe(torch),
         }
         write_json(args.out, result)
     return 0
 
 
-def nccl_version(torch: Any) -> str | None:
-    """The NCCL version torch actually loaded (torch.cuda.nccl.version())."""
+# The NCCL a framework loads is a shared library file; its version is what that file says, not
+# what torch was built against: torch.cuda.nccl.version() reports the latter
+# (pytorch/pytorch#116977). A CUDA build of torch preloads `libnccl.so.*` from the
+# `nvidia-nccl-cu*` wheel (`<sys.path entry>/nvidia/nccl/lib/`, torch/__init__.py
+# `_preload_cuda_deps("nccl", "libnccl.so.*")`) before the loader's own search path, where a
+# system `libnccl2` lives (`/usr/lib/<triplet>/libnccl.so.2`).
+NCCL_SONAME = "libnccl.so.2"
+NCCL_WHEEL_DIR = ("nvidia", "nccl", "lib")
+NCCL_FILE_VERSION_RE = re.compile(r"libnccl\.so\.(?P<v>\d+\.\d+\.\d+)$")
+
+
+def decode_nccl_version(code: int) -> str:
+    """ncclGetVersion's integer: ``major*10000 + minor*100 + patch`` from 2.9 (nccl.h's
+    NCCL_VERSION_CODE), ``major*1000 + minor*100 + patch`` before."""
+    if code >= 10000:
+        return f"{code // 10000}.{(code % 10000) // 100}.{code % 100}"
+    return f"{code // 1000}.{(code % 1000) // 100}.{code % 100}"
+
+
+def mapped_nccl(maps_text: str) -> list[str]:
+    """Paths of libnccl files mapped into a process (the text of /proc/<pid>/maps)."""
+    found: list[str] = []
+    for line in maps_text.splitlines():
+        parts = line.split(None, 5)
+        is_nccl = len(parts) == 6 and os.path.basename(parts[5]).startswith("libnccl.so")
+        if is_nccl and parts[5] not in found:
+            found.append(parts[5])
+    return found
+
+
+def nccl_candidates(search_path: list[str], ldconfig_text: str) -> list[str]:
+    """Every libnccl the framework could load, in the order it looks: the wheel's (in
+    sys.path order), then the loader's cache (the text of ``ldconfig -p``)."""
+    found: list[str] = []
+    for entry in search_path:
+        lib_dir = os.path.join(entry or ".", *NCCL_WHEEL_DIR)
+        try:
+            names = sorted(n for n in os.listdir(lib_dir) if n.startswith("libnccl.so"))
+        except OSError:
+            continue
+        if names:
+            found.append(os.path.join(lib_dir, names[0]))
+    for line in ldconfig_text.splitlines():
+        name, _, target = line.strip().partition(" => ")
+        if name.split(" ", 1)[0] == NCCL_SONAME and target:
+            found.append(target.strip())
+    # The loader's default directories, searched after its cache (ld.so(8)).
+    triplet = f"{os.uname().machine}-linux-gnu"
+    for lib_dir in (f"/lib/{triplet}", f"/usr/lib/{triplet}", "/lib64", "/usr/lib64"):
+        path = os.path.join(lib_dir, NCCL_SONAME)
+        if os.path.lexists(path) and os.path.realpath(path) not in map(os.path.realpath, found):
+            found.append(path)
+    return found
+
+
+def nccl_source(path: str) -> dict[str, Any]:
+    """Where a libnccl file comes from: a pip wheel (its distribution and version) or a
+    system package (dpkg's owner and version), else unknown."""
+    real = os.path.realpath(path)
+    parts = real.split(os.sep)
+    if len(parts) > 4 and tuple(parts[-4:-1]) == NCCL_WHEEL_DIR:
+        site = os.sep.join(parts[:-4])
+        for name in sorted(os.listdir(site)):
+            if name.startswith("nvidia_nccl_cu") and name.endswith(".dist-info"):
+                dist, version = name[: -len(".dist-info")].rsplit("-", 1)
+                return {
+                    "kind": "pip-wheel",
+                    "package": dist.replace("_", "-"),
+                    "package_version": version,
+                }
+        return {"kind": "pip-wheel", "package": None, "package_version": None}
+    for candidate in (path, real):
+        rc, stdout, _ = sh(["dpkg-query", "-S", candidate])
+        if rc == 0 and ":" in stdout:
+            package = stdout.split(":", 1)[0].strip()
+            rc, version, _ = sh(["dpkg-query", "-W", "-f=${Version}", package])
+            return {
+                "kind": "system-package",
+                "package": package,
+                "package_version": version.strip() if rc == 0 else None,
+            }
+    return {"kind": "unknown", "package": None, "package_version": None}
+
+
+def nccl_file_version(path: str) -> str | None:
+    """The version of a libnccl file: ncclGetVersion() when the library loads, else the
+    ``libnccl.so.X.Y.Z`` name the symlink chain ends in."""
+    import ctypes
+
     try:
-        v = torch.cuda.nccl.version()
-    except Exception:
-        return None
-    if isinstance(v, tuple):
-        return ".".join(str(x) for x in v)
-    v = int(v)
-    return f"{v // 10000}.{(v % 10000) // 100}.{v % 100}" if v >= 10000 else str(v)
+        lib = ctypes.CDLL(path)
+        code = ctypes.c_int(0)
+        if lib.ncclGetVersion(ctypes.byref(code)) == 0 and code.value > 0:
+            return decode_nccl_version(code.value)
+    except (OSError, AttributeError):
+        pass
+    m = NCCL_FILE_VERSION_RE.search(os.path.realpath(path))
+    return m.group("v") if m else None
+
+
+def nccl_probe(torch: Any = None) -> dict[str, Any]:
+    """The NCCL the framework in this Python really loads: which file, its version, where
+    it comes from, and whether it was mapped into this process or found the way the framework
+    would find it (a CPU build of torch maps none)."""
+    out: dict[str, Any] = {
+        "version": None,
+        "path": None,
+        "how": None,
+        "source": None,
+        "framework": getattr(torch, "__version__", None),
+        "framework_built_with": None,
+    }
+    if torch is not None:
+        # What the framework was compiled against: shown, never judged (pytorch#116977).
+        try:
+            v = torch.cuda.nccl.version()
+            out["framework_built_with"] = (
+                ".".join(str(x) for x in v) if isinstance(v, tuple) else decode_nccl_version(int(v))
+            )
+        except Exception:
+            pass
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as handle:
+            mapped = mapped_nccl(handle.read())
+    except OSError:
+        mapped = []
+    _rc, ldconfig, _ = sh(["ldconfig", "-p"])
+    candidates = nccl_candidates(list(sys.path), ldconfig)
+    if mapped:
+        out.update(path=mapped[0], how="mapped")
+    elif candidates:
+        out.update(path=candidates[0], how="resolved")
+    else:
+        return out
+    out["version"] = nccl_file_version(out["path"])
+    out["source"] = nccl_source(out["path"])
+    # The other NCCLs in this environment (a system libnccl2 beside the wheel's): shown, so
+    # "two NCCLs in one image" is visible; their version is read from names, never loaded.
+    out["others"] = []
+    for path in candidates:
+        if os.path.realpath(path) != os.path.realpath(out["path"]):
+            source = nccl_source(path)
+            m = NCCL_FILE_VERSION_RE.search(os.path.realpath(path))
+            version = m.group("v") if m else source.get("package_version")
+            out["others"].append({"path": path, "version": version, "source": source})
+    return out
 
 
 def launch_ranks(
@@ -870,6 +1011,82 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
         spec.get("kernel_log_command") or DEFAULT_KERNEL_LOG_COMMAND
     )
     result["state"] = read_state(spec["state_file"])
+    container = spec.get("container")
+    framework = run_in_container(spec, container) if container else run_framework(spec)
+    result["versions"].update(framework.pop("versions", {}))
+    result.update(framework)
+    result["duration_s"] = time.perf_counter() - started
+    return result
+
+
+# The options NVIDIA's PyTorch containers are documented to need for NCCL (NGC PyTorch
+# release notes, "Running PyTorch": --ipc=host --ulimit memlock=-1 --ulimit stack=67108864);
+# the inventory may replace them (gpunode_accept_container_options).
+DEFAULT_CONTAINER_OPTIONS = ("--ipc=host", "--ulimit=memlock=-1", "--ulimit=stack=67108864")
+
+
+def container_argv(
+    image: str,
+    workdir: str,
+    data_path: str | None = None,
+    env: dict[str, str] | None = None,
+    options: list[str] | tuple[str, ...] = DEFAULT_CONTAINER_OPTIONS,
+) -> list[str]:
+    """``docker run`` of this runner inside the training image, the way a training job runs.
+
+    GPUs are passed as the NVIDIA Container Toolkit does it for Docker (``--gpus all``), the
+    host's network serves the multi-node rendezvous, and the work folder (this runner, spec
+    and results) and the data disk are mounted at the same paths.
+    """
+    argv = ["docker", "run", "--rm", "--network=host", "--gpus=all", *options]
+    argv += ["-v", f"{workdir}:{workdir}"]
+    if data_path:
+        argv += ["-v", f"{data_path}:{data_path}"]
+    for key, value in sorted((env or {}).items()):
+        argv += ["-e", f"{key}={value}"]
+    return [*argv, "--entrypoint", "python3", image, os.path.join(workdir, "node_runner.py")]
+
+
+def run_in_container(spec: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
+    """The framework's checks inside the training image (``framework`` in the container)."""
+    workdir = str(spec.get("workdir", "/tmp"))
+    spec_path = os.path.join(workdir, "framework-spec.json")
+    out_path = os.path.join(workdir, f"framework-{os.getpid()}.json")
+    inner = {k: v for k, v in spec.items() if k != "container"}
+    write_json(spec_path, inner)
+    options = container.get("options") or DEFAULT_CONTAINER_OPTIONS
+    argv = container_argv(str(container["image"]), workdir, spec.get("data_path"), None, options)
+    argv += ["framework", "--spec", spec_path, "--out", out_path]
+    info: dict[str, Any] = {"image": container["image"], "ok": False, "error": None}
+    rc, stdout, stderr = sh(argv, timeout=float(spec.get("timeout_s", 600)) + 300)
+    framework: dict[str, Any] = {}
+    if rc == 0:
+        try:
+            with open(out_path, encoding="utf-8") as handle:
+                framework = json.load(handle)
+            info["ok"] = True
+        except (OSError, ValueError) as err:
+            info["error"] = f"no result from the container: {err}"
+    else:
+        info["error"] = f"docker run exited {rc}: {(stderr or stdout).strip()[-600:]}"
+    if not info["ok"]:
+        framework = {
+            "cuda_device_count": 0,
+            "allreduce": {"engine": "torch", "rows": [], "error": f"container: {info['error']}"},
+            "gpu_perf": None,
+            "data": None,
+        }
+    framework["container"] = info
+    return framework
+
+
+def run_framework(spec: dict[str, Any]) -> dict[str, Any]:
+    """The checks that run with the framework: versions, all-reduce, GPU speed, /data."""
+    # CUDA numbers GPUs fastest first unless told otherwise; nvidia-smi by PCI bus id.
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    # In the training image, the NVIDIA runtime mounts nvidia-smi (the utility capability).
+    smi = shutil.which("nvidia-smi")
+    result: dict[str, Any] = {"versions": {}}
     torch = import_torch()
     cuda_gpus = 0
     if torch is not None:
@@ -879,7 +1096,9 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
             cuda_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         except Exception:
             cuda_gpus = 0
-        result["versions"]["nccl_loaded"] = nccl_version(torch) if cuda_gpus else None
+        probe = nccl_probe(torch)
+        result["versions"]["nccl"] = probe
+        result["versions"]["nccl_loaded"] = probe["version"]
     result["cuda_device_count"] = cuda_gpus
     sizes = [int(s) for s in spec.get("sizes", [1 << 20])]
     iters = int(spec.get("iters", 20))
@@ -921,7 +1140,6 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
     result["data"] = (
         data_throughput(data_path, int(spec.get("data_size_bytes", 1 << 30))) if data_path else None
     )
-    result["duration_s"] = time.perf_counter() - started
     return result
 
 
@@ -940,6 +1158,10 @@ def main(argv: list[str] | None = None) -> int:
     p_run = sub.add_parser("run")
     p_run.add_argument("--spec", required=True)
     p_run.add_argument("--out", required=True)
+    p_framework = sub.add_parser("framework", help="the framework's checks only (in an image)")
+    p_framework.add_argument("--spec", required=True)
+    p_framework.add_argument("--out", required=True)
+    sub.add_parser("nccl-probe", help="print which NCCL the framework loads, as JSON")
     for name in ("allreduce", "worker"):
         p = sub.add_parser(name)
         p.add_argument("--sizes", type=int, nargs="+", required=True)
@@ -956,17 +1178,20 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--master-addr", required=True)
             p.add_argument("--master-port", type=int, required=True)
     args = parser.parse_args(argv)
-    if args.cmd == "run":
+    if args.cmd in ("run", "framework"):
         try:
             with open(args.spec, encoding="utf-8") as handle:
                 spec = json.load(handle)
         except (OSError, ValueError) as err:
             print(f"cannot read spec {args.spec}: {err}", file=sys.stderr)
             return 2
-        write_json(args.out, run_node(spec))
+        write_json(args.out, run_node(spec) if args.cmd == "run" else run_framework(spec))
         return 0
     if args.cmd == "worker":
         return worker(args)
+    if args.cmd == "nccl-probe":
+        print(json.dumps(nccl_probe(import_torch()), sort_keys=True))
+        return 0
     torch = import_torch()
     device = args.device
     cuda_gpus = 0

@@ -25,9 +25,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import docker.errors
+
 from toolkit import nodestate, runs
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
+from toolkit.acceptance.node_runner import DEFAULT_CONTAINER_OPTIONS, container_argv
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective, parse_size, sweep_sizes
 from toolkit.acceptance.verdict import Check, NodeExpectation, Verdict, judge, normalise_allreduce
 from toolkit.errors import AcceptanceError, ConfigError, RemoteError
@@ -36,6 +39,7 @@ from toolkit.remote import Node, open_node, parallel
 from toolkit.report import write_reports
 from toolkit.report.prometheus import TEXTFILE_PATH, render_textfile
 
+ENGINES = ("image", "host")
 REMOTE_DIR = "/opt/gpunode/accept"
 VENV = "/opt/gpunode/venv"
 DEFAULT_PORT_BASE = 29500
@@ -54,6 +58,9 @@ class AcceptOptions:
     runs_dir: Path = field(default_factory=runs.runs_dir)
     hook_runner: CommandRunner = local_runner
     runner_timeout_s: float = 1800.0
+    # "image": the ranks run in the group's training image through the node's Docker (the
+    # default); "host": in a venv on the node itself (the fallback for nodes without it).
+    engine: str = "image"
 
 
 @dataclass
@@ -68,6 +75,7 @@ class NodePlan:
     expect: NodeExpectation | None = None
     node: Node | None = None
     python: str = "python3"
+    image: str | None = None
     address: str | None = None
     os_id: str | None = None
     result: dict[str, Any] | None = None
@@ -201,6 +209,10 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
     run_id = run_dir.name
     (run_dir / "nodes").mkdir(parents=True, exist_ok=True)
     progress(f"run {run_id}: {len(plans)} node(s)")
+    if opts.engine not in ENGINES:
+        raise ConfigError(f"unknown acceptance engine {opts.engine!r}; one of {list(ENGINES)}")
+    if opts.engine == "image":
+        _stage_images(plans, opts, progress)
     try:
         parallel([p.host for p in plans], lambda h: _stage_node(_by_host(plans, h), opts, progress))
         multinode: MultiNodeReport | None = None
@@ -268,6 +280,87 @@ def _plan(inventory: Inventory, host: Host) -> NodePlan:
     )
 
 
+def _stage_images(plans: list[NodePlan], opts: AcceptOptions, progress: Progress) -> None:
+    """Each group's training image, on every node of the group that lacks it.
+
+    The image is the one ``gpunode image build`` tagged for the group's stack on this
+    machine; it goes to the nodes the way ``gpunode image push`` sends it (the inventory's
+    registry, else SSH), skipping nodes that hold its ID. A node it cannot reach fails the
+    ``container.start`` check.
+
+    Raises:
+        ConfigError: A group has no image settings (gpunode_image_base); --engine host runs
+            without an image.
+    """
+    from toolkit.images.build import recipe_for
+    from toolkit.images.distribute import push
+    from toolkit.images.engine import docker_client
+
+    groups: dict[str, list[NodePlan]] = {}
+    for plan in plans:
+        groups.setdefault(plan.group, []).append(plan)
+    for group, members in groups.items():
+        try:
+            recipe = recipe_for(opts.inventory, group)
+        except ConfigError as err:
+            raise ConfigError(f"{err.message} (or accept with --engine host)") from err
+        try:
+            image_id = str(docker_client().images.get(recipe.tag).id)
+        except docker.errors.ImageNotFound:
+            for plan in members:
+                plan.extra.append(
+                    Check(
+                        "container.start",
+                        False,
+                        f"no training image {recipe.tag} on this machine: run "
+                        "`gpunode image build` (or accept with --engine host)",
+                    )
+                )
+            continue
+        progress(f"group {group}: image {image_id[:19]} ({recipe.tag}) to its nodes")
+        outcome = push(
+            image_id, [p.host for p in members], registry=recipe.registry, tag=recipe.tag
+        )
+        for plan, transfer in zip(members, outcome.nodes, strict=True):
+            if transfer.action == "failed":
+                plan.extra.append(
+                    Check("container.start", False, f"image not on the node: {transfer.error}")
+                )
+            else:
+                plan.image = image_id
+
+
+def container_options(host: Host) -> list[str]:
+    """``docker run`` options for the ranks: ``gpunode_accept_container_options`` or the
+    documented defaults (``node_runner.DEFAULT_CONTAINER_OPTIONS``).
+
+    Raises:
+        ConfigError: The variable is not a list of strings.
+    """
+    value = host.vars.get("gpunode_accept_container_options")
+    if value is None:
+        return list(DEFAULT_CONTAINER_OPTIONS)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(
+            f"host {host.name}: gpunode_accept_container_options must be a list of docker "
+            "run options (strings)"
+        )
+    return list(value)
+
+
+def _container_check(info: dict[str, Any] | None, image: str) -> Check:
+    """Whether the node's container runtime started the image with the GPUs and /data."""
+    info = info or {}
+    if info.get("ok"):
+        return Check("container.start", True, f"ranks ran in {image[:19]}", measured=image)
+    return Check(
+        "container.start",
+        False,
+        f"the container runtime could not run {image[:19]}: {info.get('error') or 'no result'}",
+        measured=image,
+    )
+
+
 def _expectation(plan: NodePlan) -> NodeExpectation:
     from toolkit.stack.resolve import resolve
 
@@ -303,7 +396,8 @@ def _stage_node(plan: NodePlan, opts: AcceptOptions, progress: Progress) -> None
         plan.expect = _expectation(plan)
         node.run(f"mkdir -p {REMOTE_DIR} /etc/gpunode", check=True, timeout=60)
         node.put_text(runner_source(), f"{REMOTE_DIR}/node_runner.py", 0o755)
-        plan.python = _ensure_torch(plan, progress)
+        if opts.engine == "host":
+            plan.python = _ensure_torch(plan, progress)
         spec = _runner_spec(plan)
         node.put_text(json.dumps(spec, indent=1), f"{REMOTE_DIR}/spec.json")
         progress(f"{name}: running checks")
@@ -318,6 +412,8 @@ def _stage_node(plan: NodePlan, opts: AcceptOptions, progress: Progress) -> None
                 f"{name}: runner exited {res.returncode}: {(res.stderr or res.stdout)[-800:]}"
             )
         plan.result = json.loads(node.get_text(f"{REMOTE_DIR}/result.json"))
+        if plan.image is not None:
+            plan.extra.append(_container_check(plan.result.get("container"), plan.image))
         progress(f"{name}: checks done in {plan.result.get('duration_s', 0):.1f}s")
     except (RemoteError, AcceptanceError, ConfigError) as err:
         plan.error = err.message
@@ -444,6 +540,9 @@ def _runner_spec(plan: NodePlan) -> dict[str, Any]:
         "data_size_bytes": parse_size(spec.data_test_size),
         "workdir": REMOTE_DIR,
         "state_file": nodestate.PATH,
+        "container": (
+            {"image": plan.image, "options": container_options(plan.host)} if plan.image else None
+        ),
     }
 
 
@@ -525,11 +624,19 @@ def _launch_set(
         assert plan.node is not None and plan.result is not None
         nproc = 0 if int(plan.result.get("cuda_device_count") or 0) else 1
         ifname = plan.host.vars.get("gpunode_accept_socket_ifname")
-        env = f"env GLOO_SOCKET_IFNAME={shlex.quote(str(ifname))} " if ifname else ""
-        if ifname:
-            env += f"NCCL_SOCKET_IFNAME={shlex.quote(str(ifname))} "
+        env = (
+            {"GLOO_SOCKET_IFNAME": str(ifname), "NCCL_SOCKET_IFNAME": str(ifname)} if ifname else {}
+        )
+        if plan.image:
+            options = container_options(plan.host)
+            start = shlex.join(container_argv(plan.image, REMOTE_DIR, None, env, options))
+        else:
+            prefix = (
+                "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) if env else ""
+            )
+            start = f"{prefix} {plan.python} {REMOTE_DIR}/node_runner.py".strip()
         command = (
-            f"{env}{plan.python} {REMOTE_DIR}/node_runner.py allreduce --nnodes {len(members)} "
+            f"{start} allreduce --nnodes {len(members)} "
             f"--node-rank {index} --nproc {nproc} --master-addr {shlex.quote(str(master))} "
             f"--master-port {port} --iters {spec.iters} --warmup {spec.warmup_iters} "
             f"--timeout 120 --out {out} --sizes {' '.join(str(s) for s in sizes)}"
@@ -579,6 +686,7 @@ def _write_node_state(plan: NodePlan, run_id: str, when: datetime) -> None:
         valid_hours=plan.spec.max_result_age_h,
         results_digest=digest(plan.result) if plan.result else None,
         busbw_gbps=(largest or {}).get("busbw_gbps"),
+        image_id=plan.image,
     )
     plan.state = state
     try:

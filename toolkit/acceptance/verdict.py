@@ -375,7 +375,9 @@ def _version_checks(result: dict[str, Any], expect: NodeExpectation) -> list[Che
             Check(
                 "versions.nccl_loaded",
                 ok,
-                f"torch loaded NCCL {nccl_loaded}, pinned {expect.nccl_version}",
+                f"the framework loads NCCL {nccl_loaded} "
+                f"({(versions.get('nccl') or {}).get('path') or 'file unknown'}), "
+                f"pinned {expect.nccl_version}",
                 measured=nccl_loaded,
                 floor=expect.nccl_version,
             )

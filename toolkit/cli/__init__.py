@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "provision": ("toolkit.cli.provision:provision", "Converge nodes to their pinned stack."),
     "drift": ("toolkit.cli.provision:drift", "Compare pinned, installed and loaded versions."),
     "disks": ("toolkit.cli.disks:disks", "Plan and apply the data-disk layout safely."),
+    "image": ("toolkit.cli.image:image", "Build, verify, inspect and distribute training images."),
     "accept": ("toolkit.cli.accept:accept", "Run the acceptance test and mark nodes ready."),
     "status": ("toolkit.cli.status:status", "Show the readiness of every node."),
     "up": ("toolkit.cli.up:up", "Take nodes from bare to ready in one resumable command."),
@@ -41,6 +42,7 @@ Examples:
   gpunode stack check inventories/sample
   gpunode lab up --nodes 2
   gpunode provision -i inventories/lab
+  gpunode image build -i inventories/lab
   gpunode accept -i inventories/lab
 """
 

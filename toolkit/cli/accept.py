@@ -38,6 +38,15 @@ from toolkit.errors import EXIT_FAILED, EXIT_OK, AcceptanceError, ConfigError
     help="Mark nodes in a scheduler after the verdict (repeatable).",
 )
 @click.option(
+    "--engine",
+    type=click.Choice(["image", "host"]),
+    default="image",
+    show_default=True,
+    help="image: the ranks run in the group's training image through the node's Docker "
+    "(built with `gpunode image build`, sent to nodes that lack it). host: the fallback for "
+    "nodes without a container runtime, a venv with torch from the hashed lock on the node.",
+)
+@click.option(
     "--runs-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
@@ -52,6 +61,7 @@ def accept(
     limit: str | None,
     multi_node: bool,
     hooks: tuple[str, ...],
+    engine: str,
     runs_dir: Path | None,
     as_json: bool,
 ) -> None:
@@ -76,6 +86,7 @@ def accept(
             multi_node=multi_node,
             hooks=hooks,
             runs_dir=runs_dir or runs.runs_dir(),
+            engine=engine,
         ),
         progress=say,
     )

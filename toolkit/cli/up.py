@@ -40,6 +40,14 @@ Examples:
     help="Mark nodes in a scheduler after the verdict (repeatable).",
 )
 @click.option(
+    "--engine",
+    type=click.Choice(["image", "host"]),
+    default="image",
+    show_default=True,
+    help="image: build each group's training image (unless current) and accept inside it. "
+    "host: accept without it (a venv on the node).",
+)
+@click.option(
     "--relock",
     is_flag=True,
     help="Resolve missing or stale stack locks from the repositories instead of refusing.",
@@ -51,12 +59,14 @@ def up(
     yes: bool,
     multi_node: bool,
     hooks: tuple[str, ...],
+    engine: str,
     relock: bool,
     as_json: bool,
 ) -> None:
-    """Take nodes from bare to ready: disks, provision, acceptance.
+    """Take nodes from bare to ready: image, disks, provision, acceptance.
 
-    Checks the stack first, reads what every node has already proven (ready for this stack,
+    Checks the stack and its locks first, builds each group's training image unless the
+    current one is here, reads what every node has already proven (ready for this stack,
     or provisioned with it) and skips that, applies the data disks (asking first unless
     --yes; a refused node stops alone), converges the pinned stack, runs the acceptance test
     and marks each node. Rerun it after an interruption: it carries on where the nodes are.
@@ -77,6 +87,7 @@ def up(
             confirm_disks=None if yes else _confirm_disks,
             display=_display(as_json),
             relock=relock,
+            engine=engine,
         ),
         progress=say,
     )

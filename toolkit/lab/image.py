@@ -12,15 +12,10 @@ keys; the lab creates both per node when it creates the node.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
-import shutil
-import subprocess
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -29,8 +24,11 @@ import docker
 import docker.errors
 
 from toolkit.errors import LabError
+from toolkit.images.engine import build_lock, docker_client, image_exists, import_rootfs
 from toolkit.lab import paths
 from toolkit.lab.proc import run
+
+__all__ = ["docker_client", "ensure_image", "image_exists", "image_tag", "recipe_hash"]
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -253,43 +251,6 @@ def image_tag() -> str:
     return f"{IMAGE_REPOSITORY}:{recipe_hash()}"
 
 
-def docker_client() -> docker.DockerClient:
-    """A client of the local Docker engine, or a clear error when it cannot be reached."""
-    try:
-        client = docker.from_env(timeout=300)
-        client.ping()
-    except docker.errors.DockerException as err:
-        raise LabError(
-            f"cannot reach the Docker engine ({err}); start it (scripts/setup-host does) "
-            "and make sure this user may use it"
-        ) from err
-    return client
-
-
-def image_exists(client: docker.DockerClient, tag: str) -> bool:
-    """Whether the engine already has this image."""
-    try:
-        client.images.get(tag)
-    except docker.errors.ImageNotFound:
-        return False
-    except docker.errors.APIError as err:
-        raise LabError(f"cannot inspect image {tag}: {err}") from err
-    return True
-
-
-@contextlib.contextmanager
-def _build_lock() -> Iterator[None]:
-    # Two labs started at once must not build the same image twice.
-    lock_path = paths.cache_dir() / "image.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def ensure_image(client: docker.DockerClient | None = None) -> NodeImage:
     """Build the node image unless an image for the current recipe exists.
 
@@ -304,7 +265,7 @@ def ensure_image(client: docker.DockerClient | None = None) -> NodeImage:
     digest = recipe_hash()
     if image_exists(client, tag):
         return NodeImage(tag=tag, recipe_hash=digest, built=False)
-    with _build_lock():
+    with build_lock():
         if image_exists(client, tag):
             return NodeImage(tag=tag, recipe_hash=digest, built=False)
         _build(tag, digest)
@@ -323,33 +284,42 @@ def _prune_old_images(client: docker.DockerClient, keep: str) -> None:
             continue  # still used by a lab's container: it goes with that lab
 
 
-def _build(tag: str, digest: str) -> None:
+def debootstrap(rootfs: Path, packages: tuple[str, ...]) -> None:
+    """A minbase bookworm root filesystem with ``packages``, from the shared .deb cache.
+
+    Raises:
+        LabError: not root, or debootstrap failed.
+    """
     if os.geteuid() != 0:
-        raise LabError("building the lab node image needs root (debootstrap and chroot)")
-    cache = paths.cache_dir()
-    debs = cache / "debootstrap-debs"
+        raise LabError("building a root filesystem needs root (debootstrap and chroot)")
+    debs = paths.cache_dir() / "debootstrap-debs"
     debs.mkdir(parents=True, exist_ok=True)
+    run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(packages)}",
+            f"--cache-dir={debs}",
+            SUITE,
+            str(rootfs),
+            MIRROR,
+        ],
+        timeout=1800,
+    )
+
+
+def _build(tag: str, digest: str) -> None:
+    cache = paths.cache_dir()
     with tempfile.TemporaryDirectory(prefix="gpunode-lab-image-", dir=cache) as tmp:
         rootfs = Path(tmp) / "rootfs"
-        run(
-            [
-                "debootstrap",
-                "--variant=minbase",
-                f"--include={','.join(PACKAGES)}",
-                f"--cache-dir={debs}",
-                SUITE,
-                str(rootfs),
-                MIRROR,
-            ],
-            timeout=1800,
-        )
+        debootstrap(rootfs, PACKAGES)
         for target, content in recipe_files().items():
             path = rootfs / target.lstrip("/")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content)
             path.chmod(0o755 if target.startswith("/usr/local/sbin/") else 0o644)
         run(["chroot", str(rootfs), "/bin/sh", "-c", CUSTOMIZE_SCRIPT], timeout=300)
-        _import(rootfs, tag, digest)
+        import_rootfs(rootfs, tag, [*IMPORT_CHANGES, f"LABEL {paths.IMAGE_LABEL}={digest}"])
         # debootstrap leaves bind-mount points empty, but be sure nothing is still mounted
         # below the root filesystem before the temporary directory is removed.
         _assert_nothing_mounted(rootfs)
@@ -360,30 +330,3 @@ def _assert_nothing_mounted(rootfs: Path) -> None:
     inside = [line.split()[1] for line in mounts if line and str(rootfs) in line.split()[1]]
     if inside:
         raise LabError(f"mounts left below the image root filesystem: {', '.join(inside)}")
-
-
-def _import(rootfs: Path, tag: str, digest: str) -> None:
-    changes = [*IMPORT_CHANGES, f"LABEL {paths.IMAGE_LABEL}={digest}"]
-    argv = ["docker", "import"]
-    for change in changes:
-        argv += ["--change", change]
-    argv += ["-", tag]
-    if shutil.which("docker") is None:
-        raise LabError("the docker command line is not installed (run scripts/setup-host)")
-    tar = subprocess.Popen(
-        ["tar", "--numeric-owner", "--xattrs", "-C", str(rootfs), "-c", "."],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        imported = subprocess.run(
-            argv, stdin=tar.stdout, capture_output=True, text=True, check=False
-        )
-    finally:
-        if tar.stdout is not None:
-            tar.stdout.close()
-        tar_rc = tar.wait()
-    if tar_rc != 0 or imported.returncode != 0:
-        raise LabError(
-            f"importing the node image {tag} failed (tar exit {tar_rc}, docker exit "
-            f"{imported.returncode}): {imported.stderr.strip()}"
-        )

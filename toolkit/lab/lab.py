@@ -21,6 +21,7 @@ import docker
 from docker.models.containers import Container
 
 from toolkit.errors import ConfigError, LabError
+from toolkit.images.base import ensure_lab_base
 from toolkit.lab import disks as lab_disks
 from toolkit.lab import image as lab_image
 from toolkit.lab import inventory, network, nodes, paths, server, ssh
@@ -112,6 +113,9 @@ def up(
     say("package repository: building or reusing the signed stand-in repository")
     repo = build_repository(paths.cache_dir() / "repo")
     wheels = server.ensure_wheels(paths.cache_dir() / "wheels")
+    say("training image base: checking")
+    image_base = ensure_lab_base(client)
+    say(f"training image base: {image_base.tag} ({'built' if image_base.built else 'cached'})")
 
     home.mkdir(parents=True, exist_ok=True)
     key = ssh.client_key(home, spec.name)
@@ -194,7 +198,7 @@ def up(
     known_hosts = _write_known_hosts(home, state)
     target = inventory_dir or state.inventory_dir or default_inventory_dir(spec.name)
     repo_vars = {
-        **server.repository_vars(server_ip, repo, wheels),
+        **server.repository_vars(server_ip, repo, wheels, image_base.id),
         # The lab's key is pinned like NVIDIA's, and its nodes are Debian 12.
         "gpunode_nvidia_repo_key_fingerprint": repo.fingerprint,
         "gpunode_container_toolkit_repo_key_fingerprint": repo.fingerprint,

@@ -24,7 +24,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from toolkit.errors import LabError
-from toolkit.lab import nodes
+from toolkit.lab import nccl_wheel, nodes
 from toolkit.lab.proc import run
 from toolkit.lab.repo import RepoInfo
 
@@ -61,6 +61,7 @@ def ensure_wheels(dest: Path, requirement: str = TORCH_REQUIREMENT) -> Path:
     """
     stamp = dest / WHEELS_STAMP
     if stamp.is_file() and stamp.read_text().strip() == requirement:
+        nccl_wheel.ensure_wheels(dest)
         return dest
     dest.mkdir(parents=True, exist_ok=True)
     run(
@@ -86,19 +87,27 @@ def ensure_wheels(dest: Path, requirement: str = TORCH_REQUIREMENT) -> Path:
         timeout=1800,
     )
     stamp.write_text(requirement + "\n")
+    nccl_wheel.ensure_wheels(dest)
     return dest
 
 
-def requirements_lock(wheels: Path) -> list[str]:
+def requirements_lock(wheels: Path, nccl: str | None = None) -> list[str]:
     """A pip lock of the served wheels: ``name==version --hash=sha256:...``, one a line.
 
-    Nodes install from it with ``--require-hashes`` (gpunode_acceptance_requirements), so
-    what they run is exactly what was downloaded here, whatever the HTTP path in between.
+    Nodes and training images install from it with ``--require-hashes``
+    (gpunode_acceptance_requirements), so what they run is exactly what was downloaded here,
+    whatever the HTTP path in between. Of the NCCL wheels (one per NCCL the lab repository
+    carries) only the one at ``nccl`` (default: the lab's default stack's NCCL) is locked.
     """
+    from toolkit.lab.inventory import DEFAULT_STACK
+
+    nccl = nccl or str(DEFAULT_STACK["nccl"]).split("-")[0]
     lock = []
     for wheel in sorted(wheels.glob("*.whl")):
         # PEP 427: {distribution}-{version}(-{build})?-{python}-{abi}-{platform}.whl
         distribution, version = wheel.name.split("-")[:2]
+        if distribution.startswith("nvidia_nccl_cu") and version != nccl:
+            continue
         digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
         lock.append(f"{distribution}=={version} --hash=sha256:{digest}")
     if not lock:
@@ -157,10 +166,20 @@ def ensure_server(
     return container
 
 
-def repository_vars(server_ip: str, repo: RepoInfo, wheels: Path) -> dict[str, object]:
-    """The repository variables of the inventory (docs/architecture.md) for this server."""
+def repository_vars(
+    server_ip: str, repo: RepoInfo, wheels: Path, image_base: str | None = None
+) -> dict[str, object]:
+    """The repository variables of the inventory (docs/architecture.md) for this server,
+    and the training image's base (the lab's imported Debian 12, pinned by its ID)."""
     base = f"http://{server_ip}"
+    image: dict[str, object] = (
+        {"gpunode_image_base": image_base, "gpunode_image_os": "debian12"} if image_base else {}
+    )
+    # Lab nodes are unprivileged containers: Docker inside them cannot raise RLIMIT_MEMLOCK
+    # or the stack limit, so the ranks' containers keep only the shared IPC namespace.
+    image["gpunode_accept_container_options"] = ["--ipc=host"]
     return {
+        **image,
         "gpunode_nvidia_repo_url": f"{base}/{repo.suite_path.strip('/')}/",
         "gpunode_nvidia_repo_key_url": f"{base}/{repo.armored_key_url_path}",
         "gpunode_container_toolkit_repo_url": (

@@ -141,6 +141,37 @@ class Node:
             )
         return result
 
+    def run_with_input(
+        self, command: str, chunks: Iterable[bytes], *, timeout: float | None = None
+    ) -> Result:
+        """Run a command with a byte stream on its stdin (``docker load`` of a saved image).
+
+        Raises:
+            RemoteError: The connection failed or the command did not finish in time.
+        """
+        try:
+            self.conn.open()
+            transport = self.conn.client.get_transport()
+            assert transport is not None
+            channel = transport.open_session(timeout=timeout)
+            channel.settimeout(timeout)
+            channel.exec_command(command)
+            try:
+                for chunk in chunks:
+                    channel.sendall(chunk)
+                channel.shutdown_write()
+            except OSError:
+                pass  # the command ended early (it failed): its exit status and stderr say why
+            stdout = channel.makefile("rb").read().decode(errors="replace")
+            stderr = channel.makefile_stderr("rb").read().decode(errors="replace")
+            code = channel.recv_exit_status()
+            channel.close()
+        except TimeoutError:
+            raise RemoteError(f"{self.host.name}: timed out: {command[:120]}") from None
+        except _REMOTE_ERRORS as err:
+            raise _wrap(self.host, f"running {command[:80]!r}", err) from None
+        return Result(self.host.name, command, code, stdout, stderr)
+
     def put_text(self, text: str | bytes, remote_path: str, mode: int = 0o644) -> None:
         """Write a file on the node."""
         data = text.encode() if isinstance(text, str) else text

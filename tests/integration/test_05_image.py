@@ -1,0 +1,262 @@
+"""Training images on the shared lab: reproducible on the real engine, a changed pin changes
+the ID and its second NCCL is reported, distribution over SSH and through a real registry,
+and acceptance inside the image on nodes whose container runtime works or does not.
+
+Runs after 03 (provision: Docker on the nodes) and 04 (accept); the image is built once per
+session (conftest ``training_image``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from toolkit.acceptance.orchestrate import AcceptOptions, run_acceptance
+from toolkit.images.build import recipe_for
+from toolkit.images.distribute import push
+from toolkit.images.engine import docker_client
+from toolkit.images.normalise import is_volatile
+from toolkit.images.recipe import LABEL_INPUT_DIGEST, LABEL_SOURCE_DATE, LABEL_STACK_ID
+from toolkit.inventory import load_inventory
+from toolkit.lab import nccl_wheel, paths
+
+GPUNODE = [str(Path(sys.executable).parent / "gpunode")]
+
+
+def _gpunode(*args: str, env: dict[str, str] | None = None, prefix: list[str] | None = None) -> Any:
+    return subprocess.run(
+        [*(prefix or []), *GPUNODE, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=1800,
+        check=False,
+    )
+
+
+def _hosts(lab: Any) -> list[Any]:
+    return load_inventory(lab.inventory).hosts_for(None)[:2]
+
+
+def _drop_image(lab: Any, node: int, image_id: str) -> None:
+    lab.ssh(node, f"docker image rm -f {image_id} >/dev/null 2>&1 || true")
+
+
+def _node_ids(lab: Any, node: int) -> str:
+    return lab.ssh(node, "docker images --no-trunc --format '{{.ID}}'").stdout
+
+
+def _inventory_copy(lab: Any, tmp: Path, **group_vars: Any) -> Path:
+    target = tmp / "inventory"
+    shutil.copytree(lab.inventory, target)
+    repos = target / "group_vars" / "all" / "repos.yml"
+    data = yaml.safe_load(repos.read_text())
+    data.update(group_vars)
+    repos.write_text(yaml.safe_dump(data, sort_keys=False))
+    return target
+
+
+@pytest.mark.lab
+def test_build_is_labelled_and_carries_no_volatile_file(training_image: Any) -> None:
+    image = docker_client().images.get(training_image.image_id)
+    labels = image.attrs["Config"]["Labels"]
+    assert labels[LABEL_STACK_ID] == training_image.recipe.stack_id
+    assert labels[LABEL_INPUT_DIGEST] == training_image.digest
+    assert labels[LABEL_SOURCE_DATE] == str(training_image.recipe.source_date_epoch)
+    assert training_image.volatile == []
+    added = [name for layer in training_image.normalised.layers for name in layer]
+    assert "usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5" in added
+    assert not [name for name in added if is_volatile(name)]
+    assert image.attrs["Created"].startswith("1970-01-01T00:00:00")
+
+
+@pytest.mark.lab
+def test_rebuild_without_cache_elsewhere_gives_the_same_id(lab: Any, training_image: Any) -> None:
+    # Another hostname (its own UTS namespace), umask and time zone, minutes after the first.
+    result = _gpunode(
+        "image",
+        "verify",
+        "-i",
+        str(lab.inventory),
+        "--json",
+        env={"TZ": "Pacific/Kiritimati"},
+        prefix=[
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            'hostname other-builder; umask 077; exec "$@"',
+            "-",
+        ],
+    )
+    assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-2000:]
+    outcome = json.loads(result.stdout)
+    assert outcome["same"] is True and outcome["differences"] == []
+    assert outcome["rebuilt_id"] == training_image.image_id
+    assert outcome["build"]["no_cache"] is True
+
+
+@pytest.mark.lab
+def test_changed_nccl_pin_changes_the_id_and_inspect_reports_two_nccls(
+    lab: Any, training_image: Any, tmp_path: Path
+) -> None:
+    wheel = paths.cache_dir() / "wheels" / nccl_wheel.wheel_name("2.26.2", 12)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    lock = [
+        line
+        for line in load_inventory(lab.inventory)
+        .host_vars(_hosts(lab)[0].name)
+        .values["gpunode_acceptance_requirements"]
+        if not line.startswith("nvidia_nccl_cu12==")
+    ]
+    lock.append(f"nvidia_nccl_cu12==2.26.2 --hash=sha256:{digest}")
+    changed = _inventory_copy(lab, tmp_path, gpunode_acceptance_requirements=lock)
+    built = _gpunode("image", "build", "-i", str(changed), "--json")
+    assert built.returncode == 0, built.stderr[-2000:]
+    other = json.loads(built.stdout)
+    try:
+        assert other["image_id"] != training_image.image_id
+        assert any("2.26.2" in w for w in other["warnings"])
+        inspected = _gpunode("image", "inspect", other["image_id"], "-i", str(lab.inventory))
+        assert inspected.returncode == 1, inspected.stdout + inspected.stderr
+        text = " ".join(inspected.stdout.split())
+        assert "NCCL mismatch" in text and "2.26.2" in text and "2.21.5" in text
+        assert "/nvidia/nccl/lib/libnccl.so.2" in text and "nvidia-nccl-cu12" in text
+        ok = _gpunode("image", "inspect", training_image.image_id, "-i", str(lab.inventory))
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+    finally:
+        # The changed recipe has the same stack id, so it took the tag: give it back.
+        client = docker_client()
+        client.images.remove(other["image_id"], force=True)
+        client.images.get(training_image.image_id).tag(training_image.tag)
+
+
+@pytest.mark.lab
+def test_push_over_ssh_to_two_nodes_then_nothing_to_send(lab: Any, training_image: Any) -> None:
+    image_id = training_image.image_id
+    for node in (1, 2):
+        _drop_image(lab, node, image_id)
+    first = push(image_id, _hosts(lab), tag=training_image.tag)
+    assert first.ok, [n.error for n in first.nodes]
+    assert [n.action for n in first.nodes] == ["loaded", "loaded"]
+    for node in (1, 2):
+        assert image_id in _node_ids(lab, node)
+    second = push(image_id, _hosts(lab), tag=training_image.tag)
+    assert second.ok and second.transferred == 0
+    assert [(n.action, n.bytes_sent) for n in second.nodes] == [("present", 0), ("present", 0)]
+
+
+@pytest.fixture
+def registry(lab: Any, tmp_path: Path) -> Iterator[str]:
+    """Debian's docker-registry with TLS on the lab network's gateway (nodes and this
+    machine's Docker both reach it there); its CA trusted per address in certs.d."""
+    gateway = lab.state.gateway
+    with socket.socket() as probe:
+        probe.bind((gateway, 0))
+        port = probe.getsockname()[1]
+    address = f"{gateway}:{port}"
+    cert, key = tmp_path / "registry.crt", tmp_path / "registry.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=gpunode-test-registry", "-addext", f"subjectAltName=IP:{gateway}",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    config = tmp_path / "config.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "version": 0.1,
+                "storage": {"filesystem": {"rootdirectory": str(tmp_path / "data")}},
+                "http": {"addr": address, "tls": {"certificate": str(cert), "key": str(key)}},
+            }
+        )
+    )
+    certs_d = Path("/etc/docker/certs.d") / address
+    certs_d.mkdir(parents=True, exist_ok=True)
+    shutil.copy(cert, certs_d / "ca.crt")
+    lab.ssh(1, f"mkdir -p /etc/docker/certs.d/{address}")
+    lab.ssh(1, f"cat > /etc/docker/certs.d/{address}/ca.crt <<'EOF'\n{cert.read_text()}EOF")
+    server = subprocess.Popen(
+        ["docker-registry", "serve", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "registry.log").open("w"),
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection((gateway, port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (tmp_path / "registry.log").read_text()
+                time.sleep(0.2)
+        yield address
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        shutil.rmtree(certs_d, ignore_errors=True)
+        lab.ssh(1, f"rm -rf /etc/docker/certs.d/{address}", check=False)
+
+
+@pytest.mark.lab
+def test_registry_push_and_pull_by_digest(
+    lab: Any, training_image: Any, registry: str, tmp_path: Path
+) -> None:
+    image_id = training_image.image_id
+    _drop_image(lab, 1, image_id)
+    inventory = _inventory_copy(lab, tmp_path, gpunode_image_registry=registry)
+    recipe = recipe_for(inventory)
+    assert recipe.registry == registry
+    try:
+        outcome = push(image_id, _hosts(lab)[:1], registry=recipe.registry, tag=recipe.tag)
+        assert outcome.method == "registry" and outcome.ok, [n.error for n in outcome.nodes]
+        assert outcome.reference is not None
+        assert outcome.reference.startswith(f"{registry}/gpunode-training@sha256:")
+        assert [n.action for n in outcome.nodes] == ["pulled"]
+        pulled = lab.ssh(1, f"docker image inspect --format '{{{{.Id}}}}' {outcome.reference}")
+        assert pulled.stdout.strip() == image_id  # the same config, so the same image
+    finally:
+        with contextlib.suppress(Exception):
+            docker_client().images.remove(f"{registry}/gpunode-training:{recipe.stack_id}")
+
+
+@pytest.mark.lab
+def test_accept_in_the_image_and_a_broken_runtime_is_not_ready(
+    lab: Any, training_image: Any, tmp_path: Path
+) -> None:
+    inventory = _inventory_copy(lab, tmp_path)
+    for path in inventory.rglob("hardware.yml"):
+        data = yaml.safe_load(path.read_text())
+        data["hardware"].setdefault("acceptance", {"profile": "lab"})
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    names = [h.name for h in _hosts(lab)]
+    lab.ssh(2, "systemctl stop docker.socket docker.service")
+    try:
+        run = run_acceptance(
+            AcceptOptions(inventory=inventory, limit=",".join(names), runs_dir=tmp_path / "runs")
+        )
+    finally:
+        lab.ssh(2, "systemctl start docker.socket docker.service")
+    nodes = {n["host"]: n for n in run.summary()["nodes"]}
+    good, broken = nodes[names[0]], nodes[names[1]]
+    assert good["verdict"] == "ready", good["failed_checks"]
+    started = next(c for c in good["checks"] if c["name"] == "container.start")
+    assert started["ok"] and started["measured"] == training_image.image_id
+    assert broken["verdict"] == "not-ready"
+    failed = [c for c in broken["checks"] if c["name"] == "container.start" and not c["ok"]]
+    assert failed and "docker" in failed[0]["message"].lower()
+    assert "container.start" in [c["check"] for c in broken["failed_checks"]]

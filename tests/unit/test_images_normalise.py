@@ -1,0 +1,159 @@
+"""Layer normalisation: sorted entries, clamped times, links that follow their target, owners
+and modes kept; the config without per-build fields; volatile paths recognised."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from typing import Any
+
+import pytest
+
+from toolkit.images.normalise import (
+    FileEntry,
+    Normalised,
+    epoch_iso,
+    fix_config,
+    is_volatile,
+    iter_diff,
+    rewrite_layer,
+)
+
+EPOCH = 1_700_000_000
+
+
+def layer(entries: list[dict[str, Any]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as archive:
+        for entry in entries:
+            info = tarfile.TarInfo(entry["name"])
+            info.type = entry.get("type", tarfile.REGTYPE)
+            info.mode = entry.get("mode", 0o644)
+            info.uid, info.gid = entry.get("uid", 0), entry.get("gid", 0)
+            info.mtime = entry.get("mtime", EPOCH + 12345)
+            info.linkname = entry.get("link", "")
+            data = entry.get("data", b"")
+            info.size = len(data) if info.type == tarfile.REGTYPE else 0
+            archive.addfile(info, io.BytesIO(data) if info.type == tarfile.REGTYPE else None)
+    return buffer.getvalue()
+
+
+def rewrite(raw: bytes, epoch: int = EPOCH) -> tuple[str, dict[str, FileEntry], bytes]:
+    out = io.BytesIO()
+    diff_id, files = rewrite_layer(io.BytesIO(raw), out, epoch)
+    return diff_id, files, out.getvalue()
+
+
+def members(data: bytes) -> list[tarfile.TarInfo]:
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        return archive.getmembers()
+
+
+ENTRIES = [
+    {"name": "usr", "type": tarfile.DIRTYPE, "mode": 0o755},
+    {"name": "usr/bin/tool", "data": b"#!/bin/sh\n", "mode": 0o4755, "uid": 0, "gid": 50},
+    {"name": "usr/bin", "type": tarfile.DIRTYPE, "mode": 0o755},
+    {"name": "etc/old", "data": b"old", "mtime": 1000},
+    {"name": "usr/lib/libx.so", "type": tarfile.SYMTYPE, "link": "libx.so.1"},
+]
+
+
+def test_entries_are_sorted_and_times_clamped_but_old_times_kept() -> None:
+    _diff, files, data = rewrite(layer(ENTRIES))
+    names = [m.name for m in members(data)]
+    assert names == sorted(names)
+    by_name = {m.name: m for m in members(data)}
+    assert by_name["usr/bin/tool"].mtime == EPOCH
+    assert by_name["etc/old"].mtime == 1000
+    assert files["usr/bin/tool"].sha256 is not None
+
+
+def test_owners_modes_and_links_are_kept() -> None:
+    _diff, files, data = rewrite(layer(ENTRIES))
+    tool = {m.name: m for m in members(data)}["usr/bin/tool"]
+    assert (tool.mode, tool.uid, tool.gid) == (0o4755, 0, 50)
+    link = files["usr/lib/libx.so"]
+    assert (link.kind, link.link, link.size) == ("symlink", "libx.so.1", 0)
+
+
+def test_the_same_content_in_another_order_gives_the_same_layer() -> None:
+    a = rewrite(layer(ENTRIES))
+    b = rewrite(layer(list(reversed(ENTRIES))))
+    assert a[0] == b[0] and a[2] == b[2]
+
+
+def test_build_time_differences_vanish_and_content_differences_do_not() -> None:
+    later = [{**e, "mtime": EPOCH + 99999} if e["name"] != "etc/old" else e for e in ENTRIES]
+    assert rewrite(layer(ENTRIES))[0] == rewrite(layer(later))[0]
+    changed = [{**e, "data": b"other"} if e["name"] == "usr/bin/tool" else e for e in ENTRIES]
+    assert rewrite(layer(ENTRIES))[0] != rewrite(layer(changed))[0]
+
+
+def test_a_hard_link_that_sorts_before_its_target_becomes_the_data_holder() -> None:
+    raw = layer(
+        [
+            {"name": "z/original", "data": b"payload"},
+            {"name": "a/link", "type": tarfile.LNKTYPE, "link": "z/original"},
+        ]
+    )
+    _diff, files, data = rewrite(raw)
+    first, second = members(data)
+    assert (first.name, first.type, first.size) == ("a/link", tarfile.REGTYPE, 7)
+    assert (second.name, second.type, second.linkname) == ("z/original", tarfile.LNKTYPE, "a/link")
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        handle = archive.extractfile("a/link")
+        assert handle is not None and handle.read() == b"payload"
+    assert files["z/original"].kind == "hardlink"
+
+
+def test_config_loses_per_build_fields_and_gets_the_source_date() -> None:
+    config = {
+        "created": "2026-12-01T18:00:00.123Z",
+        "container": "abc123",
+        "docker_version": "20.10.24",
+        "container_config": {"Hostname": "abc123"},
+        "config": {"Hostname": "abc123", "Image": "sha256:intermediate", "Labels": {"a": "b"}},
+        "history": [
+            {"created": "2026-01-01T00:00:00Z", "created_by": "base"},
+            {"created": "2026-12-01T18:00:01Z", "created_by": "RUN x"},
+        ],
+        "rootfs": {"type": "layers", "diff_ids": ["sha256:old"]},
+    }
+    fixed = fix_config(config, ["sha256:new"], base_history=1, epoch=EPOCH)
+    assert "container" not in fixed and "docker_version" not in fixed
+    assert "container_config" not in fixed
+    assert fixed["config"] == {"Hostname": "", "Image": "", "Labels": {"a": "b"}}
+    assert fixed["created"] == epoch_iso(EPOCH) == "2023-11-14T22:13:20Z"
+    assert fixed["history"][0]["created"] == "2026-01-01T00:00:00Z"  # the base's own
+    assert fixed["history"][1]["created"] == epoch_iso(EPOCH)
+    assert fixed["rootfs"] == {"type": "layers", "diff_ids": ["sha256:new"]}
+
+
+@pytest.mark.parametrize(
+    ("path", "volatile"),
+    [
+        ("var/lib/apt/lists/deb.debian.org_InRelease", True),
+        ("var/log/dpkg.log", True),
+        ("var/cache/ldconfig/aux-cache", True),
+        ("usr/lib/python3/dist-packages/x/__pycache__/y.cpython-311.pyc", True),
+        ("etc/machine-id", True),
+        ("etc/ssh/ssh_host_ed25519_key", True),
+        ("var/log/", False),  # the directory itself may stay
+        ("var/log/.wh.dpkg.log", False),  # a whiteout removes a file
+        ("usr/lib/x86_64-linux-gnu/libnccl.so.2", False),
+    ],
+)
+def test_volatile_paths(path: str, volatile: bool) -> None:
+    assert is_volatile(path) is volatile
+
+
+def test_diff_names_the_file_and_the_field_that_differ() -> None:
+    def image(mtime: int, env: str) -> Normalised:
+        entry = FileEntry("file", 0o644, 0, 0, 1, mtime, "00", None)
+        return Normalised("id", "src", 1, [{"etc/x": entry}], {"config": {"Env": [env]}}, 0, 0)
+
+    lines = list(iter_diff(image(1, "A=1"), image(2, "A=2")))
+    assert lines == [
+        "layer 1: etc/x: mtime 1 != 2",
+        'config.config.Env: ["A=1"] != ["A=2"]',
+    ]

@@ -1,0 +1,137 @@
+"""The training image's recipe and its rendering: pins checked, inputs digested."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_stack_support import make
+
+from toolkit.errors import ConfigError
+from toolkit.images.recipe import LABEL_INPUT_DIGEST, Recipe, make_recipe
+from toolkit.images.render import render
+from toolkit.stack import resolve
+
+BASE_ID = "sha256:" + "a" * 64
+LOCK = [
+    "torch==2.13.0+cpu --hash=sha256:" + "1" * 64,
+    "nvidia-nccl-cu12==2.21.5 --hash=sha256:" + "2" * 64,
+]
+PRE_R580 = {"driver": {"version": "550.127.05", "flavour": "open"}, "cuda": "12.4.1",
+            "nccl": "2.21.5-1+cuda12.4"}  # fmt: skip
+
+
+def values(**over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "gpunode_image_base": BASE_ID,
+        "gpunode_acceptance_requirements": LOCK,
+        "gpunode_pip_find_links": "http://10.0.0.2/wheels/",
+        "gpunode_nvidia_repo_url": "http://10.0.0.2/compute/cuda/repos/{os}/{arch}/",
+        "gpunode_nvidia_repo_key_url": "http://10.0.0.2/key.asc",
+        "gpunode_image_source_date_epoch": 1700000000,
+    }
+    base.update(over)
+    return {k: v for k, v in base.items() if v is not None}
+
+
+def recipe(**over: Any) -> Recipe:
+    resolved = resolve(*make(PRE_R580), "debian12", repo_vars=values(**over))
+    return make_recipe("lab", resolved, values(**over), "inv")
+
+
+def test_recipe_pins_the_stacks_nccl_and_names_the_image_by_stack_id() -> None:
+    r = recipe()
+    assert r.apt_packages == {"libnccl2": "2.21.5-1+cuda12.4"}
+    assert r.nccl == "2.21.5" and r.cuda == "12.4" and r.nccl_wheel == "nvidia-nccl-cu12"
+    assert r.tag == f"gpunode-training:{r.stack_id}"
+    assert r.apt is not None and r.apt.uri == "http://10.0.0.2/compute/cuda/repos/debian12/x86_64/"
+    assert r.source_date_epoch == 1700000000
+    assert r.warnings == ()
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        "sha256:" + "b" * 64,
+        "nvcr.io/nvidia/cuda@sha256:" + "c" * 64,
+        "reg:5000/x/y@sha256:" + "d" * 64,
+    ],
+)
+def test_base_pinned_by_digest_or_id_is_accepted(base: str) -> None:
+    assert recipe(gpunode_image_base=base).base == base
+
+
+@pytest.mark.parametrize("base", ["nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04", "debian:12"])
+def test_tag_only_base_is_refused_unless_allowed(base: str) -> None:
+    with pytest.raises(ConfigError, match=r"gpunode_image_base .* not pinned by digest"):
+        recipe(gpunode_image_base=base)
+    assert recipe(gpunode_image_base=base, gpunode_image_allow_tag_base=True).base == base
+
+
+def test_missing_base_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="gpunode_image_base is not set"):
+        recipe(gpunode_image_base=None)
+
+
+@pytest.mark.parametrize(
+    "lock",
+    [["torch==2.13.0"], ["torch>=2 --hash=sha256:" + "1" * 64], "torch==2 --hash=sha256:x"],
+)
+def test_lock_lines_need_an_exact_pin_and_a_hash(lock: Any) -> None:
+    with pytest.raises(ConfigError, match="gpunode_acceptance_requirements"):
+        recipe(gpunode_acceptance_requirements=lock)
+
+
+def test_lock_without_a_source_is_refused() -> None:
+    with pytest.raises(ConfigError, match="gpunode_pip_find_links"):
+        recipe(gpunode_pip_find_links=None)
+
+
+def test_bad_source_date_is_refused() -> None:
+    with pytest.raises(ConfigError, match="gpunode_image_source_date_epoch"):
+        recipe(gpunode_image_source_date_epoch="yesterday")
+
+
+def test_a_framework_nccl_other_than_the_stacks_is_warned_about() -> None:
+    lock = [LOCK[0], "nvidia-nccl-cu12==2.26.2 --hash=sha256:" + "3" * 64]
+    r = recipe(gpunode_acceptance_requirements=lock)
+    assert any("nvidia-nccl-cu12==2.26.2" in w and "2.21.5" in w for w in r.warnings)
+    unpinned = recipe(gpunode_acceptance_requirements=LOCK[:1])
+    assert any("does not pin nvidia-nccl-cu12" in w for w in unpinned.warnings)
+
+
+def test_render_is_deterministic_and_pins_everything() -> None:
+    key = b"-----BEGIN PGP PUBLIC KEY BLOCK-----\nabc\n"
+    a, b = render(recipe(), key=key), render(recipe(), key=key)
+    assert a.digest == b.digest and a.tar(0) == b.tar(0)
+    text = a.dockerfile
+    assert f"FROM {BASE_ID}" in text
+    assert "libnccl2=2.21.5-1+cuda12.4" in text
+    assert "--require-hashes" in text and "--no-compile" in text
+    assert "signed-by=/usr/share/keyrings/gpunode-nvidia.asc" in text
+    assert "trusted=yes" not in text
+    assert f'{LABEL_INPUT_DIGEST}="{a.digest}"' in text
+    assert "rm -rf /var/lib/apt/lists/*" in text and "/var/log/*" in text
+    assert a.files["requirements.txt"][0].decode().splitlines() == LOCK
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {
+            "gpunode_acceptance_requirements": [
+                LOCK[0],
+                "nvidia-nccl-cu12==2.26.2 --hash=sha256:" + "3" * 64,
+            ]
+        },
+        {"gpunode_image_base": "sha256:" + "e" * 64},
+        {"gpunode_image_source_date_epoch": 1700000001},
+    ],
+)
+def test_changing_one_input_changes_the_digest(change: dict[str, Any]) -> None:
+    key = b"key"
+    assert render(recipe(**change), key=key).digest != render(recipe(), key=key).digest
+
+
+def test_the_repository_key_is_an_input() -> None:
+    assert render(recipe(), key=b"one").digest != render(recipe(), key=b"two").digest

@@ -1,0 +1,287 @@
+"""``gpunode image build`` and ``verify``: render, build on the local engine, normalise.
+
+The classic builder is the one the Python docker SDK drives and the one Debian's docker.io
+ships without buildx, so it is the path used: gpunode normalises its result (``normalise``).
+Builds run with the host's network (``network_mode=host``): the repository and wheel server
+the inventory names must be reachable from this machine, as they are from the lab's host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from toolkit.errors import ConfigError, ImageError
+from toolkit.images.engine import build_lock, docker_client
+from toolkit.images.normalise import Normalised, iter_diff, normalise, read_image
+from toolkit.images.recipe import DEFAULT_OS, Recipe, make_recipe
+from toolkit.images.render import Context, render
+from toolkit.inventory import Inventory, load_inventory
+
+Progress = Callable[[str], None]
+BUILDER = "classic"  # the engine's legacy builder, normalised afterwards
+# The builder's own (unnormalised) results are the layer cache of the next build: the newest
+# one per recipe is kept under this name, and only the most recent few recipes.
+CACHE_REPOSITORY = "gpunode-training-cache"
+KEEP_CACHES = 3
+MAX_DIFFERENCES = 200
+
+
+@dataclass
+class BuildOutcome:
+    """One build."""
+
+    recipe: Recipe
+    image_id: str
+    digest: str
+    tag: str
+    builder: str
+    build_seconds: float
+    normalise_seconds: float
+    size: int
+    cached: bool
+    volatile: list[str] = field(default_factory=list)
+    normalised: Normalised | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return {
+            "group": self.recipe.group,
+            "stack_id": self.recipe.stack_id,
+            "image_id": self.image_id,
+            "tag": self.tag,
+            "recipe_digest": self.digest,
+            "builder": self.builder,
+            "build_seconds": round(self.build_seconds, 2),
+            "normalise_seconds": round(self.normalise_seconds, 2),
+            "size_bytes": self.size,
+            "no_cache": not self.cached,
+            "volatile_files": self.volatile,
+            "warnings": list(self.recipe.warnings),
+        }
+
+
+@dataclass
+class VerifyOutcome:
+    """A rebuild from scratch compared with the image the recipe's tag names."""
+
+    expected: str
+    rebuilt: BuildOutcome
+    differences: list[str]
+
+    @property
+    def same(self) -> bool:
+        """The rebuild gave the same image ID."""
+        return self.expected == self.rebuilt.image_id
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return {
+            "same": self.same,
+            "expected_id": self.expected,
+            "rebuilt_id": self.rebuilt.image_id,
+            "differences": self.differences,
+            "build": self.rebuilt.to_dict(),
+        }
+
+
+def pick_group(inventory: Inventory, group: str | None) -> str:
+    """The group whose image is meant: the one named, or the only stack group.
+
+    Raises:
+        ConfigError: None named and several (or no) groups have a stack.
+    """
+    groups = inventory.stack_groups()
+    if group is not None:
+        if group not in groups:
+            raise ConfigError(
+                f"{inventory.path}: group {group!r} has no stack; groups with one: {groups}"
+            )
+        return group
+    if len(groups) != 1:
+        raise ConfigError(
+            f"{inventory.path}: {len(groups)} groups have a stack ({', '.join(groups)}); "
+            "name one with --group"
+        )
+    return groups[0]
+
+
+def recipe_for(inventory_path: Path, group: str | None = None) -> Recipe:
+    """The recipe of a group's image, from the inventory.
+
+    Raises:
+        ConfigError: The inventory, the stack or an image variable is malformed.
+    """
+    from toolkit.stack.resolve import resolve
+
+    inventory = load_inventory(inventory_path)
+    name = pick_group(inventory, group)
+    hosts = inventory.group_hosts(name)
+    merged = inventory.host_vars(hosts[0]) if hosts else None
+    values = dict(merged.values) if merged else dict(inventory.groups[name].vars)
+    stack, hardware = inventory.group_config(name)
+    os_id = str(values.get("gpunode_image_os") or DEFAULT_OS)
+    repo_vars = {k: v for k, v in values.items() if k.startswith("gpunode_")}
+    resolved = resolve(stack, hardware, os_id, repo_vars=repo_vars)
+    return make_recipe(name, resolved, values, f"{inventory_path} (group {name})")
+
+
+def build_recipe(
+    recipe: Recipe,
+    *,
+    no_cache: bool = False,
+    tag: bool = True,
+    progress: Progress = lambda _m: None,
+    client: docker.DockerClient | None = None,
+    workdir: Path | None = None,
+) -> BuildOutcome:
+    """Render, build and normalise one recipe; tag the result with the stack id.
+
+    Raises:
+        ImageError: The base is missing, the build failed, or normalisation failed.
+    """
+    client = client or docker_client()
+    context = render(recipe)
+    _require_base(client, recipe.base)
+    with build_lock():
+        started = time.perf_counter()
+        raw = _engine_build(client, context, recipe, no_cache, progress)
+        built = time.perf_counter() - started
+        progress(f"normalising {raw[:19]}")
+        tags = (recipe.tag,) if tag else ()
+        result = normalise(client, raw, recipe.base, recipe.source_date_epoch, tags, workdir)
+        _keep_as_cache(client, raw, context.digest)
+    progress(f"image {result.id} ({recipe.tag if tag else 'untagged'})")
+    return BuildOutcome(
+        recipe=recipe,
+        image_id=result.id,
+        digest=context.digest,
+        tag=recipe.tag,
+        builder=BUILDER,
+        build_seconds=built + result.seconds,
+        normalise_seconds=result.seconds,
+        size=result.size,
+        cached=not no_cache,
+        volatile=result.volatile,
+        normalised=result,
+    )
+
+
+def verify_recipe(
+    recipe: Recipe,
+    *,
+    progress: Progress = lambda _m: None,
+    client: docker.DockerClient | None = None,
+    workdir: Path | None = None,
+) -> VerifyOutcome:
+    """Rebuild without cache and compare with the image tagged for the recipe.
+
+    Raises:
+        ImageError: No image is tagged for the recipe yet, or a build failed.
+    """
+    client = client or docker_client()
+    try:
+        expected = str(client.images.get(recipe.tag).id)
+    except docker.errors.ImageNotFound as err:
+        raise ImageError(
+            f"no image {recipe.tag} to verify: run `gpunode image build` first"
+        ) from err
+    rebuilt = build_recipe(
+        recipe, no_cache=True, tag=False, progress=progress, client=client, workdir=workdir
+    )
+    differences: list[str] = []
+    if rebuilt.image_id != expected and rebuilt.normalised is not None:
+        reference = read_image(client, expected, recipe.base, recipe.source_date_epoch, workdir)
+        differences = list(iter_diff(reference, rebuilt.normalised))
+        _remove(client, rebuilt.image_id)  # untagged: only its differences matter
+        if len(differences) > MAX_DIFFERENCES:
+            more = len(differences) - MAX_DIFFERENCES
+            differences = [*differences[:MAX_DIFFERENCES], f"... and {more} more"]
+    return VerifyOutcome(expected=expected, rebuilt=rebuilt, differences=differences)
+
+
+def _remove(client: docker.DockerClient, image_id: str) -> None:
+    # An image still used (by a container, by a tag) stays.
+    with contextlib.suppress(docker.errors.APIError):
+        client.images.remove(image_id, noprune=False)
+
+
+def _keep_as_cache(client: docker.DockerClient, raw: str, digest: str) -> None:
+    """Keep the builder's result as the cache of this recipe; drop older ones."""
+    tag = digest.split(":", 1)[1][:12]
+    try:
+        previous = str(client.images.get(f"{CACHE_REPOSITORY}:{tag}").id)
+    except docker.errors.ImageNotFound:
+        previous = None
+    client.images.get(raw).tag(CACHE_REPOSITORY, tag)
+    if previous and previous != raw:
+        _remove(client, previous)
+    caches = sorted(
+        client.images.list(name=CACHE_REPOSITORY),
+        key=lambda image: str(image.attrs.get("Created", "")),
+        reverse=True,
+    )
+    for old in caches[KEEP_CACHES:]:
+        for name in old.tags:
+            with contextlib.suppress(docker.errors.APIError):
+                client.images.remove(name, noprune=True)
+        _remove(client, str(old.id))
+
+
+def _require_base(client: docker.DockerClient, base: str) -> None:
+    try:
+        client.images.get(base)
+    except docker.errors.ImageNotFound as err:
+        raise ImageError(
+            f"the base image {base} is not on this engine; pull it by digest first "
+            "(gpunode never pulls a base implicitly)"
+        ) from err
+    except docker.errors.APIError as err:
+        raise ImageError(f"cannot inspect the base image {base}: {err}") from err
+
+
+def _engine_build(
+    client: docker.DockerClient,
+    context: Context,
+    recipe: Recipe,
+    no_cache: bool,
+    progress: Progress,
+) -> str:
+    image_id = None
+    tail: list[str] = []
+    try:
+        stream = client.api.build(
+            fileobj=context.tar(recipe.source_date_epoch),
+            custom_context=True,
+            nocache=no_cache,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            network_mode="host",
+            decode=True,
+        )
+        for event in stream:
+            if "error" in event:
+                raise ImageError(
+                    f"the image build failed: {str(event['error']).strip()}\n" + "".join(tail)
+                )
+            text = str(event.get("stream") or "")
+            if text.strip():
+                tail = [*tail, text][-20:]
+                if text.startswith("Step "):
+                    progress(text.strip())
+            aux = event.get("aux") or {}
+            if aux.get("ID"):
+                image_id = str(aux["ID"])
+    except docker.errors.APIError as err:
+        raise ImageError(f"the engine refused the build: {err}") from err
+    if image_id is None:
+        raise ImageError("the build ended without an image ID:\n" + "".join(tail))
+    return image_id

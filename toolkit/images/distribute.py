@@ -1,0 +1,242 @@
+"""``gpunode image push``: the training image onto the nodes, by registry or over SSH.
+
+With ``gpunode_image_registry`` set, the image is pushed there and every node pulls it by
+digest (``<registry>/gpunode-training@sha256:...``); without it, the image is saved once and
+streamed over SSH into ``docker load`` on every node at once. Either way a node that already
+holds the image's ID is skipped, and each node's image ID is checked after the transfer:
+the ID is the SHA-256 of the image's config, so equal IDs are equal images.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from toolkit.errors import ConfigError, ImageError, RemoteError
+from toolkit.images.engine import docker_client
+from toolkit.images.recipe import REPOSITORY
+from toolkit.inventory import Host
+from toolkit.remote import Node, open_node, parallel
+
+Progress = Callable[[str], None]
+CHUNK = 1 << 20
+INSPECT_ID = "docker image inspect --format '{{.Id}}' "
+
+
+@dataclass
+class NodeTransfer:
+    """What happened on one node."""
+
+    host: str
+    action: str  # "present", "loaded", "pulled" or "failed"
+    image_id: str | None = None
+    bytes_sent: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+
+@dataclass
+class PushOutcome:
+    """One push to every node."""
+
+    image_id: str
+    method: str  # "ssh" or "registry"
+    reference: str | None
+    nodes: list[NodeTransfer] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Every node holds the image."""
+        return all(n.action != "failed" for n in self.nodes)
+
+    @property
+    def transferred(self) -> int:
+        """Nodes the image was sent to by this push."""
+        return sum(1 for n in self.nodes if n.action in ("loaded", "pulled"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return {
+            "image_id": self.image_id,
+            "method": self.method,
+            "reference": self.reference,
+            "ok": self.ok,
+            "transferred": self.transferred,
+            "seconds": round(self.seconds, 2),
+            "nodes": [n.__dict__ for n in self.nodes],
+        }
+
+
+def node_image_id(node: Node, ref: str) -> str | None:
+    """The ID of an image on a node, or None when the node does not have it."""
+    res = node.run(INSPECT_ID + shlex.quote(ref), timeout=60)
+    return res.stdout.strip() or None if res.ok else None
+
+
+def _saved_chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as handle:
+        yield from iter(lambda: handle.read(CHUNK), b"")
+
+
+def push(
+    image_id: str,
+    hosts: list[Host],
+    *,
+    registry: str | None = None,
+    tag: str | None = None,
+    progress: Progress = lambda _m: None,
+    client: docker.DockerClient | None = None,
+    workdir: Path | None = None,
+) -> PushOutcome:
+    """Put the image on every host (registry when one is named, else SSH).
+
+    Raises:
+        ImageError: The image is not on this engine, or the registry refused the push.
+        ConfigError: No hosts.
+    """
+    if not hosts:
+        raise ConfigError("no hosts to push the image to")
+    client = client or docker_client()
+    try:
+        image = client.images.get(image_id)
+    except docker.errors.ImageNotFound as err:
+        raise ImageError(f"image {image_id} is not on this engine: build it first") from err
+    image_id = str(image.id)
+    started = time.perf_counter()
+    if registry:
+        # The registry repository is <registry>/gpunode-training; the local tag's tag part
+        # (the stack id) names the image there.
+        remote_tag = tag.rsplit(":", 1)[1] if tag and ":" in tag.rsplit("/", 1)[-1] else "latest"
+        reference = registry_push(client, image_id, registry, remote_tag, progress)
+        nodes = _fan_out(hosts, image_id, lambda node: _pull(node, reference, image_id), progress)
+        outcome = PushOutcome(image_id, "registry", reference, nodes)
+    else:
+        outcome = PushOutcome(image_id, "ssh", None, [])
+        outcome.nodes = _ssh(client, image_id, hosts, tag, progress, workdir)
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def registry_push(
+    client: docker.DockerClient, image_id: str, registry: str, tag: str, progress: Progress
+) -> str:
+    """Push to ``registry`` and return the pull-by-digest reference.
+
+    Raises:
+        ImageError: The registry refused the push or named no digest.
+    """
+    repository = f"{registry.rstrip('/')}/{REPOSITORY}"
+    client.images.get(image_id).tag(repository, tag)
+    digest = None
+    try:
+        for event in client.api.push(repository, tag=tag, stream=True, decode=True):
+            if "error" in event:
+                raise ImageError(f"pushing to {repository} failed: {event['error']}")
+            digest = (event.get("aux") or {}).get("Digest") or digest
+    except docker.errors.APIError as err:
+        raise ImageError(f"pushing to {repository} failed: {err}") from err
+    if not digest:
+        raise ImageError(f"the registry {registry} returned no digest for {repository}:{tag}")
+    progress(f"pushed {repository}@{digest}")
+    return f"{repository}@{digest}"
+
+
+def _pull(node: Node, reference: str, image_id: str) -> NodeTransfer:
+    res = node.run(f"docker pull --quiet {shlex.quote(reference)}", timeout=1800)
+    if not res.ok:
+        return NodeTransfer(node.host.name, "failed", error=(res.stderr or res.stdout)[-400:])
+    return NodeTransfer(node.host.name, "pulled", node_image_id(node, reference))
+
+
+def _fan_out(
+    hosts: list[Host],
+    image_id: str,
+    transfer: Callable[[Node], NodeTransfer],
+    progress: Progress,
+) -> list[NodeTransfer]:
+    def one(host: Host) -> NodeTransfer:
+        started = time.perf_counter()
+        node = open_node(host)
+        try:
+            if node_image_id(node, image_id) == image_id:
+                progress(f"{host.name}: already holds {image_id[:19]}")
+                return NodeTransfer(host.name, "present", image_id)
+            progress(f"{host.name}: transferring {image_id[:19]}")
+            done = transfer(node)
+        finally:
+            node.close()
+        done.seconds = time.perf_counter() - started
+        if done.action != "failed" and done.image_id != image_id:
+            done.error = f"the node holds {done.image_id} instead of {image_id}"
+            done.action = "failed"
+        return done
+
+    results = parallel(hosts, one)
+    out = []
+    for host in hosts:
+        value = results[host.name]
+        if isinstance(value, RemoteError):
+            out.append(NodeTransfer(host.name, "failed", error=value.message))
+        else:
+            out.append(value)
+    return out
+
+
+def _ssh(
+    client: docker.DockerClient,
+    image_id: str,
+    hosts: list[Host],
+    tag: str | None,
+    progress: Progress,
+    workdir: Path | None,
+) -> list[NodeTransfer]:
+    with tempfile.TemporaryDirectory(prefix="gpunode-push-", dir=workdir) as tmp:
+        saved = Path(tmp) / "image.tar"
+        state: dict[str, bool] = {"saved": False}
+
+        def load(node: Node) -> NodeTransfer:
+            _save_once(client, image_id, saved, state)
+            res = node.run_with_input("docker load --quiet", _saved_chunks(saved), timeout=1800)
+            if not res.ok:
+                return NodeTransfer(
+                    node.host.name, "failed", error=(res.stderr or res.stdout)[-400:]
+                )
+            if tag:
+                node.run(f"docker tag {image_id} {shlex.quote(tag)}", timeout=60)
+            return NodeTransfer(
+                node.host.name,
+                "loaded",
+                node_image_id(node, image_id),
+                bytes_sent=saved.stat().st_size,
+            )
+
+        return _fan_out(hosts, image_id, load, progress)
+
+
+_save_lock = threading.Lock()
+
+
+def _save_once(
+    client: docker.DockerClient, image_id: str, path: Path, state: dict[str, bool]
+) -> None:
+    """``docker save`` into ``path`` once, whichever node asks first."""
+    with _save_lock:
+        if state["saved"]:
+            return
+        try:
+            with path.open("wb") as handle:
+                for chunk in client.images.get(image_id).save(chunk_size=CHUNK, named=False):
+                    handle.write(chunk)
+        except docker.errors.APIError as err:
+            raise ImageError(f"cannot save image {image_id}: {err}") from err
+        state["saved"] = True

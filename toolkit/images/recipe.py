@@ -1,0 +1,239 @@
+"""The recipe of a group's training image: pure data derived from the resolved stack.
+
+Everything that decides the image's bytes is in the recipe (or in the files it names, whose
+contents ``render`` adds to the input digest): the base pinned by digest or ID, the exact apt
+versions of the stack's NCCL, the hashed Python lock, where packages come from, the source
+date and the gpunode version. The inventory supplies it through variables (group_vars/all or
+the group's own), documented in docs/architecture.md:
+
+``gpunode_image_base``              base image by digest (``name@sha256:...``) or local ID
+                                    (``sha256:...``); a tag alone is refused unless
+``gpunode_image_allow_tag_base``    is true
+``gpunode_image_os``                the base's OS (ubuntu2204, ubuntu2404, debian12) for the
+                                    stack's apt names; default ubuntu2204 (NVIDIA CUDA bases)
+``gpunode_image_source_date_epoch`` the source date stamped on every file and on the config;
+                                    default ``$SOURCE_DATE_EPOCH``, else 0
+``gpunode_image_registry``          a registry to push to (``host:port/path``); unset: SSH
+``gpunode_acceptance_requirements`` the hashed Python lock (torch, the NCCL wheel, ...)
+``gpunode_pip_find_links``, ``gpunode_pip_index_url``  where the lock's wheels are fetched
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from toolkit import __version__
+from toolkit.errors import ConfigError
+from toolkit.stack.versions import cuda_major_minor
+
+REPOSITORY = "gpunode-training"
+DEFAULT_OS = "ubuntu2204"
+DIGEST_RE = re.compile(r"^(?:sha256:[0-9a-f]{64}|[^\s@]+@sha256:[0-9a-f]{64})$")
+LOCK_LINE_RE = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+)(?:\s+--hash=sha256:[0-9a-f]{64})+$"
+)
+# The pip distribution that carries NCCL for a CUDA major (PyPI: nvidia-nccl-cu12; CUDA 13
+# builds are published as nvidia-nccl-cu13).
+NCCL_WHEEL = "nvidia-nccl-cu{major}"
+# Labels every training image carries (the OCI annotation keys where one exists).
+LABEL_STACK_ID = "org.gpunode.stack-id"
+LABEL_SOURCE_DATE = "org.gpunode.source-date-epoch"
+LABEL_INPUT_DIGEST = "org.gpunode.recipe-digest"
+LABEL_VERSION = "org.gpunode.version"
+LABEL_NCCL = "org.gpunode.nccl"
+LABEL_CUDA = "org.gpunode.cuda"
+RUNNER_PATH = "/opt/gpunode/node_runner.py"
+
+
+@dataclass(frozen=True)
+class AptSource:
+    """The NVIDIA repository the stack's packages come from."""
+
+    uri: str
+    suite: str
+    key_url: str | None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that decides a training image's bytes."""
+
+    group: str
+    stack_id: str
+    os: str
+    base: str
+    cuda: str
+    nccl: str
+    apt: AptSource | None
+    apt_packages: dict[str, str]
+    python_lock: tuple[str, ...]
+    pip_find_links: str | None
+    pip_index_url: str | None
+    source_date_epoch: int
+    gpunode_version: str = __version__
+    registry: str | None = None
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def tag(self) -> str:
+        """The local tag: the repository and the stack id."""
+        return f"{REPOSITORY}:{self.stack_id}"
+
+    @property
+    def nccl_wheel(self) -> str:
+        """The NCCL wheel's distribution name for the stack's CUDA major."""
+        return NCCL_WHEEL.format(major=self.cuda.split(".")[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data (the input of the digest, with the files ``render`` adds)."""
+        data = asdict(self)
+        data.pop("warnings")
+        return data
+
+
+def _var(values: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = values.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: {key} must be a string, not {type(value).__name__}")
+    return value
+
+
+def check_base(base: str | None, allow_tag: bool, where: str) -> str:
+    """The base reference, refused unless pinned by digest or ID (or a tag is allowed).
+
+    Raises:
+        ConfigError: missing, or a tag alone without ``gpunode_image_allow_tag_base``.
+    """
+    if not base:
+        raise ConfigError(
+            f"{where}: gpunode_image_base is not set; name the training image's base by "
+            "digest (nvcr.io/nvidia/cuda@sha256:...) or local image ID (sha256:...)"
+        )
+    if not DIGEST_RE.match(base) and not allow_tag:
+        raise ConfigError(
+            f"{where}: gpunode_image_base {base!r} is not pinned by digest; a tag can move "
+            "and NVIDIA deletes old CUDA tags, so use name@sha256:<digest> or sha256:<id> "
+            "(or set gpunode_image_allow_tag_base: true to accept the risk)"
+        )
+    return base
+
+
+def check_lock(lock: Any, where: str) -> tuple[str, ...]:
+    """The Python lock's lines, each ``name==version --hash=sha256:<hex>``.
+
+    Raises:
+        ConfigError: not a list, or a line without an exact pin and a hash.
+    """
+    if lock is None:
+        return ()
+    if isinstance(lock, str) or not isinstance(lock, list):
+        raise ConfigError(
+            f"{where}: gpunode_acceptance_requirements must be a list of "
+            "'name==version --hash=sha256:<digest>' lines (pip --require-hashes)"
+        )
+    lines = tuple(str(line).strip() for line in lock)
+    for number, line in enumerate(lines, 1):
+        if not LOCK_LINE_RE.match(line):
+            raise ConfigError(
+                f"{where}: gpunode_acceptance_requirements line {number} {line!r}: every "
+                "line needs an exact version and at least one --hash=sha256: (pip "
+                "--require-hashes)"
+            )
+    return lines
+
+
+def locked_version(lock: tuple[str, ...], distribution: str) -> str | None:
+    """The version the lock pins a distribution at (names compared as PEP 503 does)."""
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    for line in lock:
+        m = LOCK_LINE_RE.match(line)
+        if m and norm(m["name"]) == norm(distribution):
+            return m["version"]
+    return None
+
+
+def make_recipe(
+    group: str, resolved: Mapping[str, Any], values: Mapping[str, Any], where: str
+) -> Recipe:
+    """The recipe of ``group``'s image from its resolved stack and its variables.
+
+    Args:
+        group: The inventory group.
+        resolved: ``toolkit.stack.resolve.resolve(...)`` for the image's OS.
+        values: The group's merged variables.
+        where: Where the variables come from, for messages.
+
+    Raises:
+        ConfigError: A variable breaks a rule (the message names it).
+    """
+    allow_tag = bool(values.get("gpunode_image_allow_tag_base", False))
+    base = check_base(_var(values, "gpunode_image_base", where), allow_tag, where)
+    lock = check_lock(values.get("gpunode_acceptance_requirements"), where)
+    find_links = _var(values, "gpunode_pip_find_links", where)
+    index_url = _var(values, "gpunode_pip_index_url", where)
+    if lock and not (find_links or index_url):
+        raise ConfigError(
+            f"{where}: gpunode_acceptance_requirements is set but neither "
+            "gpunode_pip_find_links nor gpunode_pip_index_url says where its wheels are"
+        )
+    epoch_value = values.get("gpunode_image_source_date_epoch", os.environ.get("SOURCE_DATE_EPOCH"))
+    try:
+        epoch = int(epoch_value) if epoch_value not in (None, "") else 0
+    except (TypeError, ValueError):
+        epoch = -1
+    if epoch < 0:
+        raise ConfigError(
+            f"{where}: gpunode_image_source_date_epoch {epoch_value!r} is not a number of "
+            "seconds since 1970"
+        )
+    nccl = resolved["nccl"]
+    apt_packages = {"libnccl2": str(nccl["packages"]["libnccl2"])}
+    cuda_repo = next((r for r in resolved.get("repositories", []) if r["name"] == "cuda"), None)
+    apt = (
+        AptSource(
+            uri=str(cuda_repo["uri"]),
+            suite=str(cuda_repo["suite"]),
+            # The resolved repository's key URL where resolve() fills one in (its {os} and
+            # {arch} templated like the repository URL), else the variable as written.
+            key_url=cuda_repo.get("key_url") or _var(values, "gpunode_nvidia_repo_key_url", where),
+        )
+        if cuda_repo
+        else None
+    )
+    recipe = Recipe(
+        group=group,
+        stack_id=str(resolved["stack_id"]),
+        os=str(resolved["os"]),
+        base=base,
+        cuda="{}.{}".format(*cuda_major_minor(str(resolved["cuda"]["version"]))),
+        nccl=str(nccl["version"]),
+        apt=apt,
+        apt_packages=apt_packages,
+        python_lock=lock,
+        pip_find_links=find_links,
+        pip_index_url=index_url,
+        source_date_epoch=epoch,
+        registry=_var(values, "gpunode_image_registry", where),
+    )
+    warnings = []
+    wheel_version = locked_version(lock, recipe.nccl_wheel)
+    if lock and wheel_version is None:
+        warnings.append(
+            f"the Python lock does not pin {recipe.nccl_wheel}: the framework's NCCL is "
+            "whatever its wheel brings"
+        )
+    elif wheel_version is not None and wheel_version != recipe.nccl:
+        warnings.append(
+            f"the Python lock pins {recipe.nccl_wheel}=={wheel_version} but the stack pins "
+            f"NCCL {recipe.nccl}: the image will carry two NCCLs"
+        )
+    return Recipe(**{**recipe.__dict__, "warnings": tuple(warnings)})

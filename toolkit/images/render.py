@@ -1,0 +1,160 @@
+"""From a recipe to a build context: the Dockerfile rendered from ``images/training/`` and the
+files it copies, with the recipe's input digest over all of them.
+
+The context is a tar made here with fixed owners, modes and times, so that what the engine
+receives depends only on the recipe and those files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shlex
+import tarfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import jinja2
+
+from toolkit.acceptance.orchestrate import runner_source
+from toolkit.ansible.content import find_content
+from toolkit.errors import ImageError
+from toolkit.images.recipe import (
+    LABEL_CUDA,
+    LABEL_INPUT_DIGEST,
+    LABEL_NCCL,
+    LABEL_SOURCE_DATE,
+    LABEL_STACK_ID,
+    LABEL_VERSION,
+    RUNNER_PATH,
+    Recipe,
+)
+
+TEMPLATE = "Dockerfile.j2"
+KEY_FILE = "nvidia-repo.key"
+
+
+@dataclass(frozen=True)
+class Context:
+    """A rendered build context."""
+
+    files: dict[str, tuple[bytes, int]]  # name -> (content, mode)
+    digest: str  # sha256:<hex> of the recipe and every input file
+
+    @property
+    def dockerfile(self) -> str:
+        """The rendered Dockerfile."""
+        return self.files["Dockerfile"][0].decode()
+
+    def tar(self, mtime: int) -> bytes:
+        """The context as a tar with sorted entries, root-owned, at ``mtime``."""
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+            for name, (data, mode) in sorted(self.files.items()):
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(data), mode, mtime
+                archive.addfile(info, io.BytesIO(data))
+        return buffer.getvalue()
+
+
+def template_dir() -> Path:
+    """``images/training/`` beside the playbooks (a checkout or ``$GPUNODE_CONTENT_DIR``)."""
+    return find_content().root / "images" / "training"
+
+
+def fetch_key(url: str) -> bytes:
+    """The repository key, fetched on this machine (the build never fetches it itself).
+
+    Raises:
+        ImageError: It cannot be fetched.
+    """
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            data: bytes = response.read()
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        raise ImageError(f"cannot fetch the repository key {url}: {err}") from err
+    return data
+
+
+def pip_source(recipe: Recipe) -> str:
+    """pip's source options: the index or none, find-links, and the plain-http hosts."""
+    parts = ["--index-url", recipe.pip_index_url] if recipe.pip_index_url else ["--no-index"]
+    if recipe.pip_find_links:
+        parts += ["--find-links", recipe.pip_find_links]
+    for url in (recipe.pip_index_url, recipe.pip_find_links):
+        # pip ignores plain-http sources unless their host is trusted by name; the hashes
+        # vouch for the files.
+        parsed = urlsplit(url or "")
+        if parsed.scheme == "http" and parsed.hostname:
+            parts += ["--trusted-host", parsed.hostname]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def render(recipe: Recipe, key: bytes | None = None, templates: Path | None = None) -> Context:
+    """The build context of a recipe.
+
+    Args:
+        recipe: The recipe.
+        key: The repository key's bytes (fetched from ``recipe.apt.key_url`` when None).
+        templates: Where the templates are (default ``images/training/``).
+
+    Raises:
+        ImageError: The template is missing or the key cannot be fetched.
+    """
+    folder = templates or template_dir()
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(folder)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    try:
+        template = env.get_template(TEMPLATE)
+    except jinja2.TemplateNotFound as err:
+        raise ImageError(f"the training image template {folder / TEMPLATE} is missing") from err
+    files: dict[str, tuple[bytes, int]] = {"node_runner.py": (runner_source(), 0o755)}
+    key_ext = "gpg"
+    if recipe.apt and recipe.apt_packages:
+        if key is None:
+            if not recipe.apt.key_url:
+                raise ImageError(
+                    "the image installs the stack's NCCL from the NVIDIA repository, but "
+                    "gpunode_nvidia_repo_key_url is not set"
+                )
+            key = fetch_key(recipe.apt.key_url)
+        # apt reads an armored key only from a file named .asc (apt-secure(8), signed-by).
+        key_ext = "asc" if key.lstrip().startswith(b"-----BEGIN PGP") else "gpg"
+        files[KEY_FILE] = (key, 0o644)
+    if recipe.python_lock:
+        files["requirements.txt"] = (
+            "".join(f"{line}\n" for line in recipe.python_lock).encode(),
+            0o644,
+        )
+    inputs = {
+        "recipe": recipe.to_dict(),
+        "template": (folder / TEMPLATE).read_text(),
+        "files": {n: hashlib.sha256(d).hexdigest() for n, (d, _m) in sorted(files.items())},
+    }
+    digest = "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+    labels = {
+        LABEL_STACK_ID: recipe.stack_id,
+        LABEL_SOURCE_DATE: str(recipe.source_date_epoch),
+        LABEL_INPUT_DIGEST: digest,
+        LABEL_VERSION: recipe.gpunode_version,
+        LABEL_CUDA: recipe.cuda,
+        LABEL_NCCL: recipe.nccl,
+    }
+    text = template.render(
+        r=recipe,
+        key_file=KEY_FILE,
+        key_ext=key_ext,
+        pip_source=pip_source(recipe),
+        runner_path=RUNNER_PATH,
+        labels=labels,
+    )
+    files["Dockerfile"] = (text.encode(), 0o644)
+    return Context(files=files, digest=digest)
