@@ -8,7 +8,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from toolkit.cli.options import json_option
+from toolkit.cli.options import engine_option, hooks_option, json_option, multi_node_option
 from toolkit.cli.output import emit_json, err_console, out_console, say
 from toolkit.errors import EXIT_FAILED, EXIT_OK, AcceptanceError, ConfigError
 
@@ -25,27 +25,9 @@ from toolkit.errors import EXIT_FAILED, EXIT_OK, AcceptanceError, ConfigError
 @click.option(
     "-l", "--limit", "limit", default=None, help="Only these hosts or groups (comma-separated)."
 )
-@click.option(
-    "--multi-node",
-    is_flag=True,
-    help="Also run a ring over each group's nodes and pairwise tests to find a slow node.",
-)
-@click.option(
-    "--hook",
-    "hooks",
-    multiple=True,
-    type=click.Choice(["slurm", "kubernetes"]),
-    help="Mark nodes in a scheduler after the verdict (repeatable).",
-)
-@click.option(
-    "--engine",
-    type=click.Choice(["image", "host"]),
-    default="image",
-    show_default=True,
-    help="image: the ranks run in the group's training image through the node's Docker "
-    "(built with `gpunode image build`, sent to nodes that lack it). host: the fallback for "
-    "nodes without a container runtime, a venv with torch from the hashed lock on the node.",
-)
+@multi_node_option
+@hooks_option
+@engine_option
 @click.option(
     "--runs-dir",
     type=click.Path(file_okay=False, path_type=Path),

@@ -15,24 +15,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from toolkit.cli.options import compose, inventory_option, json_option, limit_option, yes_option
-from toolkit.cli.output import emit_json, err_console, out_console, say
+from toolkit.cli.output import emit_json, err_console, live_display, out_console, say
 from toolkit.errors import EXIT_FAILED, EXIT_OK
 
 
 @click.group()
 def disks() -> None:
     """Plan and apply the data-disk layout safely."""
-
-
-def _display(as_json: bool) -> Any:
-    if as_json:
-        return None
-    from toolkit.ansible.progress import LiveProgress
-
-    def display(playbook: str, check_mode: bool) -> LiveProgress:
-        return LiveProgress(err_console, playbook, check_mode)
-
-    return display
 
 
 @disks.command("plan")
@@ -45,7 +34,7 @@ def plan_cmd(inventory: Path, limit: str | None, as_json: bool) -> None:
     """
     from toolkit.disks import flow
 
-    outcome = flow.plan(inventory, limit, _display(as_json))
+    outcome = flow.plan(inventory, limit, live_display(as_json))
     if as_json:
         emit_json(outcome.to_dict())
     else:
@@ -78,7 +67,7 @@ def apply_cmd(inventory: Path, limit: str | None, yes: bool, as_json: bool) -> N
         )
 
     outcome = flow.apply(
-        inventory, limit, confirm=None if yes else confirm, display=_display(as_json)
+        inventory, limit, confirm=None if yes else confirm, display=live_display(as_json)
     )
     if outcome.check:  # nothing was applied: refused, nothing to do, or declined
         if outcome.declined:

@@ -25,6 +25,27 @@ json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print exactly one JSON document on stdout."
 )
 yes_option = click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+multi_node_option = click.option(
+    "--multi-node",
+    is_flag=True,
+    help="Also run a ring over each group's nodes and pairwise tests to find a slow node.",
+)
+hooks_option = click.option(
+    "--hook",
+    "hooks",
+    multiple=True,
+    type=click.Choice(["slurm", "kubernetes"]),
+    help="Mark nodes in a scheduler after the verdict (repeatable).",
+)
+engine_option = click.option(
+    "--engine",
+    type=click.Choice(["image", "host"]),
+    default="image",
+    show_default=True,
+    help="image: the ranks run in the group's training image through the node's Docker "
+    "(sent to nodes that lack it). host: the fallback for nodes without a container runtime, "
+    "a venv with torch from the hashed lock on the node.",
+)
 
 
 def compose(*decorators: Callable[[F], F]) -> Callable[[F], F]:

@@ -23,3 +23,16 @@ def emit_json(document: Any) -> None:
 def say(message: str) -> None:
     """A message for people (stderr)."""
     err_console.print(message)
+
+
+def live_display(as_json: bool) -> Any:
+    """The playbook progress display for the runner, on stderr (None with --json: stdout stays
+    one JSON document and stderr quiet)."""
+    if as_json:
+        return None
+    from toolkit.ansible.progress import LiveProgress
+
+    def display(playbook: str, check: bool) -> LiveProgress:
+        return LiveProgress(err_console, playbook, check)
+
+    return display

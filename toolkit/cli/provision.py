@@ -3,8 +3,6 @@ compare pinned, installed and loaded versions (thin layers over toolkit.ansible)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ from rich.text import Text
 from toolkit.ansible.precheck import Precheck
 from toolkit.cli import run_context
 from toolkit.cli.options import inventory_option, json_option, limit_option
-from toolkit.cli.output import emit_json, err_console, out_console
+from toolkit.cli.output import emit_json, err_console, live_display, out_console
 from toolkit.errors import EXIT_FAILED, PlaybookError, ToolkitError
 
 tags_option = click.option(
@@ -26,20 +24,6 @@ tags_option = click.option(
     help="Only these parts (repeat or comma-separate): driver, cuda, nccl, fabric_manager, "
     "container_runtime.",
 )
-
-
-def _progress(as_json: bool) -> Any:
-    """The live display factory for the runner (none with --json: stdout stays pure data)."""
-    if as_json:
-        return None
-    from toolkit.ansible.progress import LiveProgress
-
-    @contextmanager
-    def display(playbook: str, check: bool) -> Iterator[LiveProgress]:
-        with LiveProgress(err_console, playbook, check=check) as live:
-            yield live
-
-    return display
 
 
 def _precheck(
@@ -112,7 +96,7 @@ def provision(
         tags=tag_list,
         check=check,
         diff=diff,
-        display=_progress(as_json),
+        display=live_display(as_json),
         verbosity=3 if run_context()["debug"] else 0,
         precheck=found,
     )
@@ -151,7 +135,7 @@ def drift(inventory: Path, limit: str | None, as_json: bool) -> None:
     from toolkit.provision import read_drift
 
     found = _precheck(inventory, limit, as_json)
-    outcome = read_drift(inventory, limit, display=_progress(as_json), precheck=found)
+    outcome = read_drift(inventory, limit, display=live_display(as_json), precheck=found)
     report = outcome.report
     if as_json:
         emit_json({**report, "run_id": outcome.result.run_id})

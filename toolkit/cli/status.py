@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from toolkit.cli.options import inventory_option, json_option, limit_option
-from toolkit.cli.output import emit_json, err_console, out_console
+from toolkit.cli.output import emit_json, live_display, out_console
 from toolkit.errors import EXIT_FAILED, ToolkitError
 
 _STYLE = {"ready": "green", "provisioned": "cyan", "new": "dim", "not-ready": "bold red"}
@@ -40,7 +40,7 @@ def status(inventory: Path, limit: str | None, as_json: bool) -> None:
     """
     from toolkit.status import fleet_status
 
-    nodes = fleet_status(inventory, limit, display=None if as_json else _display())
+    nodes = fleet_status(inventory, limit, display=live_display(as_json))
     if as_json:
         emit_json(
             {"nodes": {n.host: n.to_dict() for n in nodes}, "ready": all(n.ready for n in nodes)}
@@ -57,15 +57,6 @@ def status(inventory: Path, limit: str | None, as_json: bool) -> None:
     not_ready = sorted(n.host for n in nodes if not n.ready)
     if not_ready:
         raise ToolkitError(f"not ready: {', '.join(not_ready)}", EXIT_FAILED)
-
-
-def _display() -> Any:
-    from toolkit.ansible.progress import LiveProgress
-
-    def display(playbook: str, check: bool) -> LiveProgress:
-        return LiveProgress(err_console, playbook, check)
-
-    return display
 
 
 def _upstream(version: object) -> str:

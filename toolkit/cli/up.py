@@ -12,8 +12,17 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from toolkit.cli.options import compose, inventory_option, json_option, limit_option, yes_option
-from toolkit.cli.output import emit_json, err_console, out_console, say
+from toolkit.cli.options import (
+    compose,
+    engine_option,
+    hooks_option,
+    inventory_option,
+    json_option,
+    limit_option,
+    multi_node_option,
+    yes_option,
+)
+from toolkit.cli.output import emit_json, err_console, live_display, out_console, say
 from toolkit.errors import EXIT_FAILED, EXIT_OK
 
 _STATUS_STYLE = {"done": "green", "skipped": "dim", "failed": "bold red"}
@@ -31,22 +40,9 @@ Examples:
 """
 )
 @compose(inventory_option, limit_option, yes_option)
-@click.option("--multi-node", is_flag=True, help="Also run the all-reduce across nodes.")
-@click.option(
-    "--hook",
-    "hooks",
-    multiple=True,
-    type=click.Choice(["slurm", "kubernetes"]),
-    help="Mark nodes in a scheduler after the verdict (repeatable).",
-)
-@click.option(
-    "--engine",
-    type=click.Choice(["image", "host"]),
-    default="image",
-    show_default=True,
-    help="image: build each group's training image (unless current) and accept inside it. "
-    "host: accept without it (a venv on the node).",
-)
+@multi_node_option
+@hooks_option
+@engine_option
 @click.option(
     "--relock",
     is_flag=True,
@@ -85,7 +81,7 @@ def up(
             multi_node=multi_node,
             hooks=hooks,
             confirm_disks=None if yes else _confirm_disks,
-            display=_display(as_json),
+            display=live_display(as_json),
             relock=relock,
             engine=engine,
         ),
@@ -105,17 +101,6 @@ def up(
         if outcome.report:
             say(f"acceptance report: {outcome.report}")
     click.get_current_context().exit(EXIT_OK if outcome.all_ready else EXIT_FAILED)
-
-
-def _display(as_json: bool) -> Any:
-    if as_json:
-        return None
-    from toolkit.ansible.progress import LiveProgress
-
-    def display(playbook: str, check: bool) -> LiveProgress:
-        return LiveProgress(err_console, playbook, check)
-
-    return display
 
 
 def _confirm_disks(planned: Any) -> bool:

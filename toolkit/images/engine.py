@@ -7,7 +7,6 @@ two builds started at once wait for each other instead of building the same thin
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ import docker
 import docker.errors
 
 from toolkit.errors import ImageError
+from toolkit.filelock import file_lock
 
 LOCK_ENV = "GPUNODE_BUILD_LOCK"
 
@@ -57,14 +57,8 @@ def lock_path() -> Path:
 @contextlib.contextmanager
 def build_lock() -> Iterator[None]:
     """Hold the engine's build lock (a file lock shared by every gpunode process)."""
-    path = lock_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with file_lock(lock_path()):
+        yield
 
 
 def import_rootfs(rootfs: Path, tag: str, changes: Sequence[str]) -> None:

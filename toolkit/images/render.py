@@ -12,8 +12,6 @@ import io
 import json
 import shlex
 import tarfile
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -22,7 +20,7 @@ import jinja2
 
 from toolkit.acceptance.orchestrate import runner_source
 from toolkit.ansible.content import find_content
-from toolkit.errors import ImageError
+from toolkit.errors import ImageError, StackError
 from toolkit.images.recipe import (
     LABEL_CUDA,
     LABEL_INPUT_DIGEST,
@@ -33,6 +31,7 @@ from toolkit.images.recipe import (
     RUNNER_PATH,
     Recipe,
 )
+from toolkit.stack.aptindex import fetch_url
 
 TEMPLATE = "Dockerfile.j2"
 KEY_FILE = "nvidia-repo.key"
@@ -73,11 +72,9 @@ def fetch_key(url: str) -> bytes:
         ImageError: It cannot be fetched.
     """
     try:
-        with urllib.request.urlopen(url, timeout=60) as response:
-            data: bytes = response.read()
-    except (urllib.error.URLError, OSError, ValueError) as err:
-        raise ImageError(f"cannot fetch the repository key {url}: {err}") from err
-    return data
+        return fetch_url(url)
+    except StackError as err:
+        raise ImageError(f"cannot fetch the repository key: {err.message}") from err
 
 
 def pip_source(recipe: Recipe) -> str:

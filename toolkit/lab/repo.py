@@ -15,7 +15,6 @@ sources and the key, so a second build with nothing changed only compares one fi
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gzip
 import hashlib
 import json
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.errors import LabError
+from toolkit.filelock import file_lock
 from toolkit.lab import catalog
 
 # Bumped when the layout or build recipe changes in a way the digest would not see.
@@ -106,7 +106,7 @@ def build_repository(dest: Path) -> RepoInfo:
     """
     dest = dest.resolve()
     dest.mkdir(parents=True, exist_ok=True)
-    with _locked(dest / ".lock"):
+    with file_lock(dest / ".lock"):
         fingerprint = _ensure_key(dest / "key")
         digest = _digest(fingerprint)
         www = dest / "www"
@@ -165,16 +165,6 @@ def _tree_complete(www: Path) -> bool:
         for suite in _RELEASE_FIELDS
         for name in ("InRelease", "Release.gpg", "Packages")
     )
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _digest(fingerprint: str) -> str:
