@@ -362,10 +362,16 @@ def _container_check(info: dict[str, Any] | None, image: str) -> Check:
 
 
 def _expectation(plan: NodePlan) -> NodeExpectation:
+    from toolkit.stack.lock import LOCK_KEY, apply_lock, lock_state
     from toolkit.stack.resolve import resolve
 
     repo_vars = {k: v for k, v in plan.host.vars.items() if k.startswith("gpunode_")}
     resolved = resolve(plan.stack, plan.hardware, plan.os_id or "debian12", repo_vars=repo_vars)
+    # Provision installed exactly the group's locked versions: expect those (without a
+    # current lock the requirements stand, e.g. `550.127.05-*`, matched by revision).
+    lock = plan.host.vars.get(LOCK_KEY)
+    if isinstance(lock, dict) and lock_state(lock, resolved["stack_id"]) == "current":
+        resolved = apply_lock(resolved, lock)
     packages: dict[str, str] = {}
     for section in ("driver", "cuda", "nccl"):
         packages.update((resolved.get(section) or {}).get("packages") or {})

@@ -15,6 +15,7 @@ from typing import Any
 from toolkit import nodestate
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse_text
 from toolkit.acceptance.thresholds import AcceptanceSpec, BusbwFloor, critical_xids, format_size
+from toolkit.stack.aptindex import satisfies
 
 READY = "ready"
 NOT_READY = "not-ready"
@@ -326,7 +327,7 @@ def _version_checks(result: dict[str, Any], expect: NodeExpectation) -> list[Che
         bad = {
             name: packages.get(name)
             for name, want in expect.packages.items()
-            if packages.get(name) != want
+            if not satisfies(want, str(packages.get(name) or ""))
         }
         checks.append(
             Check(
