@@ -1,8 +1,8 @@
 """``gpunode up`` end to end on a lab of its own: three bare nodes, one of them faulty.
 
 The shared lab of conftest.py has been provisioned by the earlier modules; ``up`` is about
-bare nodes, so this module brings up its own 3-node lab (``$GPUNODE_TEST_LAB-up``, one data
-disk each) and removes it at the end. Everything goes through the real CLI (``python -m
+bare nodes, so this module brings up its own 3-node lab (``$GPUNODE_TEST_LAB-up``, one sparse
+4 GiB data disk each: Docker's storage, and so the ~1 GB training image, goes there) and removes it at the end. Everything goes through the real CLI (``python -m
 toolkit``), real SSH and real Ansible. In order:
 
 1. provision on a node whose declared data disk is not mounted stops in preflight, with
@@ -49,7 +49,7 @@ def up_lab(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
         name=LAB,
         nodes=3,
         disks=1,
-        disk_size=1024**3,
+        disk_size=4 * 1024**3,
         ca_bundle=lab_nodes.host_ca_bundle(),
     )
     inventory = tmp_path_factory.mktemp("up") / "inventory"

@@ -145,6 +145,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> EventCollector:
         inventory="localhost ansible_connection=local ansible_python_interpreter=auto_silent",
         envvars=ansible_env(find_content()),
         event_handler=collector.handle,
+        # Without a callback ansible-runner installs SIGINT/SIGTERM handlers for good, and
+        # the test process would then ignore both.
+        cancel_callback=lambda: False,
         quiet=True,
     )
     assert runner.rc == 0, runner.stdout.read()[-3000:]
