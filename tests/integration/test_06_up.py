@@ -2,8 +2,9 @@
 
 The shared lab of conftest.py has been provisioned by the earlier modules; ``up`` is about
 bare nodes, so this module brings up its own 3-node lab (``$GPUNODE_TEST_LAB-up``, one sparse
-4 GiB data disk each: Docker's storage, and so the ~1 GB training image, goes there) and removes it at the end. Everything goes through the real CLI (``python -m
-toolkit``), real SSH and real Ansible. In order:
+4 GiB data disk each: Docker's storage, and so the ~1 GB training image, goes there) and
+removes it at the end. Everything goes through the real CLI (``python -m toolkit``), real SSH
+and real Ansible. In order:
 
 1. provision on a node whose declared data disk is not mounted stops in preflight, with
    nothing installed;
