@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from toolkit import converge
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,8 +71,10 @@ def test_provision_maps_the_resolved_stack() -> None:
         "node_state_stack_id",
     ):
         assert "gpunode_stack" in mapping[name], name
-    roles = [r["role"] for r in load(REPO / "playbooks" / "provision.yml")[1]["roles"]]
+    tasks = load(REPO / "playbooks" / "provision.yml")[1]["tasks"]
+    roles = [t["ansible.builtin.include_role"]["name"] for t in tasks]
     assert roles == [
+        "node_state",
         "nvidia_driver",
         "cuda_toolkit",
         "nccl",
@@ -78,3 +82,9 @@ def test_provision_maps_the_resolved_stack() -> None:
         "container_runtime",
         "node_state",
     ]
+    # Each component's role runs only when the plan (toolkit/converge.py) says so.
+    planned = {t["ansible.builtin.include_role"]["name"]: t.get("when") for t in tasks[1:-1]}
+    assert planned == {
+        role: f"gpunode_plan.{component}.run"
+        for component, (role, *_) in converge.ROLES.items()
+    }

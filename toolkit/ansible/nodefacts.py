@@ -7,10 +7,13 @@ parsing lives here, so it is tested table by table without a node.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from functools import cmp_to_key
 from typing import Any
+
+from toolkit import converge
 
 # Distribution + major version as Ansible reports them -> NVIDIA's repository OS id.
 # Source: NVIDIA CUDA repository layout (developer.download.nvidia.com/compute/cuda/repos/).
@@ -136,6 +139,16 @@ def parse_dpkg_query(text: str) -> dict[str, str]:
         if len(status) >= 2 and status[1] == "i" and version:
             installed[name.split(":")[0]] = version
     return installed
+
+
+def parse_dpkg_held(text: str) -> set[str]:
+    """Held packages from ``dpkg-query -W`` with db:Status-Abbrev (desired state ``h``)."""
+    held = set()
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and parts[2].strip().startswith("h"):
+            held.add(parts[0].strip().split(":")[0])
+    return held
 
 
 def parse_holds(text: str) -> set[str]:
@@ -326,8 +339,10 @@ def drift_dicts(host: str, drifts: Iterable[Drift]) -> list[dict[str, str]]:
 
 
 # One round trip gathers every fact: each command's output between markers, with its exit
-# status ("missing" when the command is not installed).
-PROBE_SCRIPT = r"""
+# status ("missing" when the command is not installed). The last section reads the converge
+# stamps, the digests of the files they name and their services (toolkit.converge.PROBE).
+PROBE_SCRIPT = (
+    r"""
 section() {
   name=$1; shift
   echo "@@gpunode-begin $name"
@@ -348,6 +363,8 @@ section holds apt-mark showhold
 section kernel uname -r
 section mounts findmnt --raw --noheadings --output TARGET,SOURCE,FSTYPE
 """
+    + f"section converged python3 -c {shlex.quote(converge.PROBE)}\n"
+)
 
 _BEGIN = "@@gpunode-begin "
 _END = "@@gpunode-end "
@@ -417,9 +434,10 @@ def node_facts(
 
     dpkg_rc, dpkg_out = get("dpkg")
     all_installed = parse_dpkg_query(dpkg_out) if dpkg_rc == 0 else {}
+    converged = converge.parse_probe(*get("converged"))
     pinned = {
         package for packages in pinned_packages(resolved or {}).values() for package in packages
-    }
+    } | converge.stamped_packages(converged)
     installed = {
         name: version
         for name, version in all_installed.items()
@@ -448,6 +466,7 @@ def node_facts(
         "loaded_driver": asdict(loaded),
         "module_open": proc_open,
         "mounts": parse_findmnt(get("mounts")[1]) if get("mounts")[0] == 0 else {},
+        "converged": converged,
     }
     if resolved:
         report, drifts = compare(resolved, all_installed, held, loaded)
