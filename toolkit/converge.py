@@ -58,7 +58,7 @@ UP_TO_DATE = "up to date"
 PROBE = r"""
 import glob, hashlib, json, os, subprocess
 out = {}
-for path in sorted(glob.glob(os.path.join(%(dir)r, "*.json"))):
+for path in sorted(glob.glob(os.path.join(STAMP_DIR, "*.json"))):
     name = os.path.basename(path)[:-5]
     try:
         with open(path) as f:
@@ -77,9 +77,9 @@ for path in sorted(glob.glob(os.path.join(%(dir)r, "*.json"))):
             services[s] = {"enabled": e.stdout.strip(), "active": a.stdout.strip()}
         out[name] = {"stamp": stamp, "files": files, "services": services}
     except Exception as err:
-        out[name] = {"error": "%%s: %%s" %% (path, err)}
+        out[name] = {"error": "%s: %s" % (path, err)}
 print(json.dumps(out))
-""" % {"dir": STAMP_DIR}
+""".replace("STAMP_DIR", repr(STAMP_DIR))
 
 
 def stamped_packages(probe: Mapping[str, Any] | str | None) -> set[str]:
@@ -105,8 +105,10 @@ class Decision:
 
     def line(self) -> str:
         """``driver: up to date`` or ``cuda: runs (…)``, for the progress display."""
-        return f"{self.component}: {self.reason}" if not self.run else (
-            f"{self.component}: runs ({self.reason})"
+        return (
+            f"{self.component}: {self.reason}"
+            if not self.run
+            else (f"{self.component}: runs ({self.reason})")
         )
 
 

@@ -36,7 +36,7 @@ def write_stamp(stamp_dir: Path, stamp: dict[str, Any]) -> None:
 
 def probe(stamp_dir: Path) -> dict[str, Any] | str:
     """Run the node-side probe against ``stamp_dir`` and parse it as the facts action does."""
-    program = converge.PROBE.replace(repr(converge.STAMP_DIR), repr(str(stamp_dir)))
+    program = converge.PROBE.replace(repr(converge.STAMP_DIR), repr(str(stamp_dir)), 1)
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
     return converge.parse_probe(out.returncode, out.stdout)
 
@@ -94,9 +94,7 @@ def test_a_file_absent_when_stamped_must_stay_absent(tmp_path: Path) -> None:
     write_stamp(stamp_dir, converge.stamp("driver", INPUTS, {str(dropin): ""}, {}, []))
     assert not converge.decide("driver", INPUTS, probe(stamp_dir), NODE).run
     dropin.write_text("[Service]\n")
-    assert converge.decide("driver", INPUTS, probe(stamp_dir), NODE).reason == (
-        f"{dropin} changed"
-    )
+    assert converge.decide("driver", INPUTS, probe(stamp_dir), NODE).reason == (f"{dropin} changed")
 
 
 @pytest.mark.parametrize(
@@ -182,9 +180,7 @@ def test_inputs_digest_follows_values_content_and_controller_files(tmp_path: Pat
     bundle = tmp_path / "ca.pem"
     bundle.write_text("one")
     first = converge.inputs_digest("c", {"ca": converge.file_value(str(bundle))}, "0.1.0")
-    assert first == converge.inputs_digest(
-        "c", {"ca": converge.file_value(str(bundle))}, "0.1.0"
-    )
+    assert first == converge.inputs_digest("c", {"ca": converge.file_value(str(bundle))}, "0.1.0")
     bundle.write_text("two")  # same path, other certificates
     assert first != converge.inputs_digest("c", {"ca": converge.file_value(str(bundle))}, "0.1.0")
     assert first != converge.inputs_digest("d", {"ca": converge.file_value(str(bundle))}, "0.1.0")

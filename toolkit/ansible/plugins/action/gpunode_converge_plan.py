@@ -41,7 +41,7 @@ class ActionModule(ActionBase):
     """Plan the converge of one node."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset()
+    _VALID_ARGS: frozenset[str] = frozenset()
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         """Compute each component's inputs digest and decide from the node's facts."""
@@ -70,7 +70,7 @@ class ActionModule(ActionBase):
             return UNSET
         try:
             value = plain(self._templar.template(task_vars[head]))
-        except Exception:  # an undefined or failing template is an input too: never equal to a value
+        except Exception:  # an undefined or failing template: an input of its own
             return UNSET
         for key in rest:
             if not isinstance(value, dict) or key not in value:

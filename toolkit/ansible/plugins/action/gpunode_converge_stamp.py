@@ -85,12 +85,11 @@ class ActionModule(ActionBase):
             str(args.get("loaded_driver") or ""),
         )
         payload = base64.b64encode(json.dumps(stamp).encode()).decode()
-        command = " ".join(
-            shlex.quote(part) for part in ("python3", "-c", _WRITE, payload, path)
-        )
+        command = " ".join(shlex.quote(part) for part in ("python3", "-c", _WRITE, payload, path))
         out = self._low_level_execute_command(command, sudoable=True)
         if out.get("rc") != 0:
-            return _fail(result, f"could not write {path}: {out.get('stderr') or out.get('stdout')}")
+            detail = out.get("stderr") or out.get("stdout")
+            return _fail(result, f"could not write {path}: {detail}")
         result["msg"] = f"{path}: written"
         return result
 

@@ -1,9 +1,13 @@
-"""Action plugin ``gpunode_node_facts``: GPUs, Secure Boot, packages, holds, loaded driver.
+"""Action plugin ``gpunode_node_facts``: every fact a converge depends on, in one round trip.
 
-One shell round trip runs read-only probes on the node (so it also runs in check mode);
-the output is parsed on the controller by the pure functions of ``toolkit.ansible.nodefacts``.
-With the fact ``gpunode_stack`` set (preflight), it also compares pinned, installed and
-loaded versions: the fact ``gpunode_node.drift`` lists every difference.
+One shell round trip runs read-only probes on the node (so it also runs in check mode): OS
+and kernel (returned as Ansible's own ``ansible_distribution``, ``ansible_kernel``, ... so no
+``setup`` is needed), GPUs, Secure Boot, packages, holds, the loaded driver, mounts, the node
+state file and the converge stamps (``toolkit.converge``); the output is parsed on the
+controller by the pure functions of ``toolkit.ansible.nodefacts``. With a resolved stack
+(``stack``, or the fact ``gpunode_stack``) it also compares pinned, installed and loaded
+versions: ``gpunode_node.drift`` lists every difference (preflight, which reads the facts
+before it resolves the stack, adds that comparison with the ``gpunode_with_drift`` filter).
 """
 
 from __future__ import annotations
@@ -55,5 +59,7 @@ class ActionModule(ActionBase):
             if warnings:
                 result["warnings"] = warnings
         fact = str(self._task.args.get("fact") or "gpunode_node")
-        result["ansible_facts"] = {fact: facts}
+        # The OS facts the roles read (ansible_distribution, ansible_kernel, ...), so that no
+        # `setup` round trip is needed.
+        result["ansible_facts"] = {**facts["os"], fact: facts}
         return result
