@@ -213,7 +213,12 @@ def test_gpunode_node_facts_on_a_machine_without_gpus(run: EventCollector) -> No
 
 
 def test_node_facts_read_the_state_file_and_the_stamps(run: EventCollector) -> None:
-    node = run.facts["localhost"]["gpunode_node"]
+    facts = run.facts["localhost"]
+    node = facts["gpunode_node"]
+    # The OS facts, named as Ansible's setup names them (no setup round trip is needed).
+    assert facts["ansible_distribution"] == node["os"]["distribution"]
+    assert facts["ansible_kernel"] == node["kernel"] and facts["ansible_architecture"]
+    assert facts["ansible_distribution_major_version"]
     assert node["state"] == {"state": "new", "reason": []}  # no /etc/gpunode/state.json here
     assert node["converged"] == {}  # no converge stamps here
 

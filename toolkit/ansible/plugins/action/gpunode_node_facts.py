@@ -61,5 +61,6 @@ class ActionModule(ActionBase):
         fact = str(self._task.args.get("fact") or "gpunode_node")
         # The OS facts the roles read (ansible_distribution, ansible_kernel, ...), so that no
         # `setup` round trip is needed.
-        result["ansible_facts"] = {**facts["os"], fact: facts}
+        os_facts = {f"ansible_{name}": value for name, value in facts["os"].items()}
+        result["ansible_facts"] = {**os_facts, fact: facts}
         return result
