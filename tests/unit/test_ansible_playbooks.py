@@ -71,7 +71,7 @@ def test_provision_maps_the_resolved_stack() -> None:
         "node_state_stack_id",
     ):
         assert "gpunode_stack" in mapping[name], name
-    tasks = load(REPO / "playbooks" / "provision.yml")[1]["tasks"]
+    tasks = load(REPO / "playbooks" / "provision.yml")[0]["tasks"]
     roles = [t["ansible.builtin.include_role"]["name"] for t in tasks]
     assert roles == [
         "node_state",

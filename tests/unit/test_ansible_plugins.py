@@ -113,6 +113,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> EventCollector:
             "Plan the converge with one NCCL pin",
             [
                 {"name": "Probe for the plan", "gpunode_node_facts": {}},
+                {"name": "Compare later", "gpunode_node_facts": {"compare": True}},
+                {
+                    "name": "Keep the comparison",
+                    "ansible.builtin.set_fact": {"compared": "{{ gpunode_node.drift }}"},
+                },
                 {"name": "Plan", "gpunode_converge_plan": None},
                 {
                     "name": "Keep the plan",
@@ -221,6 +226,14 @@ def test_node_facts_read_the_state_file_and_the_stamps(run: EventCollector) -> N
     assert facts["ansible_distribution_major_version"]
     assert node["state"] == {"state": "new", "reason": []}  # no /etc/gpunode/state.json here
     assert node["converged"] == {}  # no converge stamps here
+
+
+def test_compare_adds_the_drift_to_the_facts_read_without_a_round_trip(
+    run: EventCollector,
+) -> None:
+    # The stack resolved in the first play: nothing of it is installed on this machine.
+    compared = run.facts["localhost"]["compared"]
+    assert {d["kind"] for d in compared} >= {"missing", "loaded"}
 
 
 def test_the_plan_runs_what_never_converged_and_follows_the_role_options(

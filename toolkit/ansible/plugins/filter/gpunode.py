@@ -17,20 +17,13 @@ from toolkit.ansible.nodefacts import (
     parse_madison,
     parse_rdepends,
     pick_versions,
-    with_drift,
 )
-from toolkit.ansible.values import plain
 from toolkit.stack.aptindex import key_fingerprints
 
 
 def gpunode_dpkg_installed(text: str) -> dict[str, str]:
     """Installed packages (name -> version) from gpunode's dpkg-query format."""
     return parse_dpkg_query(str(text))
-
-
-def gpunode_with_drift(node: Mapping[str, Any], resolved: Mapping[str, Any]) -> dict[str, Any]:
-    """Node facts (``gpunode_node``) with the comparison to the resolved stack added."""
-    return with_drift(plain(node), plain(resolved))
 
 
 def gpunode_dpkg_held(text: str) -> list[str]:
@@ -97,7 +90,6 @@ class FilterModule:
         return {
             "gpunode_dpkg_installed": gpunode_dpkg_installed,
             "gpunode_dpkg_held": gpunode_dpkg_held,
-            "gpunode_with_drift": gpunode_with_drift,
             "gpunode_madison": gpunode_madison,
             "gpunode_missing_pins": gpunode_missing_pins,
             "gpunode_family_changes": gpunode_family_changes,
