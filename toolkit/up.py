@@ -299,7 +299,7 @@ def _images(opts: UpOptions, nodes: dict[str, NodeUp], progress: Progress) -> di
     """
     from toolkit.errors import ToolkitError
     from toolkit.images.build import build_recipe, recipe_for
-    from toolkit.images.engine import docker_client
+    from toolkit.images.engine import docker_client, find_image
     from toolkit.images.recipe import LABEL_INPUT_DIGEST
     from toolkit.images.render import render
     from toolkit.inventory import load_inventory
@@ -316,11 +316,8 @@ def _images(opts: UpOptions, nodes: dict[str, NodeUp], progress: Progress) -> di
             recipe = recipe_for(opts.inventory, group)
             digest = render(recipe).digest
             client = docker_client()
-            try:
-                have = client.images.get(recipe.tag)
-                labels = have.labels or {}
-            except Exception:  # not built yet (docker's ImageNotFound) or unreadable
-                have, labels = None, {}
+            have = find_image(client, recipe.tag)
+            labels = (have.labels or {}) if have is not None else {}
             if have is not None and labels.get(LABEL_INPUT_DIGEST) == digest:
                 image_id, detail = str(have.id), f"{recipe.tag} is current"
             else:

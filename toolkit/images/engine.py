@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -35,15 +36,23 @@ def docker_client(timeout: int = 600) -> docker.DockerClient:
     return client
 
 
-def image_exists(client: docker.DockerClient, ref: str) -> bool:
-    """Whether the engine already has this image (tag or ID)."""
+def find_image(client: docker.DockerClient, ref: str) -> Any | None:
+    """The engine's image for this tag or ID, or None when it has none.
+
+    Raises:
+        ImageError: The engine could not be asked (anything but "no such image").
+    """
     try:
-        client.images.get(ref)
+        return client.images.get(ref)
     except docker.errors.ImageNotFound:
-        return False
+        return None
     except docker.errors.APIError as err:
         raise ImageError(f"cannot inspect image {ref}: {err}") from err
-    return True
+
+
+def image_exists(client: docker.DockerClient, ref: str) -> bool:
+    """Whether the engine already has this image (tag or ID)."""
+    return find_image(client, ref) is not None
 
 
 def lock_path() -> Path:
