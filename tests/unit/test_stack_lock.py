@@ -294,6 +294,7 @@ def _vars(key: Key, cuda: Path, ctk: Path) -> dict[str, Any]:
         "gpunode_nvidia_repo_key_fingerprint": key.fingerprint,
         "gpunode_container_toolkit_repo_url": f"{ctk.as_uri()}/",
         "gpunode_container_toolkit_repo_key_url": (ctk / "key.asc").as_uri(),
+        "gpunode_container_toolkit_repo_key_fingerprint": key.fingerprint,
     }
 
 

@@ -158,7 +158,7 @@ def test_repositories_default_to_nvidia_with_keyrings(os_id: str) -> None:
             "suite": "/",
             "keyring": "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg",
             "key_url": "https://nvidia.github.io/libnvidia-container/gpgkey",
-            "fingerprint": "",
+            "fingerprint": "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
         },
     ]
 
@@ -194,6 +194,13 @@ def test_key_urls_are_filled_and_checked_like_the_urls() -> None:
         resolve(*make(), "debian12", repo_vars={"gpunode_nvidia_repo_url": "ftp://x/"})
     with pytest.raises(ConfigError, match=r"gpunode_nvidia_repo_key_fingerprint: .*40-hex"):
         resolve(*make(), "debian12", repo_vars={"gpunode_nvidia_repo_key_fingerprint": "3bf863cc"})
+
+
+def test_both_nvidia_keys_are_pinned_by_default() -> None:
+    cuda, toolkit = resolve(*make(), "ubuntu2204")["repositories"]
+    assert cuda["fingerprint"] == "EB693B3035CD5710E231E123A4B469963BF863CC"
+    assert toolkit["key_url"] == "https://nvidia.github.io/libnvidia-container/gpgkey"
+    assert toolkit["fingerprint"] == "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
 
 
 def test_unknown_os_and_arch_are_errors() -> None:
