@@ -34,7 +34,7 @@ from toolkit.acceptance.node_runner import DEFAULT_CONTAINER_OPTIONS, container_
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective, parse_size, sweep_sizes
 from toolkit.acceptance.verdict import Check, NodeExpectation, Verdict, judge, normalise_allreduce
 from toolkit.errors import AcceptanceError, ConfigError, RemoteError
-from toolkit.inventory import Host, Inventory, load_inventory
+from toolkit.inventory import Host, Inventory, load_inventory, name_path
 from toolkit.remote import Node, open_node, parallel
 from toolkit.report import write_reports
 from toolkit.report.prometheus import TEXTFILE_PATH, render_textfile
@@ -721,6 +721,6 @@ def _record(run: AcceptanceRun) -> None:
     write_reports(summary, run.run_dir)
     for plan in run.plans:
         if plan.result is not None:
-            (run.run_dir / "nodes" / f"{plan.host.name}.result.json").write_text(
+            name_path(run.run_dir / "nodes", plan.host.name, ".result.json").write_text(
                 json.dumps(plan.result, indent=1, sort_keys=True) + "\n"
             )
