@@ -73,7 +73,8 @@ _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}\Z")  # a data type or reduct
 _FLOAT_RE = re.compile(r"[0-9]{1,20}(?:\.[0-9]{0,20})?(?:[eE][-+]?[0-9]{1,3})?\Z")
 # `#wrong` is a count printed with %g: digits, or 1.04858e+06 for large counts.
 _WRONG_RE = re.compile(r"(?:[0-9]{1,20}|[0-9](?:\.[0-9]{1,6})?e\+[0-9]{2,3})\Z")
-# A line that starts like a number starts like a row: inside a table it must be one.
+# A line that starts like a number, or is mostly numbers, is a row: inside a table it must
+# parse (a row whose first column is garbled is still a row).
 _ROWLIKE_RE = re.compile(r"[-+.]?[0-9]")
 _NCCL_LOG_RE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b")
 # nccl-tests' own failure lines (common.h: "Test NCCL failure", "Test CUDA failure", ...).
@@ -417,6 +418,7 @@ def _parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRe
     ngpus: int | None = None
     validation_on: bool | None = None
     in_table = False  # between a column header (or first row) and its footer
+    shape: int | None = None  # the column count of the table's rows: all rows have it
     footer: set[str] = set()  # footer lines seen since the last row
     for number, raw, cut in lines:
         body = strip_prefix(raw).strip()
@@ -450,7 +452,7 @@ def _parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRe
                     status = (value["status"] or "OK").strip()
                     footer_failed = footer_failed or oob > 0 or status != "OK"
                 footer.add("oob")
-                in_table = False
+                in_table, shape = False, None
             elif m := _AVG_RE.match(body):
                 tokens = m["rest"].split()
                 bw = _number(tokens[0]) if tokens else None
@@ -462,11 +464,11 @@ def _parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRe
                     # `-G`/NCCL_TESTS_MIN_BW adds OK/FAILED to this line.
                     footer_failed = footer_failed or (len(tokens) == 2 and tokens[1] != "OK")
                 footer.add("avg")
-                in_table = False
+                in_table, shape = False, None
             elif m := _HEADER_COLS_RE.match(body):
                 rest = m["rest"].split()
                 layout = "current" if rest and rest[0] == "root" else "legacy"
-                in_table = True
+                in_table, shape = True, None
             elif m := _TESTS_VERSION_RE.match(body):
                 tests_version = clip(m["v"])
                 nccl_version = nccl_version or _version_from_code(int(m["lib"]))
@@ -484,11 +486,18 @@ def _parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRe
             continue
         if _NCCL_LOG_RE.search(body):
             continue
-        if not _ROWLIKE_RE.match(body):
-            continue  # another tool's line, an elided `...`
         tokens = body.split()
-        row, reason = (None, "line too long") if cut else _parse_row(tokens, layout)
+        if not _ROWLIKE_RE.match(body) and not _mostly_numbers(tokens):
+            continue  # another tool's line, an elided `...`
+        if cut:
+            row, reason = None, "line too long"
+        elif shape is not None and len(tokens) != shape:
+            # A row cut short can look like a shorter layout (13 -> 9 columns).
+            row, reason = None, f"{len(tokens)} columns where this table's rows have {shape}"
+        else:
+            row, reason = _parse_row(tokens, layout)
         if row is not None:
+            shape = len(tokens)
             table.add(row)
             in_table = True
             footer.clear()
@@ -527,6 +536,12 @@ def _parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRe
         problems=problems.result(),
         complete=complete,
     )
+
+
+def _mostly_numbers(tokens: list[str]) -> bool:
+    if len(tokens) < 5:
+        return False
+    return 2 * sum(1 for t in tokens if _ROWLIKE_RE.match(t)) >= len(tokens)
 
 
 def _parse_row(tokens: list[str], layout: str | None) -> tuple[Row | None, str]:

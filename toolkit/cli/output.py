@@ -15,7 +15,7 @@ out_console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
 
-_emitted = False  # whether this process already wrote its one JSON document
+_emitted = False  # whether the running command already wrote its one JSON document
 
 
 def emit_json(document: Any) -> None:
@@ -31,9 +31,10 @@ def emit_json(document: Any) -> None:
     _emitted = True
 
 
-def json_emitted() -> bool:
-    """Whether :func:`emit_json` has written this process's document."""
-    return _emitted
+def start_command() -> None:
+    """A command starts: it has written no JSON document yet (the boundary calls this)."""
+    global _emitted
+    _emitted = False
 
 
 def _strict(value: Any) -> Any:
