@@ -33,7 +33,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, BinaryIO, TypeGuard
 
@@ -72,7 +72,16 @@ _ROOT_RE = re.compile(r"-?[0-9]{1,10}\Z")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}\Z")  # a data type or reduction
 _FLOAT_RE = re.compile(r"[0-9]{1,20}(?:\.[0-9]{0,20})?(?:[eE][-+]?[0-9]{1,3})?\Z")
 # `#wrong` is a count printed with %g: digits, or 1.04858e+06 for large counts.
-_WRONG_RE = re.compile(r"(?:[0-9]{1,20}|[0-9](?:\.[0-9]{1,6})?e\+[0-9]{2,3})\Z")
+_WRONG_RE = re.compile(r"(?:[0-9]{1,20}|[0-9](?:\.[0-9]{1,6})?e\+[0-9]{2})\Z")
+# The common row, current layout, in one match (the per-column path below explains refusals).
+_NUM = r"([0-9]{1,20}(?:\.[0-9]{0,20})?(?:[eE][-+]?[0-9]{1,2})?)"  # finite by its length
+_WRONG = r"([0-9]{1,20}|N/A|[0-9](?:\.[0-9]{1,6})?e\+[0-9]{2})"
+_ROW_RE = re.compile(
+    r"([0-9]{1,20})\s+([0-9]{1,20})\s+([A-Za-z_][A-Za-z0-9_]{0,31})\s+"
+    r"([A-Za-z_][A-Za-z0-9_]{0,31})\s+(-?[0-9]{1,10})"
+    + rf"\s+{_NUM}\s+{_NUM}\s+{_NUM}\s+{_WRONG}"
+    * 2
+)
 # A line that starts like a number, or is mostly numbers, is a row: inside a table it must
 # parse (a row whose first column is garbled is still a row).
 _ROWLIKE_RE = re.compile(r"[-+.]?[0-9]")
@@ -360,49 +369,75 @@ class _Problems:
         return (*self.listed, f"... and {more} more problems") if more else tuple(self.listed)
 
 
+_Key = tuple[int, int, str, str, "int | None"]
+# A placement while rows merge: [time_us, algbw, busbw, wrong, error], updated in place.
+_Acc = list[Any]
+
+
 class _Rows:
-    """The rows of a capture in first-seen order; a row measured again merges into its first."""
+    """The rows of a capture in first-seen order; a row measured again (``-N`` cycles) merges
+    into its first, keeping the worst of the runs: the slowest time, the lowest bandwidths and
+    the wrong counts summed."""
 
     def __init__(self, problems: _Problems) -> None:
-        self.rows: list[Row] = []
-        self._index: dict[tuple[int, int, str, str, int | None], int] = {}
+        self._rows: dict[_Key, list[_Acc | None]] = {}
         self._problems = problems
         self._full = False
 
     def add(self, row: Row) -> None:
-        key = (row.size_bytes, row.count, row.dtype, row.redop, row.root)
-        index = self._index.get(key)
-        if index is not None:
-            self.rows[index] = _merge_rows(self.rows[index], row)
-        elif len(self.rows) < MAX_ROWS:
-            self._index[key] = len(self.rows)
-            self.rows.append(row)
-        elif not self._full:
-            self._full = True
-            self._problems.add(f"more than {MAX_ROWS} distinct rows: not one sweep; rest unread")
+        self.add_values(
+            (row.size_bytes, row.count, row.dtype, row.redop, row.root),
+            _acc(row.out_of_place),
+            _acc(row.in_place),
+        )
+
+    def add_values(self, key: _Key, oop: _Acc | None, inp: _Acc | None) -> None:
+        entry = self._rows.get(key)
+        if entry is None:
+            if len(self._rows) < MAX_ROWS:
+                self._rows[key] = [oop, inp]
+            elif not self._full:
+                self._full = True
+                self._problems.add(
+                    f"more than {MAX_ROWS} distinct rows: not one sweep; the rest is unread"
+                )
+            return
+        for index, again in enumerate((oop, inp)):
+            first = entry[index]
+            if first is None or again is None:
+                entry[index] = first or again
+                continue
+            # Plain comparisons: this runs for nearly every line of a long capture.
+            if again[0] > first[0]:
+                first[0] = again[0]
+            if again[1] < first[1]:
+                first[1] = again[1]
+            if again[2] < first[2]:
+                first[2] = again[2]
+            if again[3]:
+                first[3] = (first[3] or 0) + again[3]
+            elif first[3] is None:
+                first[3] = again[3]
+            if again[4] is not None and (first[4] is None or again[4] > first[4]):
+                first[4] = again[4]
+
+    @property
+    def rows(self) -> list[Row]:
+        return [
+            Row(*key, out_of_place=_placement_of(oop), in_place=_placement_of(inp))
+            for key, (oop, inp) in self._rows.items()
+        ]
 
 
-def _merge_rows(first: Row, again: Row) -> Row:
-    # The same size measured more than once (`-N` cycles): judge the worst of the runs.
-    return replace(
-        first,
-        out_of_place=_merge_placements(first.out_of_place, again.out_of_place),
-        in_place=_merge_placements(first.in_place, again.in_place),
-    )
+def _acc(placement: Placement | None) -> _Acc | None:
+    if placement is None:
+        return None
+    p = placement
+    return [p.time_us, p.algbw_gbps, p.busbw_gbps, p.wrong, p.error]
 
 
-def _merge_placements(a: Placement | None, b: Placement | None) -> Placement | None:
-    if a is None or b is None:
-        return a or b
-    wrong = None if a.wrong is None and b.wrong is None else (a.wrong or 0) + (b.wrong or 0)
-    errors = [e for e in (a.error, b.error) if e is not None]
-    return Placement(
-        time_us=max(a.time_us, b.time_us),
-        algbw_gbps=min(a.algbw_gbps, b.algbw_gbps),
-        busbw_gbps=min(a.busbw_gbps, b.busbw_gbps),
-        wrong=wrong,
-        error=max(errors) if errors else None,
-    )
+def _placement_of(acc: _Acc | None) -> Placement | None:
+    return None if acc is None else Placement(*acc)
 
 
 def _parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsResult:
@@ -423,6 +458,18 @@ def _parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRe
     for number, raw, cut in lines:
         body = strip_prefix(raw).strip()
         if not body:
+            continue
+        fast = not cut and shape in (None, 13) and layout != "legacy"
+        if fast and (m := _ROW_RE.fullmatch(body)):
+            # The fast path: most lines of a long capture are rows like this.
+            g = m.groups()
+            key = (int(g[0]), int(g[1]), g[2], g[3], int(g[4]))
+            oop = [float(g[5]), float(g[6]), float(g[7]), _fast_wrong(g[8]), None]
+            inp = [float(g[9]), float(g[10]), float(g[11]), _fast_wrong(g[12]), None]
+            table.add_values(key, oop, inp)
+            in_table, shape = True, 13
+            layout = layout or "current"
+            footer.clear()
             continue
         if body[0] == "#":
             # A header or footer line; the body keeps its leading "#".
@@ -608,6 +655,10 @@ def _number(token: str) -> float | None:
         return None
     value = float(token)
     return value if math.isfinite(value) else None
+
+
+def _fast_wrong(token: str) -> int | None:
+    return None if token == "N/A" else int(token) if token.isdigit() else round(float(token))
 
 
 def _wrong(token: str) -> int | None:
