@@ -35,3 +35,17 @@ def pytest_runtest_makereport(
     if not any(allowed in reason for allowed in CI_ALLOWED_SKIPS):
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where nothing may be missing: {reason}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Generator[None, None, None]:
+    """Tests never write into the checkout's state (``.gpunode/``): every run they record,
+    through the CLI or the Python API, goes to a state directory of the session's own (a
+    test may still point ``GPUNODE_STATE_DIR`` elsewhere)."""
+    before = os.environ.get("GPUNODE_STATE_DIR")
+    os.environ["GPUNODE_STATE_DIR"] = str(tmp_path_factory.mktemp("gpunode-state"))
+    yield
+    if before is None:
+        os.environ.pop("GPUNODE_STATE_DIR", None)
+    else:
+        os.environ["GPUNODE_STATE_DIR"] = before

@@ -32,6 +32,20 @@ class ProvisionOutcome:
         """Every targeted node converged."""
         return self.result.ok
 
+    def plan(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Per node, each component's decision (``run`` and ``reason``) as the run planned it
+        (:mod:`toolkit.converge`); a node the run never planned is left out."""
+        plans: dict[str, dict[str, dict[str, Any]]] = {}
+        for host in sorted(self.result.facts):
+            fact = self.result.host_facts(host, "gpunode_plan")
+            if isinstance(fact, dict):
+                plans[host] = {
+                    name: {"run": bool(d.get("run")), "reason": str(d.get("reason"))}
+                    for name, d in fact.items()
+                    if isinstance(d, dict)
+                }
+        return plans
+
     def failed(self) -> dict[str, str]:
         """Per failed or unreachable node: the first failure's message."""
         out: dict[str, str] = {}

@@ -237,11 +237,57 @@ def test_first_provision_installs_exact_versions(lab: Any, inv: Path, state_dir:
         assert "signed-by=/etc/apt/keyrings/gpunode-" in sources and "trusted" not in sources
 
 
+COMPONENTS = ("driver", "cuda", "nccl", "fabric_manager", "container_runtime")
+UP_TO_DATE = {"run": False, "reason": "up to date"}
+
+
 def test_second_run_and_check_change_nothing(lab: Any, inv: Path, state_dir: Path) -> None:
     again = provision(state_dir, inv)
     assert {h: c["changed"] for h, c in again["hosts"].items()} == {n.name: 0 for n in lab.nodes}
+    # Every role is skipped whole: the facts read first show each component intact.
+    everything_up_to_date = {n.name: {c: UP_TO_DATE for c in COMPONENTS} for n in lab.nodes}
+    assert again["plan"] == everything_up_to_date
     check = provision(state_dir, inv, "--check")
     assert {h: c["changed"] for h, c in check["hosts"].items()} == {n.name: 0 for n in lab.nodes}
+    assert check["plan"] == everything_up_to_date
+
+
+def test_each_kind_of_changed_fact_runs_its_component_and_is_restored(
+    lab: Any, inv: Path, state_dir: Path
+) -> None:
+    node, other = lab.nodes[0].name, lab.nodes[1].name
+    pref = "/etc/apt/preferences.d/gpunode-nccl.pref"
+    pref_before = lab.ssh(node, f"cat {pref}").stdout
+    lab.ssh(node, f"echo '# a local edit' >> {pref}")  # a managed file's content
+    lab.ssh(node, "apt-mark unhold cuda-toolkit-12-4")  # a hold removed
+    lab.ssh(node, "systemctl disable --now docker.socket docker")  # a service disabled
+    # A fact that cannot be read never takes the fast path.
+    lab.ssh(node, "echo '{not json' > /var/lib/gpunode/converged/fabric_manager.json")
+
+    check = provision(state_dir, inv, "--check")
+    plan = check["plan"]
+    assert plan[other] == {c: UP_TO_DATE for c in COMPONENTS}
+    assert plan[node]["driver"] == UP_TO_DATE
+    assert plan[node]["nccl"] == {"run": True, "reason": f"{pref} changed"}
+    assert plan[node]["cuda"] == {"run": True, "reason": "cuda-toolkit-12-4 is not held"}
+    assert plan[node]["container_runtime"] == {
+        "run": True,
+        "reason": "service docker is disabled, inactive",
+    }
+    assert plan[node]["fabric_manager"]["run"]
+    assert plan[node]["fabric_manager"]["reason"].startswith("facts unreadable: ")
+    assert "cuda-toolkit-12-4" not in holds(lab, node)  # check mode restored nothing
+
+    result = provision(state_dir, inv)
+    assert result["plan"] == plan
+    assert result["hosts"][other]["changed"] == 0
+    assert lab.ssh(node, f"cat {pref}").stdout == pref_before
+    assert "cuda-toolkit-12-4" in holds(lab, node)
+    for query in ("is-enabled", "is-active"):
+        assert lab.ssh(node, f"systemctl {query} docker").stdout.strip() in ("enabled", "active")
+    assert_converged(lab, inv)
+    again = provision(state_dir, inv)
+    assert again["plan"] == {n.name: {c: UP_TO_DATE for c in COMPONENTS} for n in lab.nodes}
 
 
 def test_unattended_upgrade_is_drift_and_provision_restores_it(
@@ -273,7 +319,12 @@ def test_unattended_upgrade_is_drift_and_provision_restores_it(
     assert any(UPGRADE_DRIVER in r for r in node_state(lab, upgraded)["reason"])
     assert node_state(lab, other)["state"] == "ready"
 
-    provision(state_dir, inv)
+    restored = provision(state_dir, inv)
+    # An upgraded package is a fact the plan reads: only the driver runs, on that node only.
+    driver_plan = restored["plan"][upgraded]["driver"]
+    assert driver_plan["run"] and f"installed {UPGRADE_DRIVER}-1, pinned" in driver_plan["reason"]
+    assert restored["plan"][upgraded]["cuda"] == UP_TO_DATE
+    assert restored["plan"][other]["driver"] == UP_TO_DATE
     assert gpunode(state_dir, "drift", "-i", str(inv)).returncode == 0
     assert_converged(lab, inv)
     status = json.loads(gpunode(state_dir, "status", "-i", str(inv), "--json").stdout)

@@ -1,7 +1,7 @@
-"""``gpunode up`` end to end on a lab of its own: three bare nodes, one of them faulty.
+"""``gpunode up`` end to end on a lab of its own: two bare nodes, one of them faulty.
 
 The shared lab of conftest.py has been provisioned by the earlier modules; ``up`` is about
-bare nodes, so this module brings up its own 3-node lab (``$GPUNODE_TEST_LAB-up``, one sparse
+bare nodes, so this module brings up its own 2-node lab (``$GPUNODE_TEST_LAB-up``, one sparse
 4 GiB data disk each: Docker's storage, and so the ~1 GB training image, goes there) and
 removes it at the end. Everything goes through the real CLI (``python -m toolkit``), real SSH
 and real Ansible. In order:
@@ -10,8 +10,8 @@ and real Ansible. In order:
    nothing installed;
 2. ``up`` interrupted by SIGINT and then by SIGTERM while it provisions exits 130 and leaves
    the node not ready;
-3. ``up`` over the three nodes (node 2 with uncorrectable ECC errors) leaves nodes 1 and 3
-   ready and node 2 not-ready with the fault as its reason; ``status --json`` agrees;
+3. ``up`` over both nodes (node 2 with uncorrectable ECC errors) leaves node 1 ready and
+   node 2 not-ready with the fault as its reason; ``status --json`` agrees;
 4. a second ``up`` changes nothing: every stage of the ready nodes is skipped; its time is
    printed as a ratio of the first.
 """
@@ -43,12 +43,12 @@ TIMES: dict[str, float] = {}
 
 @pytest.fixture(scope="module")
 def up_lab(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A fresh 3-node lab (the shared ``lab`` fixture only makes sure Docker is there)."""
+    """A fresh 2-node lab (the shared ``lab`` fixture only makes sure Docker is there)."""
     if lab_core.lab_state.load(LAB) is not None:
         lab_core.down(LAB)
     spec = build_spec(
         name=LAB,
-        nodes=3,
+        nodes=2,
         disks=1,
         disk_size=4 * 1024**3,
         ca_bundle=lab_nodes.host_ca_bundle(),
@@ -92,7 +92,7 @@ def node_state(node: str) -> dict[str, Any]:
 
 
 def test_provision_refuses_an_unmounted_data_disk_before_installing(up_lab: dict[str, Any]) -> None:
-    node = up_lab["names"][2]
+    node = up_lab["names"][1]
     proc = gpunode(up_lab, "provision", "-i", str(up_lab["inventory"]), "--limit", node)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "nothing is mounted there; nothing was installed" in proc.stderr
@@ -152,7 +152,7 @@ def test_interrupted_up_exits_130_and_leaves_the_node_not_ready(
 
 
 def test_up_makes_healthy_nodes_ready_and_names_the_fault(up_lab: dict[str, Any]) -> None:
-    first, faulty, third = up_lab["names"]
+    first, faulty = up_lab["names"]
     lab_core.set_faults(LAB, faulty, ["ecc"])
     start = time.monotonic()
     proc = gpunode(up_lab, "up", "-i", str(up_lab["inventory"]), "--yes", "--json")
@@ -160,43 +160,37 @@ def test_up_makes_healthy_nodes_ready_and_names_the_fault(up_lab: dict[str, Any]
     assert proc.returncode == 1, proc.stderr[-4000:]
     outcome = json.loads(proc.stdout)
     nodes = outcome["nodes"]
-    assert nodes[first]["ready"] and nodes[third]["ready"], json.dumps(nodes, indent=1)[-4000:]
+    assert nodes[first]["ready"], json.dumps(nodes, indent=1)[-4000:]
     assert not nodes[faulty]["ready"]
     assert nodes[faulty]["failed_stage"] == "accept"
     assert any("ecc" in reason.lower() for reason in nodes[faulty]["reason"]), nodes[faulty]
-    for host in (first, third):
-        assert nodes[host]["stages"]["provision"]["status"] == "done"
-        assert node_state(host)["state"] == "ready"
+    assert nodes[first]["stages"]["provision"]["status"] == "done"
+    assert node_state(first)["state"] == "ready"
     assert node_state(faulty)["state"] == "not-ready"
     status = gpunode(up_lab, "status", "-i", str(up_lab["inventory"]), "--json")
     assert status.returncode == 1
     states = json.loads(status.stdout)["nodes"]
-    assert {h: s["state"] for h, s in states.items()} == {
-        first: "ready",
-        faulty: "not-ready",
-        third: "ready",
-    }
+    assert {h: s["state"] for h, s in states.items()} == {first: "ready", faulty: "not-ready"}
     assert Path(outcome["run_dir"], "up.json").is_file()
 
 
 def test_second_up_changes_nothing(up_lab: dict[str, Any]) -> None:
-    first, faulty, third = up_lab["names"]
+    first, faulty = up_lab["names"]
     start = time.monotonic()
     proc = gpunode(up_lab, "up", "-i", str(up_lab["inventory"]), "--yes", "--json")
     TIMES["second"] = time.monotonic() - start
     assert proc.returncode == 1, proc.stderr[-4000:]
     nodes = json.loads(proc.stdout)["nodes"]
-    for host in (first, third):
-        assert nodes[host]["ready"]
-        assert {s["status"] for s in nodes[host]["stages"].values()} == {"done", "skipped"}
-        assert all(
-            nodes[host]["stages"][stage]["status"] == "skipped"
-            for stage in ("disks", "provision", "accept")
-        )
+    assert nodes[first]["ready"]
+    assert {s["status"] for s in nodes[first]["stages"].values()} == {"done", "skipped"}
+    assert all(
+        nodes[first]["stages"][stage]["status"] == "skipped"
+        for stage in ("disks", "provision", "accept")
+    )
     assert nodes[faulty]["stages"]["provision"]["status"] == "skipped"
     assert not nodes[faulty]["ready"]
     ratio = TIMES["second"] / TIMES["first"]
     print(
-        f"\nup on 3 nodes: first {TIMES['first']:.1f}s, second {TIMES['second']:.1f}s "
+        f"\nup on 2 nodes: first {TIMES['first']:.1f}s, second {TIMES['second']:.1f}s "
         f"(second/first {ratio:.2f})"
     )

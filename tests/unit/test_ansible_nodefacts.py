@@ -507,3 +507,71 @@ def test_pick_versions_of_upstream_requirements(
     offered = {"docker.io": ["28.2.2-0ubuntu1~22.04.1", "27.5.1-0ubuntu3~22.04.3",
                              "27.5.1-0ubuntu3~22.04.2"]}  # fmt: skip
     assert nf.pick_versions(pins, offered) == expected
+
+
+# /etc/os-release and /etc/debian_version as the distributions ship them (Debian 12's
+# base-files 12.4+deb12u7, Ubuntu 22.04's and 24.04's base-files; see os-release(5)).
+DEBIAN_12 = """PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"
+NAME="Debian GNU/Linux"
+VERSION_ID="12"
+VERSION="12 (bookworm)"
+VERSION_CODENAME=bookworm
+ID=debian
+HOME_URL="https://www.debian.org/"
+"""
+UBUNTU_2204 = """PRETTY_NAME="Ubuntu 22.04.5 LTS"
+NAME="Ubuntu"
+VERSION_ID="22.04"
+VERSION="22.04.5 LTS (Jammy Jellyfish)"
+VERSION_CODENAME=jammy
+ID=ubuntu
+ID_LIKE=debian
+UBUNTU_CODENAME=jammy
+"""
+UBUNTU_2404 = UBUNTU_2204.replace("22.04.5 LTS", "24.04.1 LTS").replace('"22.04"', '"24.04"')
+
+
+@pytest.mark.parametrize(
+    ("os_release", "debian_version", "expected", "target"),
+    [
+        (DEBIAN_12, "12.7\n", ("Debian", "12.7", "12"), "debian12"),
+        (UBUNTU_2204, "bookworm/sid\n", ("Ubuntu", "22.04", "22"), "ubuntu2204"),
+        (UBUNTU_2404, "trixie/sid\n", ("Ubuntu", "24.04", "24"), "ubuntu2404"),
+    ],
+)
+def test_os_facts_are_named_as_ansible_setup_names_them(
+    os_release: str, debian_version: str, expected: tuple[str, str, str], target: str
+) -> None:
+    facts = nf.os_facts(os_release, debian_version, "6.1.0-26-amd64\n", "x86_64\n")
+    got = (facts["distribution"], facts["distribution_version"])
+    assert (*got, facts["distribution_major_version"]) == expected
+    assert facts["kernel"] == "6.1.0-26-amd64" and facts["architecture"] == "x86_64"
+    assert nf.os_id(facts["distribution"], facts["distribution_version"]) == target
+
+
+def test_os_facts_of_an_unsupported_os_name_it() -> None:
+    rocky = 'NAME="Rocky Linux"\nID="rocky"\nVERSION_ID="9.4"\n'
+    facts = nf.os_facts(rocky, "", "5.14.0", "x86_64")
+    assert facts["distribution"] == "Rocky Linux"
+    with pytest.raises(nf.UnsupportedOS, match=r"Rocky Linux 9\.4"):
+        nf.os_id(facts["distribution"], facts["distribution_version"])
+
+
+def test_drift_added_after_the_facts_is_the_drift_read_with_them() -> None:
+    sections = {
+        "dpkg": (0, "nvidia-utils-550\t550.90.07-1\tii \n"),
+        "holds": (0, ""),
+        "smi_driver": (0, "550.127.05\n"),
+        "kernel": (0, "6.1.0-26-amd64\n"),
+        "os_release": (0, DEBIAN_12),
+        "debian_version": (0, "12.7\n"),
+        "machine": (0, "x86_64\n"),
+    }
+    resolved = {
+        "stack_id": "x",
+        "driver": {"version": "550.127.05", "packages": {"nvidia-utils-550": "550.127.05-1"}},
+    }
+    late = nf.with_drift(nf.node_facts(sections, None), resolved)
+    assert late == nf.node_facts(sections, resolved)
+    assert [d["kind"] for d in late["drift"]] == ["version"]
+    assert late["os"]["distribution_version"] == "12.7"

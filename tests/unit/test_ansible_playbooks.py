@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
+from toolkit import converge
+
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = sorted((REPO / "playbooks").glob("*.yml"))
 
@@ -69,8 +71,10 @@ def test_provision_maps_the_resolved_stack() -> None:
         "node_state_stack_id",
     ):
         assert "gpunode_stack" in mapping[name], name
-    roles = [r["role"] for r in load(REPO / "playbooks" / "provision.yml")[1]["roles"]]
+    tasks = load(REPO / "playbooks" / "provision.yml")[0]["tasks"]
+    roles = [t["ansible.builtin.include_role"]["name"] for t in tasks]
     assert roles == [
+        "node_state",
         "nvidia_driver",
         "cuda_toolkit",
         "nccl",
@@ -78,3 +82,18 @@ def test_provision_maps_the_resolved_stack() -> None:
         "container_runtime",
         "node_state",
     ]
+    # Each component's role runs only when the plan (toolkit/converge.py) says so.
+    planned = {t["ansible.builtin.include_role"]["name"]: t.get("when") for t in tasks[1:-1]}
+    assert planned == {
+        role: f"gpunode_plan.{component}.run" for component, (role, *_) in converge.ROLES.items()
+    }
+
+
+def test_no_play_or_role_gathers_facts_with_setup() -> None:
+    # The facts probe (gpunode_node_facts) reads the OS facts in its one round trip.
+    for playbook in PLAYBOOKS:
+        for play in load(playbook):
+            assert play.get("gather_facts") is False or "import_playbook" in str(play), playbook
+    for path in (REPO / "roles").rglob("*.yml"):
+        text = path.read_text()
+        assert "ansible.builtin.setup" not in text and "gather_facts:" not in text, path

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from test_stack_support import lock_for
 
+from toolkit import converge
 from toolkit.ansible.content import find_content
 from toolkit.ansible.events import EventCollector
 from toolkit.ansible.runner import ansible_env
@@ -109,6 +110,34 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> EventCollector:
             ansible_distribution_version="9",
         ),
         play(
+            "Plan the converge with one NCCL pin",
+            [
+                {"name": "Probe for the plan", "gpunode_node_facts": {}},
+                {"name": "Compare later", "gpunode_node_facts": {"compare": True}},
+                {
+                    "name": "Keep the comparison",
+                    "ansible.builtin.set_fact": {"compared": "{{ gpunode_node.drift }}"},
+                },
+                {"name": "Plan", "gpunode_converge_plan": None},
+                {
+                    "name": "Keep the plan",
+                    "ansible.builtin.set_fact": {"plan_a": "{{ gpunode_plan }}"},
+                },
+            ],
+            nccl_packages={"libnccl2": "2.21.5-1+cuda12.4"},
+        ),
+        play(
+            "Plan the converge with another NCCL pin",
+            [
+                {"name": "Plan again", "gpunode_converge_plan": None},
+                {
+                    "name": "Keep that plan",
+                    "ansible.builtin.set_fact": {"plan_b": "{{ gpunode_plan }}"},
+                },
+            ],
+            nccl_packages={"libnccl2": "2.23.4-1+cuda12.4"},
+        ),
+        play(
             "Probe this machine and use the filters",
             [
                 {
@@ -186,6 +215,39 @@ def test_gpunode_node_facts_on_a_machine_without_gpus(run: EventCollector) -> No
     # Nothing of the stack is installed here: every pin is missing, the module is not loaded.
     kinds = {(d["package"], d["kind"]) for d in node["drift"]}
     assert kinds == {("nvidia-utils-550", "missing"), ("kernel module", "loaded")}
+
+
+def test_node_facts_read_the_state_file_and_the_stamps(run: EventCollector) -> None:
+    facts = run.facts["localhost"]
+    node = facts["gpunode_node"]
+    # The OS facts, named as Ansible's setup names them (no setup round trip is needed).
+    assert facts["ansible_distribution"] == node["os"]["distribution"]
+    assert facts["ansible_kernel"] == node["kernel"] and facts["ansible_architecture"]
+    assert facts["ansible_distribution_major_version"]
+    assert node["state"] == {"state": "new", "reason": []}  # no /etc/gpunode/state.json here
+    assert node["converged"] == {}  # no converge stamps here
+
+
+def test_compare_adds_the_drift_to_the_facts_read_without_a_round_trip(
+    run: EventCollector,
+) -> None:
+    # The stack resolved in the first play: nothing of it is installed on this machine.
+    compared = run.facts["localhost"]["compared"]
+    assert {d["kind"] for d in compared} >= {"missing", "loaded"}
+
+
+def test_the_plan_runs_what_never_converged_and_follows_the_role_options(
+    run: EventCollector,
+) -> None:
+    facts = run.facts["localhost"]
+    first, second = facts["plan_a"], facts["plan_b"]
+    assert set(first) == set(converge.COMPONENTS)
+    for decision in first.values():
+        assert decision["run"] and decision["reason"] == "never converged by gpunode on this node"
+        assert len(decision["inputs"]) == 64
+    # Another NCCL pin is another input of the nccl component only.
+    changed = {c for c in converge.COMPONENTS if first[c]["inputs"] != second[c]["inputs"]}
+    assert changed == {"nccl"}
 
 
 def test_filters(run: EventCollector) -> None:

@@ -433,14 +433,10 @@ def _stage_node(plan: NodePlan, opts: AcceptOptions, progress: Progress) -> None
 
 
 def _os_id(os_release: str) -> str | None:
-    from toolkit.ansible.nodefacts import UnsupportedOS, os_id
+    from toolkit.ansible.nodefacts import DISTRIBUTIONS, UnsupportedOS, os_id, parse_os_release
 
-    values = {}
-    for line in os_release.splitlines():
-        if "=" in line:
-            key, _, value = line.partition("=")
-            values[key.strip()] = value.strip().strip('"')
-    dist = {"debian": "Debian", "ubuntu": "Ubuntu"}.get(values.get("ID", "").lower())
+    values = parse_os_release(os_release)
+    dist = DISTRIBUTIONS.get(values.get("ID", "").lower())
     if dist is None:
         return None
     try:

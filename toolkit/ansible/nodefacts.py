@@ -7,10 +7,13 @@ parsing lives here, so it is tested table by table without a node.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from functools import cmp_to_key
 from typing import Any
+
+from toolkit import converge, nodestate
 
 # Distribution + major version as Ansible reports them -> NVIDIA's repository OS id.
 # Source: NVIDIA CUDA repository layout (developer.download.nvidia.com/compute/cuda/repos/).
@@ -26,6 +29,46 @@ GPU_CLASSES = {"0300", "0302"}
 NVSWITCH_CLASS = "0680"
 
 MISMATCH = "Driver/library version mismatch"
+
+
+# os-release ID -> the distribution name Ansible reports (``ansible_distribution``).
+# Source: os-release(5) (freedesktop.org); Ansible's distribution facts use the same names.
+DISTRIBUTIONS = {"debian": "Debian", "ubuntu": "Ubuntu"}
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    """``KEY=value`` pairs of ``/etc/os-release`` (quotes removed), see os-release(5)."""
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and not key.lstrip().startswith("#"):
+            values[key.strip()] = value.strip().strip('"').strip("'")
+    return values
+
+
+def os_facts(os_release: str, debian_version: str, kernel: str, machine: str) -> dict[str, str]:
+    """The OS facts gpunode's roles read, named and shaped as Ansible's ``setup`` names them.
+
+    Read by the facts probe instead of a ``setup`` round trip: ``distribution`` (Debian,
+    Ubuntu, else the os-release NAME), ``distribution_version`` (Debian's point release from
+    ``/etc/debian_version``, e.g. 12.7; Ubuntu's VERSION_ID, e.g. 22.04),
+    ``distribution_major_version``, ``kernel`` (``uname -r``) and ``architecture``
+    (``uname -m``).
+    """
+    values = parse_os_release(os_release)
+    ident = values.get("ID", "").lower()
+    distribution = DISTRIBUTIONS.get(ident) or values.get("NAME") or ident or "unknown"
+    version = values.get("VERSION_ID", "")
+    point = debian_version.strip()
+    if distribution == "Debian" and point[:1].isdigit():
+        version = point
+    return {
+        "distribution": distribution,
+        "distribution_version": version,
+        "distribution_major_version": version.split(".")[0],
+        "kernel": kernel.strip(),
+        "architecture": machine.strip(),
+    }
 
 
 class UnsupportedOS(ValueError):
@@ -136,6 +179,16 @@ def parse_dpkg_query(text: str) -> dict[str, str]:
         if len(status) >= 2 and status[1] == "i" and version:
             installed[name.split(":")[0]] = version
     return installed
+
+
+def parse_dpkg_held(text: str) -> set[str]:
+    """Held packages from ``dpkg-query -W`` with db:Status-Abbrev (desired state ``h``)."""
+    held = set()
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and parts[2].strip().startswith("h"):
+            held.add(parts[0].strip().split(":")[0])
+    return held
 
 
 def parse_holds(text: str) -> set[str]:
@@ -326,8 +379,10 @@ def drift_dicts(host: str, drifts: Iterable[Drift]) -> list[dict[str, str]]:
 
 
 # One round trip gathers every fact: each command's output between markers, with its exit
-# status ("missing" when the command is not installed).
-PROBE_SCRIPT = r"""
+# status ("missing" when the command is not installed). The last section reads the converge
+# stamps, the digests of the files they name and their services (toolkit.converge.PROBE).
+PROBE_SCRIPT = (
+    r"""
 section() {
   name=$1; shift
   echo "@@gpunode-begin $name"
@@ -346,8 +401,14 @@ section mokutil mokutil --sb-state
 section dpkg dpkg-query -W -f '${Package}\t${Version}\t${db:Status-Abbrev}\n'
 section holds apt-mark showhold
 section kernel uname -r
+section machine uname -m
+section os_release cat /etc/os-release
+section debian_version cat /etc/debian_version
 section mounts findmnt --raw --noheadings --output TARGET,SOURCE,FSTYPE
 """
+    + f"section state cat {shlex.quote(nodestate.PATH)}\n"
+    + f"section converged python3 -c {shlex.quote(converge.PROBE)}\n"
+)
 
 _BEGIN = "@@gpunode-begin "
 _END = "@@gpunode-end "
@@ -417,9 +478,10 @@ def node_facts(
 
     dpkg_rc, dpkg_out = get("dpkg")
     all_installed = parse_dpkg_query(dpkg_out) if dpkg_rc == 0 else {}
+    converged = converge.parse_probe(*get("converged"))
     pinned = {
         package for packages in pinned_packages(resolved or {}).values() for package in packages
-    }
+    } | converge.stamped_packages(converged)
     installed = {
         name: version
         for name, version in all_installed.items()
@@ -448,12 +510,40 @@ def node_facts(
         "loaded_driver": asdict(loaded),
         "module_open": proc_open,
         "mounts": parse_findmnt(get("mounts")[1]) if get("mounts")[0] == 0 else {},
+        "converged": converged,
+        "state": _state(get("state")),
+        # Every installed package: the drift comparison may come after the stack is resolved.
+        "packages": all_installed,
+        "os": os_facts(
+            get("os_release")[1] if get("os_release")[0] == 0 else "",
+            get("debian_version")[1] if get("debian_version")[0] == 0 else "",
+            get("kernel")[1],
+            get("machine")[1] if get("machine")[0] == 0 else "",
+        ),
     }
-    if resolved:
-        report, drifts = compare(resolved, all_installed, held, loaded)
-        facts["versions"] = report
-        facts["drift"] = [{**asdict(d), "message": "drift: " + d.message()} for d in drifts]
-    return facts
+    return with_drift(facts, resolved) if resolved else facts
+
+
+def with_drift(facts: Mapping[str, Any], resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """Node facts with the comparison to a resolved stack added: ``versions`` (pinned,
+    installed, held per package, and the loaded driver) and every ``drift``."""
+    loaded = LoadedDriver(**facts["loaded_driver"])
+    report, drifts = compare(resolved, facts["packages"], facts["held"], loaded)
+    return {
+        **facts,
+        "versions": report,
+        "drift": [{**asdict(d), "message": "drift: " + d.message()} for d in drifts],
+    }
+
+
+def _state(section: tuple[int | None, str]) -> dict[str, Any]:
+    """The node's state file as read by the probe (``cat`` fails only when there is none)."""
+    rc, text = section
+    if rc == 0:
+        return nodestate.parse(text)
+    if rc is not None and "No such file" in text:
+        return nodestate.new()
+    return {"state": "unknown", "reason": [f"{nodestate.PATH} could not be read: {text[:200]}"]}
 
 
 def gpu_model_names(

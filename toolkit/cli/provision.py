@@ -101,9 +101,11 @@ def provision(
         precheck=found,
     )
     result, reboots = outcome.result, outcome.reboots
+    plan = outcome.plan()
     if as_json:
-        emit_json({**result.to_dict(), "needs_reboot": sorted(reboots)})
+        emit_json({**result.to_dict(), "needs_reboot": sorted(reboots), "plan": plan})
     else:
+        _print_plan(plan)
         out_console.print(summary_table(result))
         for host in sorted(reboots):
             out_console.print(Text.assemble((f"{host}: ", "bold"), ("needs a reboot", "yellow")))
@@ -147,6 +149,18 @@ def drift(inventory: Path, limit: str | None, as_json: bool) -> None:
             f"{host}: could not read versions: {msg}" for host, msg in report["errors"].items()
         ]
         raise PlaybookError(f"drift on {len(report['drifted'])} node(s):\n  " + "\n  ".join(lines))
+
+
+def _print_plan(plan: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """Per node and component: up to date (skipped whole) or why its role ran."""
+    for host, components in plan.items():
+        parts = [
+            Text(f"{name}: up to date", style="green")
+            if not d["run"]
+            else Text(f"{name}: runs ({d['reason']})", style="yellow")
+            for name, d in components.items()
+        ]
+        out_console.print(Text.assemble((f"{host}: ", "bold"), Text("; ").join(parts)))
 
 
 def _print_drift(report: dict[str, Any]) -> None:

@@ -1,9 +1,14 @@
-"""Action plugin ``gpunode_node_facts``: GPUs, Secure Boot, packages, holds, loaded driver.
+"""Action plugin ``gpunode_node_facts``: every fact a converge depends on, in one round trip.
 
-One shell round trip runs read-only probes on the node (so it also runs in check mode);
-the output is parsed on the controller by the pure functions of ``toolkit.ansible.nodefacts``.
-With the fact ``gpunode_stack`` set (preflight), it also compares pinned, installed and
-loaded versions: the fact ``gpunode_node.drift`` lists every difference.
+One shell round trip runs read-only probes on the node (so it also runs in check mode): OS
+and kernel (returned as Ansible's own ``ansible_distribution``, ``ansible_kernel``, ... so no
+``setup`` is needed), GPUs, Secure Boot, packages, holds, the loaded driver, mounts, the node
+state file and the converge stamps (``toolkit.converge``); the output is parsed on the
+controller by the pure functions of ``toolkit.ansible.nodefacts``. With a resolved stack
+(``stack``, or the fact ``gpunode_stack``) it also compares pinned, installed and loaded
+versions: ``gpunode_node.drift`` lists every difference. ``compare: true`` adds that
+comparison to the facts already read, without a round trip (preflight reads the facts before
+it resolves the stack).
 """
 
 from __future__ import annotations
@@ -19,14 +24,16 @@ from toolkit.ansible.nodefacts import (
     node_facts,
     parse_sections,
     profile_warnings,
+    with_drift,
 )
+from toolkit.ansible.values import plain
 
 
 class ActionModule(ActionBase):
     """Gather ``gpunode_node`` facts (or the fact named by ``fact``) from the node."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("stack", "hardware", "fact"))
+    _VALID_ARGS = frozenset(("stack", "hardware", "fact", "compare"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run the probe script and return ``ansible_facts.gpunode_node``."""
@@ -34,6 +41,15 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         result["changed"] = False
         resolved = self._task.args.get("stack", task_vars.get("gpunode_stack"))
+        fact = str(self._task.args.get("fact") or "gpunode_node")
+        if self._task.args.get("compare"):
+            read = plain(task_vars.get(fact))
+            if not isinstance(read, dict) or not resolved:
+                result["failed"] = True
+                result["msg"] = f"compare needs the facts read ({fact}) and a resolved stack"
+                return result
+            result["ansible_facts"] = {fact: with_drift(read, plain(resolved))}
+            return result
         command = "/bin/sh -c " + shlex.quote(PROBE_SCRIPT)
         out = self._low_level_execute_command(command, sudoable=True)
         if out.get("rc") != 0 and "@@gpunode-begin" not in out.get("stdout", ""):
@@ -54,6 +70,8 @@ class ActionModule(ActionBase):
             warnings = profile_warnings(facts, hardware)
             if warnings:
                 result["warnings"] = warnings
-        fact = str(self._task.args.get("fact") or "gpunode_node")
-        result["ansible_facts"] = {fact: facts}
+        # The OS facts the roles read (ansible_distribution, ansible_kernel, ...), so that no
+        # `setup` round trip is needed.
+        os_facts = {f"ansible_{name}": value for name, value in facts["os"].items()}
+        result["ansible_facts"] = {**os_facts, fact: facts}
         return result

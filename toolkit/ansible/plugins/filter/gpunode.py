@@ -11,6 +11,7 @@ from typing import Any
 from toolkit.ansible.nodefacts import (
     family_changes,
     missing_pins,
+    parse_dpkg_held,
     parse_dpkg_query,
     parse_holds,
     parse_madison,
@@ -23,6 +24,11 @@ from toolkit.stack.aptindex import key_fingerprints
 def gpunode_dpkg_installed(text: str) -> dict[str, str]:
     """Installed packages (name -> version) from gpunode's dpkg-query format."""
     return parse_dpkg_query(str(text))
+
+
+def gpunode_dpkg_held(text: str) -> list[str]:
+    """Held packages from gpunode's dpkg-query format (desired state ``h``)."""
+    return sorted(parse_dpkg_held(str(text)))
 
 
 def gpunode_madison(text: str) -> dict[str, list[str]]:
@@ -83,6 +89,7 @@ class FilterModule:
         """Filter name -> function."""
         return {
             "gpunode_dpkg_installed": gpunode_dpkg_installed,
+            "gpunode_dpkg_held": gpunode_dpkg_held,
             "gpunode_madison": gpunode_madison,
             "gpunode_missing_pins": gpunode_missing_pins,
             "gpunode_family_changes": gpunode_family_changes,
