@@ -1,22 +1,25 @@
 """Loading configuration files: YAML, validated by a schema when it is read.
 
 Errors name the file, the key path and the rule; unknown keys get a "did you mean".
-Only ``yaml.safe_load`` is used: configuration never constructs arbitrary objects.
+Every YAML file gpunode reads goes through :func:`parse_yaml`: safe (plain data only), bounded
+in size, aliases and depth, and strict about duplicate keys.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
+import stat
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, Union
+from typing import Any, BinaryIO, TypeVar, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from toolkit.errors import ConfigError
+from toolkit.errors import CLIP_CHARS, ConfigError, clip
 
 
 class StrictModel(BaseModel):
@@ -30,8 +33,60 @@ M = TypeVar("M", bound=BaseModel)
 Loc = tuple[str | int, ...]
 
 
+# Limits of the one YAML loader: gpunode's files are small and shallow, so anything beyond
+# these is a mistake or an attack ("billion laughs", deep nesting), refused before it costs.
+MAX_YAML_BYTES = 4 * 1024 * 1024
+MAX_YAML_NODES = 100_000  # scalars, lists and mappings, counted with aliases expanded
+MAX_YAML_DEPTH = 64
+_MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<:` may repeat keys on purpose
+
+
+def read_regular(path: str | Path, limit: int, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes.
+
+    FIFOs, devices (``/dev/zero``) and directories are refused before anything is read: they
+    block or never end.
+
+    Raises:
+        ConfigError: The file is missing, not a regular file, unreadable or larger than
+            ``limit``; the message names the file.
+    """
+    with open_regular(path, what) as stream:
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise ConfigError(f"{path}: {what} larger than {limit} bytes; refusing to read it")
+    return data
+
+
+def open_regular(path: str | Path, what: str = "file") -> BinaryIO:
+    """Open a regular file for reading (binary), refusing anything else.
+
+    Raises:
+        ConfigError: The file is missing, not a regular file or unreadable; the message names
+            the file.
+    """
+    path = Path(path)
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer before it can be refused.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise ConfigError(f"{path}: {kind}; a {what} must be a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def load_yaml(path: str | Path) -> Any:
-    """Read one YAML file with ``yaml.safe_load``.
+    """Read one YAML file through the safe loader (:func:`parse_yaml`).
 
     Args:
         path: The file to read.
@@ -40,21 +95,123 @@ def load_yaml(path: str | Path) -> Any:
         The parsed document (``None`` for an empty file).
 
     Raises:
-        ConfigError: The file cannot be read or is not valid YAML; the message names the file
-            and, where YAML knows it, the line and column.
+        ConfigError: The file cannot be read, is not a regular file, is too large, is not
+            valid YAML or breaks a limit of the loader; the message names the file and, where
+            YAML knows it, the line and column.
     """
-    path = Path(path)
+    data = read_regular(path, MAX_YAML_BYTES, "YAML file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read: {err}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: cannot read: not UTF-8 text ({err.reason})") from None
+    return parse_yaml(text, path)
+
+
+def parse_yaml(text: str, source: str | Path) -> Any:
+    """Parse YAML text: the one YAML loader of gpunode, for files and packaged data alike.
+
+    Safe (plain data only) and bounded: at most :data:`MAX_YAML_BYTES` of text,
+    :data:`MAX_YAML_NODES` nodes with aliases expanded, :data:`MAX_YAML_DEPTH` levels of
+    nesting; recursive aliases and duplicate keys are refused.
+
+    Raises:
+        ConfigError: Naming ``source`` (and the line), the problem and the limit.
+    """
+    if len(text) > MAX_YAML_BYTES:
+        raise ConfigError(f"{source}: YAML larger than {MAX_YAML_BYTES} bytes; refusing it")
     try:
-        return yaml.safe_load(text)
+        root = _compose(text)
+        if root is None:
+            return None
+        _check_tree(root, source)
+        return _Loader("").construct_document(root)
     except yaml.YAMLError as err:
-        where = f"{path}{_yaml_position(err)}"
+        where = f"{source}{_yaml_position(err)}"
         raise ConfigError(f"{where}: invalid YAML: {_yaml_problem(err)}") from None
+
+
+class _Loader(yaml.SafeLoader):
+    """The safe loader with a depth limit while composing (PyYAML composes recursively)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        if self._depth > MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"nested deeper than {MAX_YAML_DEPTH} levels",
+                self.peek_event().start_mark,
+            )
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _compose(text: str) -> yaml.Node | None:
+    loader = _Loader(text)
+    try:
+        node: yaml.Node | None = loader.get_single_node()
+        return node
+    finally:
+        loader.dispose()
+
+
+def _check_tree(root: yaml.Node, source: str | Path) -> None:
+    """Refuse duplicate keys, recursive aliases, too many nodes or too deep a tree.
+
+    Nodes shared through aliases are walked once; their size counts at every use, so a few
+    hundred bytes of nested aliases cannot expand into billions of values.
+    """
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def fail(node: yaml.Node, problem: str) -> ConfigError:
+        return ConfigError(f"{source}:{node.start_mark.line + 1}: invalid YAML: {problem}")
+
+    def walk(node: yaml.Node, depth: int) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise fail(node, "an alias refers to a node that contains it (recursive alias)")
+        if depth > MAX_YAML_DEPTH:
+            raise fail(node, f"nested deeper than {MAX_YAML_DEPTH} levels (aliases expanded)")
+        active.add(key)
+        size = 1
+        if isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                size += walk(item, depth + 1)
+        elif isinstance(node, yaml.MappingNode):
+            seen: dict[tuple[str, str], int] = {}
+            for key_node, value_node in node.value:
+                if (
+                    isinstance(key_node, yaml.ScalarNode)
+                    and key_node.tag != "tag:yaml.org,2002:merge"
+                ):
+                    name = (key_node.tag, key_node.value)
+                    line = key_node.start_mark.line + 1
+                    if name in seen:
+                        raise fail(
+                            key_node,
+                            f"duplicate key {clip(key_node.value)!r} (lines {seen[name]} and "
+                            f"{line}); write each key once",
+                        )
+                    seen[name] = line
+                size += walk(key_node, depth + 1) + walk(value_node, depth + 1)
+        active.discard(key)
+        if size > MAX_YAML_NODES:
+            raise fail(
+                node, f"more than {MAX_YAML_NODES} values with aliases expanded (alias bomb?)"
+            )
+        sizes[key] = size
+        return size
+
+    walk(root, 1)
 
 
 def _yaml_position(err: yaml.YAMLError) -> str:
@@ -80,7 +237,7 @@ def format_loc(loc: Sequence[str | int]) -> str:
         if isinstance(part, int):
             text += f"[{part}]"
         else:
-            text += f".{part}" if text else str(part)
+            text += f".{clip(part)}" if text else clip(part)
     return text or "(top level)"
 
 
@@ -147,11 +304,12 @@ def _describe(model_cls: type[BaseModel], error: Any) -> str:
         return f"expected a mapping, got {_kind_of(error.get('input'))}"
     if kind == "list_type":
         return f"expected a list, got {_kind_of(error.get('input'))}"
-    message = str(error["msg"])
+    # Validators may quote the value: the whole message is cut as a backstop.
+    message = clip(str(error["msg"]), 10 * CLIP_CHARS)
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
     if "input" in error:
-        got = repr(error["input"])
+        got = clip(repr(error["input"]))
         if got not in message:
             message += f" (got {got})"
     return message
@@ -169,7 +327,12 @@ def did_you_mean(key: str, allowed: Sequence[str]) -> str:
     """The tail of an "unknown name" message: the closest allowed names, or all of them."""
     if not allowed:
         return ""
-    close = difflib.get_close_matches(key, list(allowed), n=3, cutoff=0.6)
+    # Long keys are nobody's typo (and difflib is quadratic in them).
+    close = (
+        difflib.get_close_matches(key, list(allowed), n=3, cutoff=0.6)
+        if len(key) <= 2 * CLIP_CHARS
+        else []
+    )
     if close:
         return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
     return "; allowed: " + ", ".join(sorted(allowed))
@@ -223,9 +386,9 @@ def _item_type(annotation: Any) -> Any:
 def _key_lines(source: str | Path) -> dict[Loc, int]:
     """Line (1-based) of every key and list item of a YAML file; empty when unreadable."""
     try:
-        text = Path(source).read_text(encoding="utf-8")
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError):
+        text = read_regular(source, MAX_YAML_BYTES).decode("utf-8")
+        root = _compose(text)
+    except (ConfigError, UnicodeDecodeError, yaml.YAMLError, ValueError):
         return {}
     lines: dict[Loc, int] = {}
 

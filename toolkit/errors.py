@@ -13,6 +13,22 @@ EXIT_FAILED = 1  # an operation failed, or a node is not ready
 EXIT_USAGE = 2  # bad usage or configuration
 EXIT_INTERRUPTED = 130
 
+# The longest user value a message echoes: enough to recognise it, never a flood.
+CLIP_CHARS = 80
+
+
+def clip(value: object, limit: int = CLIP_CHARS) -> str:
+    """A user value cut to a sane length for a message: ``abc...(+N chars)``.
+
+    Args:
+        value: Anything; non-strings are shown with ``str``.
+        limit: The most characters kept.
+    """
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...(+{len(text) - limit} chars)"
+
 
 class ToolkitError(Exception):
     """An expected failure, reported to the user without a traceback."""

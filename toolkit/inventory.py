@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.config import did_you_mean, load_yaml
-from toolkit.errors import ConfigError
+from toolkit.errors import ConfigError, clip
 
 if TYPE_CHECKING:
     from toolkit.stack.models import HardwareProfile, Stack
@@ -32,9 +32,15 @@ if TYPE_CHECKING:
 HOSTS_FILES = ("hosts.yml", "hosts.yaml")
 _VAR_SUFFIXES = ("", ".yml", ".yaml", ".json")
 _GROUP_KEYS = ("hosts", "vars", "children")
-_RANGE_RE = re.compile(r"\[([0-9]+|[a-z]):([0-9]+|[a-z])(?::([0-9]+))?\]")
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_RANGE_RE = re.compile(r"\[([0-9]{1,9}|[a-z]):([0-9]{1,9}|[a-z])(?::([0-9]{1,9}))?\]")
+# Group and host names: letters, digits, `_`, `.` and `-`, not starting with `.` or `-`, so a
+# name is always one safe path component (host_vars/<host>, nodes/<host>.result.json).
+NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,252}\Z")
+# The most hosts one range pattern may name (`node[0:99][0:99]` is already 10,000).
+MAX_RANGE_HOSTS = 10_000
 _OFF = {"no", "off", "false", "0"}
+# Trust on first use is no check either: an attacker's first answer would be trusted.
+_UNCHECKED = {*_OFF, "accept-new"}
 
 
 @dataclass(frozen=True)
@@ -97,8 +103,8 @@ class Inventory:
         self.path = path
         self.hosts_file = raw.hosts_file
         self._raw = raw
-        self._group_vars_files = {g: _var_files(path / "group_vars", g) for g in raw.group_order}
-        self._host_vars_files = {h: _var_files(path / "host_vars", h) for h in raw.host_order}
+        self._group_vars_files = {g: var_files(path / "group_vars", g) for g in raw.group_order}
+        self._host_vars_files = {h: var_files(path / "host_vars", h) for h in raw.host_order}
         self._file_vars: dict[Path, dict[str, Any]] = {}
         self._depth = {g: self._depth_of(g, ()) for g in raw.group_order}
         self.groups: dict[str, Group] = {}
@@ -235,13 +241,13 @@ class Inventory:
                 continue
             found = _known_hosts(str(args), f"{merged.sources[key]}: {key} of host {name!r}")
             known_hosts = found or known_hosts
-        try:
-            port_number = int(port) if port is not None else 22
-        except (TypeError, ValueError):
-            port_number = 0
+        text = "22" if port is None else str(port)
+        port_number = int(text) if re.fullmatch(r"[0-9]{1,5}", text) else 0
         if not 0 < port_number < 65536:
             source = merged.sources.get(port_key or "", str(self.hosts_file))
-            raise ConfigError(f"{source}: {port_key} of host {name!r}: not a TCP port: {port!r}")
+            raise ConfigError(
+                f"{source}: {port_key} of host {name!r}: not a TCP port: {clip(repr(port))}"
+            )
         return Host(
             name=name,
             address=str(address) if address is not None else name,
@@ -393,10 +399,18 @@ def _known_hosts(args: str, where: str) -> str | None:
     for option in options:
         name, _sep, value = option.replace("=", " ", 1).partition(" ")
         name, value = name.strip().lower(), value.strip()
-        if name == "stricthostkeychecking" and value.lower() in _OFF:
+        if name == "stricthostkeychecking" and value.lower() in _UNCHECKED:
             raise ConfigError(
-                f"{where}: StrictHostKeyChecking={value} turns host key checking off; use "
-                "StrictHostKeyChecking=yes with a UserKnownHostsFile"
+                f"{where}: StrictHostKeyChecking={clip(value)} turns host key checking off"
+                + (
+                    " for new hosts (a first key is trusted unseen)"
+                    if value.lower() == "accept-new"
+                    else ""
+                )
+                + "; add the host's key to a known_hosts file "
+                "(ssh-keyscan -H <host> >> known_hosts, then compare its fingerprint with the "
+                "host's own `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`) and use "
+                "StrictHostKeyChecking=yes with UserKnownHostsFile=<that file>"
             )
         if name == "userknownhostsfile" and value:
             known_hosts = value.split()[0]
@@ -408,14 +422,40 @@ def _known_hosts(args: str, where: str) -> str | None:
     return known_hosts
 
 
-def _var_files(base: Path, name: str) -> list[Path]:
+def check_name(name: str, what: str = "host") -> str:
+    """A group or host name checked against :data:`NAME_RE`, so it is safe as a path component.
+
+    Raises:
+        ConfigError: The name breaks the rule; the message shows it (cut short).
+    """
+    if not NAME_RE.match(name):
+        raise ConfigError(
+            f"not a valid {what} name: {clip(name)!r} (letters, digits, '_', '.' and '-', not "
+            "starting with '.' or '-', at most 253 characters)"
+        )
+    return name
+
+
+def name_path(base: Path, name: str, suffix: str = "", what: str = "host") -> Path:
+    """``base/<name><suffix>`` for a group or host name, never anywhere else.
+
+    Every path built from an inventory name goes through here (``host_vars/<host>``, a run's
+    ``nodes/<host>.result.json``).
+
+    Raises:
+        ConfigError: The name is not a valid name (:func:`check_name`).
+    """
+    return base / f"{check_name(name, what)}{suffix}"
+
+
+def var_files(base: Path, name: str) -> list[Path]:
     """The variable files of a group or host: ``<name>[.yml]`` then ``<name>/*`` sorted."""
     files = []
     for suffix in _VAR_SUFFIXES:
-        candidate = base / f"{name}{suffix}"
+        candidate = name_path(base, name, suffix)
         if candidate.is_file():
             files.append(candidate)
-    directory = base / name
+    directory = name_path(base, name)
     if directory.is_dir():
         files.extend(
             sorted(
@@ -428,22 +468,40 @@ def _var_files(base: Path, name: str) -> list[Path]:
 
 
 def _expand(pattern: str, where: str) -> list[str]:
-    """Expand Ansible host ranges: ``node[01:03]`` -> node01, node02, node03."""
+    """Expand Ansible host ranges: ``node[01:03]`` -> node01, node02, node03.
+
+    Raises:
+        ConfigError: A bad range, or more than :data:`MAX_RANGE_HOSTS` hosts in one pattern.
+    """
+    total = 1
+    for match in _RANGE_RE.finditer(pattern):
+        start, end, step = match.group(1), match.group(2), int(match.group(3) or 1)
+        first, last = (int(start), int(end)) if start.isdigit() else (ord(start), ord(end))
+        total *= max(0, (last - first) // max(step, 1) + 1)
+        if total > MAX_RANGE_HOSTS:
+            raise ConfigError(
+                f"{where}: host range {clip(pattern)!r} names more than {MAX_RANGE_HOSTS} "
+                "hosts; split it or list the hosts"
+            )
+    return _expand_one(pattern, where)
+
+
+def _expand_one(pattern: str, where: str) -> list[str]:
     match = _RANGE_RE.search(pattern)
     if match is None:
         return [pattern]
     start, end, step = match.group(1), match.group(2), int(match.group(3) or 1)
     head, tail = pattern[: match.start()], pattern[match.end() :]
-    if start.isdigit() != end.isdigit():
-        raise ConfigError(f"{where}: bad host range {pattern!r}")
+    if start.isdigit() != end.isdigit() or step < 1:
+        raise ConfigError(f"{where}: bad host range {clip(pattern)!r}")
     if start.isdigit():
         width = len(start) if start.startswith("0") else 0
         values = [str(i).zfill(width) for i in range(int(start), int(end) + 1, step)]
     else:
         values = [chr(c) for c in range(ord(start), ord(end) + 1, step)]
     if not values:
-        raise ConfigError(f"{where}: empty host range {pattern!r}")
-    return [name for value in values for name in _expand(head + value + tail, where)]
+        raise ConfigError(f"{where}: empty host range {clip(pattern)!r}")
+    return [name for value in values for name in _expand_one(head + value + tail, where)]
 
 
 def load_inventory(path: str | Path) -> Inventory:
@@ -481,8 +539,10 @@ def load_inventory(path: str | Path) -> Inventory:
 
 
 def _add_group(raw: _Raw, name: str, parent: str | None, where: str) -> None:
-    if not _NAME_RE.match(name):
-        raise ConfigError(f"{raw.hosts_file}: {where}: not a valid group name: {name!r}")
+    try:
+        check_name(name, "group")
+    except ConfigError as err:
+        raise ConfigError(f"{raw.hosts_file}: {clip(where)}: {err.message}") from None
     if name not in raw.group_order:
         raw.group_order.append(name)
         raw.parents[name] = []
@@ -507,7 +567,7 @@ def _walk(raw: _Raw, name: str, body: Any, parent: str | None, where: str) -> No
     for key in body:
         if key not in _GROUP_KEYS:
             raise ConfigError(
-                f"{file}: {where}.{key}: unknown key in group {name!r}"
+                f"{file}: {clip(where)}.{clip(key)}: unknown key in group {name!r}"
                 + did_you_mean(str(key), list(_GROUP_KEYS))
             )
     group_vars = body.get("vars") or {}
@@ -521,8 +581,14 @@ def _walk(raw: _Raw, name: str, body: Any, parent: str | None, where: str) -> No
         )
     for pattern, host_vars in hosts.items():
         if host_vars is not None and not isinstance(host_vars, dict):
-            raise ConfigError(f"{file}: {where}.hosts.{pattern}: expected a mapping of variables")
-        for host in _expand(str(pattern), f"{where}.hosts"):
+            raise ConfigError(
+                f"{file}: {clip(where)}.hosts.{clip(pattern)}: expected a mapping of variables"
+            )
+        for host in _expand(str(pattern), f"{file}: {clip(where)}.hosts"):
+            try:
+                check_name(host)
+            except ConfigError as err:
+                raise ConfigError(f"{file}: {clip(where)}.hosts: {err.message}") from None
             if host not in raw.host_order:
                 raw.host_order.append(host)
                 raw.inline_host[host] = _Vars()

@@ -32,7 +32,9 @@ EVIDENCE_KINDS = frozenset({"accept", "up"})
 # Set to a number to keep only that many runs of each evidence kind (unset: keep all).
 KEEP_EVIDENCE_ENV = "GPUNODE_KEEP_EVIDENCE_RUNS"
 
-RUN_ID = re.compile(r"^(?P<time>\d{8}T\d{6}Z)-(?P<kind>[a-z][a-z0-9_]*)-(?P<tag>[0-9a-f]{6})$")
+RUN_ID = re.compile(
+    r"^(?P<time>[0-9]{8}T[0-9]{6}Z)-(?P<kind>[a-z][a-z0-9_]*)-(?P<tag>[0-9a-f]{6})\Z"
+)
 _KIND_CHARS = re.compile(r"[^a-z0-9_]+")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,9 @@ def test_status_of_a_lab_that_does_not_exist(
     monkeypatch.setenv("GPUNODE_LAB_HOME", str(tmp_path))
     code, out, err = _run(capsys, "status", "--name", "nope", "--json")
     assert code == 1
-    assert out == ""
+    # --json: one error document on stdout, the message for people on stderr.
+    error = json.loads(out)["error"]
+    assert error["exit_code"] == 1 and "there is no lab 'nope'" in error["message"]
     assert "there is no lab 'nope'" in err
 
 

@@ -164,7 +164,8 @@ def test_malformed_file_exits_2_naming_file_and_key(
     for command in ("check", "show"):
         code, out, err = gpunode(capsys, "stack", command, str(path), "--json")
         assert code == 2
-        assert out == ""
+        # --json: the error is the one document on stdout, the message also on stderr.
+        assert json.loads(out)["error"]["message"] in err
         assert str(path) in err
         assert expected in err
         assert "Traceback" not in err

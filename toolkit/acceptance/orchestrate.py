@@ -34,7 +34,7 @@ from toolkit.acceptance.node_runner import DEFAULT_CONTAINER_OPTIONS, container_
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective, parse_size, sweep_sizes
 from toolkit.acceptance.verdict import Check, NodeExpectation, Verdict, judge, normalise_allreduce
 from toolkit.errors import AcceptanceError, ConfigError, RemoteError
-from toolkit.inventory import Host, Inventory, load_inventory
+from toolkit.inventory import Host, Inventory, load_inventory, name_path
 from toolkit.remote import Node, open_node, parallel
 from toolkit.report import write_reports
 from toolkit.report.prometheus import TEXTFILE_PATH, render_textfile
@@ -490,6 +490,11 @@ def _ensure_torch(plan: NodePlan, progress: Progress) -> str:
             " (a hashed lock) and gpunode_pip_find_links or gpunode_pip_index_url"
         )
         return "python3"
+    from toolkit.stack.resolve import check_url
+
+    for key, url in (("gpunode_pip_find_links", find_links), ("gpunode_pip_index_url", index_url)):
+        if url:
+            check_url(str(url), f"host {plan.host.name}: {key}")
     if isinstance(lock, str) or not all("--hash=sha256:" in str(line) for line in lock):
         raise AcceptanceError(
             f"{plan.host.name}: gpunode_acceptance_requirements must be a list of "
@@ -717,6 +722,6 @@ def _record(run: AcceptanceRun) -> None:
     write_reports(summary, run.run_dir)
     for plan in run.plans:
         if plan.result is not None:
-            (run.run_dir / "nodes" / f"{plan.host.name}.result.json").write_text(
+            name_path(run.run_dir / "nodes", plan.host.name, ".result.json").write_text(
                 json.dumps(plan.result, indent=1, sort_keys=True) + "\n"
             )

@@ -13,13 +13,12 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, field_validator, model_validator
 
-from toolkit.config import StrictModel, did_you_mean
-from toolkit.errors import ConfigError
+from toolkit.config import StrictModel, did_you_mean, parse_yaml
+from toolkit.errors import ConfigError, clip
 
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|TiB|K|M|G|T)?\s*$")
+_SIZE_RE = re.compile(r"^\s*([0-9]{1,15})\s*(B|KiB|MiB|GiB|TiB|K|M|G|T)?\s*\Z")
 _UNITS = {None: 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _UNITS.update({"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40})
 
@@ -38,7 +37,7 @@ def parse_size(text: str | int) -> int:
         return text
     match = _SIZE_RE.match(str(text))
     if not match:
-        raise ValueError(f"{text!r} is not a size like '16GiB', '512MiB' or '1048576'")
+        raise ValueError(f"{clip(repr(text))} is not a size like '16GiB', '512MiB' or '1048576'")
     value = int(match.group(1)) * _UNITS[match.group(2)]
     if value <= 0:
         raise ValueError("a size must be positive")
@@ -162,7 +161,7 @@ def critical_xids() -> dict[int, CriticalXid]:
     from toolkit.config import validate
 
     text = resources.files("toolkit.acceptance").joinpath("xids.yml").read_text("utf-8")
-    data = yaml.safe_load(text)
+    data = parse_yaml(text, "toolkit/acceptance/xids.yml")
     entries = data.get("critical") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise ConfigError("toolkit/acceptance/xids.yml: expected a `critical:` list")
@@ -177,7 +176,7 @@ def critical_xids() -> dict[int, CriticalXid]:
 def shipped_profiles() -> dict[str, dict[str, Any]]:
     """The raw shipped profiles (``profiles.yml``), by name."""
     text = resources.files("toolkit.acceptance").joinpath("profiles.yml").read_text("utf-8")
-    data = yaml.safe_load(text)
+    data = parse_yaml(text, "toolkit/acceptance/profiles.yml")
     profiles = data.get("profiles") if isinstance(data, dict) else None
     if not isinstance(profiles, dict):
         raise ConfigError("toolkit/acceptance/profiles.yml: expected a `profiles:` mapping")

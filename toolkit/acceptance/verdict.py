@@ -134,6 +134,9 @@ def normalise_allreduce(section: dict[str, Any] | None) -> dict[str, Any]:
     error = section.get("error")
     if parsed.footer_failed and not error:
         error = f"nccl-tests footer: {parsed.out_of_bounds} out-of-bounds results (FAILED)"
+    reasons = [*parsed.errors, *parsed.problems]
+    if reasons and not error:
+        error = "nccl-tests output not trusted: " + "; ".join(reasons[:3])
     return {
         **section,
         "rows": rows,

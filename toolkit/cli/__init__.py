@@ -11,12 +11,12 @@ from __future__ import annotations
 import importlib
 import sys
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from toolkit import __version__
-from toolkit.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, ToolkitError
+from toolkit.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, ToolkitError, clip
 
 # name -> (module:attribute, one-line summary shown by ``gpunode --help``)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -82,28 +82,47 @@ def cli(debug: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI: the one error boundary of gpunode."""
+    """Run the CLI: the one error boundary of gpunode.
+
+    Every failure becomes a message on stderr and its documented exit code; with ``--json``
+    also one error document on stdout (``ok: false``, the error's kind, message and exit code)
+    unless the command already wrote its document.
+    """
+    from toolkit.cli.output import start_command
+
+    args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in (args[: args.index("--")] if "--" in args else args)
+    start_command()
     try:
         # Without standalone mode, Click returns the code a command passed to ctx.exit().
-        result = cli.main(args=argv, prog_name="gpunode", standalone_mode=False)
+        result = cli.main(args=args, prog_name="gpunode", standalone_mode=False)
     except ToolkitError as err:
         _report(err)
-        sys.exit(err.exit_code)
+        _fail(as_json, type(err).__name__, err.message, err.exit_code)
     except click.exceptions.Exit as exit_:
         sys.exit(exit_.exit_code)
     except click.ClickException as err:
         err.show()
-        sys.exit(EXIT_USAGE if isinstance(err, click.UsageError) else err.exit_code)
+        code = EXIT_USAGE if isinstance(err, click.UsageError) else err.exit_code
+        _fail(as_json, type(err).__name__, err.format_message(), code)
     except (KeyboardInterrupt, click.Abort):
         click.echo("Interrupted.", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        _fail(as_json, "Interrupted", "interrupted", EXIT_INTERRUPTED)
     except Exception as err:  # the boundary: anything unexpected
         if _debug:
             traceback.print_exc()
         else:
-            click.echo(f"Error: internal error: {err!r} (rerun with --debug)", err=True)
-        sys.exit(EXIT_FAILED)
+            click.echo(f"Error: internal error: {clip(repr(err))} (rerun with --debug)", err=True)
+        _fail(as_json, "InternalError", f"internal error: {clip(repr(err))}", EXIT_FAILED)
     sys.exit(result if isinstance(result, int) else 0)
+
+
+def _fail(as_json: bool, kind: str, message: str, exit_code: int) -> NoReturn:
+    if as_json:
+        from toolkit.cli.output import emit_error_json
+
+        emit_error_json(kind, message, exit_code)
+    sys.exit(exit_code)
 
 
 def _report(err: ToolkitError) -> None:

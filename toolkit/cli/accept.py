@@ -7,10 +7,11 @@ from typing import Any
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from toolkit.cli.options import engine_option, hooks_option, json_option, multi_node_option
 from toolkit.cli.output import emit_json, err_console, out_console, say
-from toolkit.errors import EXIT_FAILED, EXIT_OK, AcceptanceError, ConfigError
+from toolkit.errors import EXIT_FAILED, EXIT_OK, AcceptanceError
 
 
 @click.group(invoke_without_command=True)
@@ -104,22 +105,29 @@ def _fmt(value: Any) -> str:
 
 @accept.command("parse")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--allow-truncated",
+    is_flag=True,
+    help="Accept a capture whose last table has no footer (an excerpt); by default it is "
+    "incomplete and not ok.",
+)
 @json_option
-def parse_cmd(file: Path, as_json: bool) -> None:
+def parse_cmd(file: Path, allow_truncated: bool, as_json: bool) -> None:
     """Parse a captured nccl-tests output (text or -J JSON).
 
-    Exit 0 when the output is correct (no wrong values, footer OK), 1 when not, 2 when the
-    file is not an nccl-tests output.
+    Exit 0 when the output is correct (no wrong values, footer OK, every row readable), 1 when
+    not, 2 when the file is not an nccl-tests output.
     """
-    from toolkit.acceptance.nccltests import parse
+    from toolkit.acceptance.nccltests import parse_stream
+    from toolkit.config import open_regular
 
-    try:
-        text = file.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise ConfigError(f"{file}: file not found") from None
-    except OSError as err:
-        raise AcceptanceError(f"{file}: cannot read: {err}") from None
-    result = parse(text)
+    with open_regular(file, "capture") as stream:
+        try:
+            result = parse_stream(stream, allow_truncated=allow_truncated)
+        except AcceptanceError as err:
+            raise type(err)(f"{file}: {err.message}", err.exit_code) from None
+        except OSError as err:
+            raise AcceptanceError(f"{file}: cannot read: {err.strerror or err}") from None
     document = result.to_dict()
     if as_json:
         emit_json(document)
@@ -147,3 +155,5 @@ def _print_parsed(file: Path, doc: dict[str, Any]) -> None:
         f"{doc['busbw_at_largest_gbps']:.2f} GB/s; wrong {doc['wrong_total']}; "
         f"NCCL {doc['nccl_version'] or 'unknown'}; {'OK' if doc['ok'] else 'NOT OK'}"
     )
+    for reason in [*doc["errors"], *doc["problems"]]:
+        out_console.print(Text(f"not ok: {reason}"), soft_wrap=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
@@ -14,10 +15,43 @@ out_console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
 
+_emitted = False  # whether the running command already wrote its one JSON document
+
+
 def emit_json(document: Any) -> None:
-    """Write exactly one JSON document to stdout."""
-    json.dump(document, sys.stdout, indent=2, sort_keys=True, default=str)
-    sys.stdout.write("\n")
+    """Write exactly one strict JSON document (RFC 8259) to stdout.
+
+    A float that is not finite has no JSON form (``NaN`` is not JSON): it is written as
+    ``null``, meaning no value.
+    """
+    global _emitted
+    text = json.dumps(_strict(document), indent=2, sort_keys=True, default=str, allow_nan=False)
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+    _emitted = True
+
+
+def start_command() -> None:
+    """A command starts: it has written no JSON document yet (the boundary calls this)."""
+    global _emitted
+    _emitted = False
+
+
+def _strict(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _strict(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(item) for item in value]
+    return value
+
+
+def emit_error_json(kind: str, message: str, exit_code: int) -> None:
+    """The one document of a failed command under ``--json`` (unless one was written)."""
+    if _emitted:
+        return
+    emit_json({"ok": False, "error": {"kind": kind, "message": message, "exit_code": exit_code}})
 
 
 def say(message: str) -> None:

@@ -25,6 +25,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from toolkit.config import StrictModel
+from toolkit.errors import clip
 
 # Decimal and binary unit multipliers for sizes written in a profile ("3.84TB", "16GiB").
 SIZE_UNITS = {
@@ -63,11 +64,12 @@ def parse_size(text: str) -> int:
         ValueError: Not a number followed by one of the units B, KB, MB, GB, TB, KiB, MiB,
             GiB, TiB.
     """
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    match = re.fullmatch(r"\s*([0-9]{1,15}(?:\.[0-9]{1,9})?)\s*([a-zA-Z]{0,3})\s*", text)
     unit = match.group(2).upper() if match else ""
     if not match or unit not in SIZE_UNITS:
         raise ValueError(
-            f"size {text!r} is not a number with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+            f"size {clip(repr(text))} is not a number with a unit (B, KB, MB, GB, TB, KiB, MiB, "
+            "GiB, TiB)"
         )
     return int(float(match.group(1)) * SIZE_UNITS[unit])
 

@@ -104,6 +104,13 @@ def _var(values: Mapping[str, Any], key: str, where: str) -> str | None:
     return value
 
 
+def _url_var(values: Mapping[str, Any], key: str, where: str) -> str | None:
+    from toolkit.stack.resolve import check_url
+
+    value = _var(values, key, where)
+    return None if value is None else check_url(value, f"{where}: {key}")
+
+
 def check_base(base: str | None, allow_tag: bool, where: str) -> str:
     """The base reference, refused unless pinned by digest or ID (or a tag is allowed).
 
@@ -178,8 +185,8 @@ def make_recipe(
     allow_tag = bool(values.get("gpunode_image_allow_tag_base", False))
     base = check_base(_var(values, "gpunode_image_base", where), allow_tag, where)
     lock = check_lock(values.get("gpunode_acceptance_requirements"), where)
-    find_links = _var(values, "gpunode_pip_find_links", where)
-    index_url = _var(values, "gpunode_pip_index_url", where)
+    find_links = _url_var(values, "gpunode_pip_find_links", where)
+    index_url = _url_var(values, "gpunode_pip_index_url", where)
     if lock and not (find_links or index_url):
         raise ConfigError(
             f"{where}: gpunode_acceptance_requirements is set but neither "

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from toolkit.config import StrictModel
-from toolkit.errors import ConfigError
+from toolkit.errors import ConfigError, clip
 from toolkit.lab.hardware import FAULTS, GPU_MODELS
 
 # The faults a lab node can carry (names and meanings owned by the GPU emulation). The
@@ -33,15 +33,17 @@ def parse_size(text: str) -> int:
     Raises:
         ConfigError: The text is not a positive size.
     """
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    match = re.fullmatch(
+        r"\s*([0-9]{1,15}(?:\.[0-9]{1,9})?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE
+    )
     if not match:
         raise ConfigError(
-            f"disk size {text!r}: expected a number with an optional unit K, M, G or T "
+            f"disk size {clip(repr(text))}: expected a number with an optional unit K, M, G or T "
             "(for example 2G or 512M)"
         )
     value = float(match.group(1)) * SIZE_UNITS[match.group(2).upper()]
     if value < 64 * 1024**2:
-        raise ConfigError(f"disk size {text!r}: must be at least 64M (XFS needs room)")
+        raise ConfigError(f"disk size {clip(repr(text))}: must be at least 64M (XFS needs room)")
     # Loop devices want whole 512-byte sectors.
     return int(value) // 512 * 512
 
@@ -55,14 +57,14 @@ def parse_fault(text: str) -> tuple[int, str]:
     index_text, sep, fault = text.partition(":")
     if not sep or not index_text.strip().isdigit():
         raise ConfigError(
-            f"fault {text!r}: expected NODE_INDEX:FAULT, for example 1:ecc "
+            f"fault {clip(repr(text))}: expected NODE_INDEX:FAULT, for example 1:ecc "
             f"(faults: {', '.join(FAULTS)})"
         )
     fault = fault.strip()
     check_fault(fault)
     index = int(index_text)
     if index < 1:
-        raise ConfigError(f"fault {text!r}: node indexes start at 1")
+        raise ConfigError(f"fault {clip(repr(text))}: node indexes start at 1")
     return index, fault
 
 

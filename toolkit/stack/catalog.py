@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-import yaml
-
+from toolkit.config import parse_yaml
 from toolkit.errors import ConfigError
 
 _PREFIXES = ("nvidia ", "tesla ")
@@ -42,7 +41,7 @@ def normalise(name: str) -> str:
 def catalog() -> tuple[GpuInfo, ...]:
     """Every GPU model of the catalog, in file order."""
     text = resources.files("toolkit.stack").joinpath("gpus.yml").read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = parse_yaml(text, "toolkit/stack/gpus.yml")
     return tuple(
         GpuInfo(
             model=str(entry["model"]),

@@ -21,6 +21,7 @@ import yaml
 
 from toolkit.config import did_you_mean
 from toolkit.errors import ConfigError, StackError
+from toolkit.inventory import name_path
 from toolkit.stack.aptindex import (
     Fetch,
     IndexEntry,
@@ -41,7 +42,7 @@ _PACKAGE_KEYS = ("packages", "pinning_packages")
 
 def lock_path(inventory: Path, group: str) -> Path:
     """Where a group's lock lies: ``group_vars/<group>/stack.lock.yml``."""
-    return inventory / "group_vars" / group / LOCK_FILE
+    return name_path(inventory / "group_vars", group, what="group") / LOCK_FILE
 
 
 def stack_systems(group: str, group_vars: Mapping[str, Any]) -> list[str]:

@@ -7,8 +7,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from toolkit.config import parse_yaml
 from toolkit.stack.versions import numeric
 
 
@@ -119,7 +118,7 @@ def _fact(data: dict[str, Any] | None, key: str, sources: dict[str, Source]) -> 
 def matrix() -> Matrix:
     """The compatibility matrix shipped with the package."""
     text = resources.files("toolkit.stack").joinpath("matrix.yml").read_text(encoding="utf-8")
-    return build(yaml.safe_load(text))
+    return build(parse_yaml(text, "toolkit/stack/matrix.yml"))
 
 
 def build(data: dict[str, Any]) -> Matrix:

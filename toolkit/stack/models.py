@@ -18,8 +18,11 @@ from toolkit.stack.versions import CUDA_RE, DRIVER_RE, NCCL_RE, PLAIN_RE
 OsId = Literal["ubuntu2204", "ubuntu2404", "debian12"]
 SUPPORTED_OS: tuple[OsId, ...] = ("ubuntu2204", "ubuntu2404", "debian12")
 
-CUDNN_RE = re.compile(r"^(\d+\.\d+\.\d+\.\d+|8\.\d+\.\d+\.\d+-\d+\+cuda\d+\.\d+)$")
-DCGM_RE = re.compile(r"^\d+\.\d+\.\d+$")
+CUDNN_RE = re.compile(
+    r"^([0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}"
+    r"|8\.[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}-[0-9]{1,4}\+cuda[0-9]{1,2}\.[0-9]{1,2})\Z"
+)
+DCGM_RE = re.compile(r"^[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}\Z")
 
 
 def _quoted(value: Any) -> Any:

@@ -18,10 +18,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
-from toolkit.config import did_you_mean
-from toolkit.errors import ConfigError
+from toolkit.config import did_you_mean, parse_yaml
+from toolkit.errors import ConfigError, clip
 from toolkit.stack.models import SUPPORTED_OS, HardwareProfile, Stack
 from toolkit.stack.versions import cuda_full, cuda_major_minor, driver_branch, parse_nccl
 
@@ -30,15 +28,20 @@ _ARM_ARCHITECTURES = frozenset({"grace_hopper", "grace_blackwell"})
 DEB_ARCH = {"x86_64": "amd64", "sbsa": "arm64"}
 # A requirement on the upstream version only: any Debian revision.
 ANY_REVISION = "-*"
-_URL_RE = re.compile(r"^(https?|file)://[^\s{}]+$")
-_FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
+# A repository URL: http(s) with a host, or file; RFC 3986 characters only, so no whitespace,
+# control character or quote can reach an apt sources line or a template.
+_URL_RE = re.compile(
+    r"(?:https?://(?:[A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?|file://)"
+    r"(?:/[A-Za-z0-9\-._~:/?#@!$&()*+,;=%]*)?\Z"
+)
+_FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}\Z")
 
 
 @lru_cache(maxsize=1)
 def naming_rules() -> dict[str, Any]:
     """The package naming rules shipped with the package (``naming.yml``)."""
     text = resources.files("toolkit.stack").joinpath("naming.yml").read_text(encoding="utf-8")
-    data: dict[str, Any] = yaml.safe_load(text)
+    data: dict[str, Any] = parse_yaml(text, "toolkit/stack/naming.yml")
     return data
 
 
@@ -211,6 +214,21 @@ def fill_template(template: str, os_id: str, arch: str) -> str:
     return template
 
 
+def check_url(value: str, where: str, hint: str = "") -> str:
+    """A URL gpunode hands to apt, pip or a template: the one rule for every URL variable.
+
+    Raises:
+        ConfigError: Not an http(s):// URL with a host or a file:// URL, or it holds
+            whitespace, a control character or a quote; the message names ``where``.
+    """
+    if not _URL_RE.match(value):
+        raise ConfigError(
+            f"{where}: {clip(repr(value))} is not an http(s):// or file:// URL without "
+            f"whitespace, control characters or quotes{hint}"
+        )
+    return value
+
+
 def repositories(
     os_id: str, arch: str, repo_vars: Mapping[str, Any] | None = None
 ) -> list[dict[str, str]]:
@@ -232,16 +250,14 @@ def repositories(
         for field in ("url", "key_url"):
             variable = repo[field]["variable"]
             value = fill_template(str(values.get(variable) or repo[field]["default"]), os_id, arch)
-            if not _URL_RE.match(value):
-                raise ConfigError(
-                    f"{variable}: {value!r} is not an http(s):// or file:// URL "
-                    "(only {os}, {arch} and {deb_arch} are filled in)"
-                )
+            check_url(value, variable, "; only {os}, {arch} and {deb_arch} are filled in")
             entry["uri" if field == "url" else "key_url"] = value
         variable = repo["fingerprint"]["variable"]
         fingerprint = re.sub(r"\s", "", str(values.get(variable) or repo["fingerprint"]["default"]))
         if fingerprint and not _FINGERPRINT_RE.match(fingerprint.upper()):
-            raise ConfigError(f"{variable}: {fingerprint!r} is not a 40-hex-digit fingerprint")
+            raise ConfigError(
+                f"{variable}: {clip(repr(fingerprint))} is not a 40-hex-digit fingerprint"
+            )
         entry["fingerprint"] = fingerprint.upper()
         out.append(entry)
     return out

@@ -5,12 +5,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-DRIVER_RE = re.compile(r"^(?P<branch>\d{3})\.\d{1,3}(\.\d{1,3})?$")
-CUDA_RE = re.compile(r"^(?P<major>\d{1,2})\.(?P<minor>\d{1,2})(\.(?P<patch>\d{1,2}))?$")
+from toolkit.errors import clip
+
+# ASCII digits only (`\d` also matches fullwidth and Arabic-Indic digits), bounded lengths,
+# and `\Z` (`$` also matches before a trailing newline): a version reaches apt pins verbatim.
+DRIVER_RE = re.compile(r"^(?P<branch>[0-9]{3})\.[0-9]{1,3}(\.[0-9]{1,3})?\Z")
+CUDA_RE = re.compile(r"^(?P<major>[0-9]{1,2})\.(?P<minor>[0-9]{1,2})(\.(?P<patch>[0-9]{1,2}))?\Z")
 NCCL_RE = re.compile(
-    r"^(?P<version>\d+\.\d+\.\d+)-(?P<revision>\d+)\+cuda(?P<major>\d+)\.(?P<minor>\d+)$"
+    r"^(?P<version>[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4})-(?P<revision>[0-9]{1,4})"
+    r"\+cuda(?P<major>[0-9]{1,2})\.(?P<minor>[0-9]{1,2})\Z"
 )
-PLAIN_RE = re.compile(r"^\d+(\.\d+){1,3}$")
+PLAIN_RE = re.compile(r"^[0-9]{1,6}(\.[0-9]{1,6}){1,3}\Z")
 
 
 def numeric(version: str, width: int = 3) -> tuple[int, ...]:
@@ -31,7 +36,7 @@ def cuda_full(version: str) -> str:
     """A CUDA version with its patch level: ``"12.8"`` -> ``"12.8.0"``."""
     match = CUDA_RE.match(version)
     if match is None:
-        raise ValueError(f"not a CUDA version: {version!r}")
+        raise ValueError(f"not a CUDA version: {clip(repr(version))}")
     return f"{int(match['major'])}.{int(match['minor'])}.{int(match['patch'] or 0)}"
 
 
@@ -67,5 +72,5 @@ def parse_nccl(text: str) -> NcclPin:
     """
     match = NCCL_RE.match(text)
     if match is None:
-        raise ValueError(f"not an NCCL package version like 2.21.5-1+cuda12.4: {text!r}")
+        raise ValueError(f"not an NCCL package version like 2.21.5-1+cuda12.4: {clip(repr(text))}")
     return NcclPin(match["version"], match["revision"], int(match["major"]), int(match["minor"]))

@@ -14,12 +14,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from ansible.plugins.action import ActionBase
 
 from toolkit import __version__, converge
 from toolkit.ansible.content import find_content
 from toolkit.ansible.values import plain
+from toolkit.config import load_yaml
 
 FACT = "gpunode_plan"
 UNSET = "<unset>"
@@ -27,7 +27,7 @@ UNSET = "<unset>"
 
 @cache
 def _options(roles_dir: Path, role: str) -> tuple[str, ...]:
-    spec = yaml.safe_load((roles_dir / role / "meta" / "argument_specs.yml").read_text())
+    spec = load_yaml(roles_dir / role / "meta" / "argument_specs.yml")
     options = spec["argument_specs"]["main"].get("options") or {}
     return tuple(sorted(options))
 

