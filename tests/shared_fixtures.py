@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
@@ -38,3 +39,18 @@ def lab_driver_packages() -> list[str]:
     stack = Stack.model_validate(DEFAULT_STACK)
     hardware = HardwareProfile.model_validate({"gpu": {"model": "H100", "count": 8}})
     return list(resolve(stack, hardware, "debian12")["driver"]["packages"])
+
+
+def run_cli(capsys: Any, *args: str) -> tuple[int, str, str]:
+    """Run the CLI in-process through its error boundary: (exit code, stdout, stderr).
+
+    ``capsys`` is pytest's capture fixture of the calling test."""
+    import pytest
+
+    from toolkit import cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(list(args))
+    captured = capsys.readouterr()
+    code = exit_info.value.code
+    return (code if isinstance(code, int) else 1), captured.out, captured.err

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_fixtures import run_cli
 
-from toolkit import cli
 from toolkit.acceptance.nccltests import MAX_LINE_BYTES, parse
 from toolkit.acceptance.verdict import allreduce_checks
 from toolkit.cli.output import emit_json
@@ -51,11 +51,7 @@ def capture(rows: list[str] = ROWS, footer: str = FOOTER) -> str:
 
 def gpunode(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """Run the CLI in-process through its error boundary: (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(list(args))
-    captured = capsys.readouterr()
-    code = exit_info.value.code
-    return (code if isinstance(code, int) else 1), captured.out, captured.err
+    return run_cli(capsys, *args)
 
 
 def strict_json(text: str) -> Any:

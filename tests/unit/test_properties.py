@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from test_stack_support import BASE
 
 from toolkit import cli
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse
@@ -220,16 +221,7 @@ def test_any_json_document_gives_a_result_or_gpunodes_error(document: dict[str, 
 
 # --- the stack loader -------------------------------------------------------------------------
 
-VALID_STACK: dict[str, Any] = {
-    "stack": {
-        "driver": {"version": "580.95.05", "flavour": "open"},
-        "cuda": "12.8.1",
-        "nccl": "2.26.2-1+cuda12.8",
-        "fabric_manager": "auto",
-        "container_toolkit": "1.17.8",
-    },
-    "hardware": {"gpu": {"model": "H100", "count": 8, "nvswitch": True}},
-}
+VALID_STACK: dict[str, Any] = BASE
 STACK_FIELDS = [
     ("stack", "driver", "version"),
     ("stack", "driver", "flavour"),

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from toolkit import cli
+from shared_fixtures import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "inventories" / "sample"
@@ -28,11 +27,7 @@ hardware:
 
 def gpunode(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """Run the CLI in-process through its error boundary: (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(list(args))
-    captured = capsys.readouterr()
-    code = exit_info.value.code
-    return (code if isinstance(code, int) else 1), captured.out, captured.err
+    return run_cli(capsys, *args)
 
 
 def write(tmp_path: Path, text: str) -> Path:
