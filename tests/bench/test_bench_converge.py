@@ -1,19 +1,15 @@
-"""Benchmark: ``gpunode up`` from bare, first converges on 1 and 4 nodes, and the no-op costs.
+"""Benchmark: first converges on 1 and 4 bare nodes, and what a converge with nothing to do costs.
 
-Printed, never asserted (only sanity is), on a fresh 5-node lab:
+Printed, never asserted (only sanity is), on a fresh 5-node lab (each node one sparse 4 GiB
+data disk, applied first: provision refuses a node without its data mount):
 
-- ``up`` takes node 1 alone from bare to ready (disks, provision, the training image, the
-  acceptance test in it): the end-to-end figure, and its provision stage is the 1-node
-  first converge;
-- nodes 2-5 get their disks, then one ``provision`` converges the four of them: the 4-node
-  first converge, and its ratio to the 1-node one shows how the fleet scales here;
-- a second ``up`` of node 1 (everything proven, every stage skipped);
+- one ``provision`` converges node 1 from bare, one more converges nodes 2-5 together: the
+  first-converge figures and their 4-to-1 ratio show how the fleet scales on this machine;
 - on 1 and on 4 nodes a no-op ``provision`` against ``ansible -m setup`` on the same nodes,
   and ``drift`` on the 4, each as a ratio of plain fact gathering measured in the same run
   (the no-op converge reads its facts in one probe and skips every role: toolkit/converge.py).
 
-Each node has one sparse 4 GiB data disk (Docker's storage, so the ~1 GB training image,
-goes there).
+``gpunode up`` from bare nodes to ready is timed by tests/integration/test_06_up.py.
 """
 
 from __future__ import annotations
@@ -31,11 +27,10 @@ from toolkit.lab import image as lab_image
 from toolkit.lab import lab as lab_core
 from toolkit.lab.spec import build_spec
 from toolkit.provision import converge, read_drift
-from toolkit.up import UpOptions, run_up
 
 pytestmark = pytest.mark.lab
 
-NAME = "gpunode-bench-up"
+NAME = "gpunode-bench-converge"
 T = TypeVar("T")
 
 
@@ -46,11 +41,11 @@ def _timed(label: str, figures: dict[str, float], func: Callable[[], T]) -> T:
     return result
 
 
-def test_bench_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bench_converge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     try:
         lab_image.docker_client()
     except Exception as err:  # like every lab test: fail, never skip, without Docker
-        pytest.fail(f"the up benchmark needs the Docker engine: {err}", pytrace=False)
+        pytest.fail(f"the converge benchmark needs the Docker engine: {err}", pytrace=False)
     monkeypatch.setenv("GPUNODE_STATE_DIR", str(tmp_path / "state"))
     if lab_core.lab_state.load(NAME) is not None:
         lab_core.down(NAME)
@@ -62,16 +57,11 @@ def test_bench_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         names = [n.name for n in sorted(state.nodes, key=lambda n: n.index)]
         sets = {1: names[:1], 4: names[1:5]}
         one, four = ",".join(sets[1]), ",".join(sets[4])
-        outcome = _timed("up_1", figures, lambda: run_up(UpOptions(inventory=inv, limit=one)))
-        assert outcome.all_ready, outcome.to_dict()
-        figures["converge_1"] = outcome.nodes[names[0]].stages["provision"].seconds
-        disks = disks_flow.apply(inv, four)
+        disks = disks_flow.apply(inv, f"{one},{four}")
         assert disks.ok, disks
-        first = _timed("converge_4", figures, lambda: converge(inv, four))
-        assert first.ok and first.result.changed > 0, first.failed()
-        again = _timed("again_1", figures, lambda: run_up(UpOptions(inventory=inv, limit=one)))
-        assert again.all_ready
-        assert all(n.stages["provision"].status == "skipped" for n in again.nodes.values())
+        for count, hosts in sets.items():
+            first = _timed(f"converge_{count}", figures, lambda h=hosts: converge(inv, ",".join(h)))
+            assert first.ok and first.result.changed > 0, first.failed()
         for count, hosts in sets.items():
             noop = _timed(f"noop_{count}", figures, lambda h=hosts: converge(inv, ",".join(h)))
             assert noop.ok and noop.result.changed == 0, noop.result.changes
@@ -88,16 +78,11 @@ def test_bench_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         if lab_core.lab_state.load(NAME) is not None:
             lab_core.down(NAME)
 
-    print("\nup benchmark (bare lab nodes, Debian 12, stack 550.127.05 / CUDA 12.4.1):")
-    print(f"  up on 1 bare node to ready: {figures['up_1']:6.1f} s")
+    print("\nconverge benchmark (bare lab nodes, Debian 12, stack 550.127.05 / CUDA 12.4.1):")
     print(
         f"  first converge (provision): 1 node {figures['converge_1']:6.1f} s, 4 nodes "
         f"{figures['converge_4']:6.1f} s, 4-to-1 ratio "
         f"{figures['converge_4'] / figures['converge_1']:.2f}"
-    )
-    print(
-        f"  up again on the proven node: {figures['again_1']:5.1f} s "
-        f"({figures['again_1'] / figures['up_1']:.2f} of the first)"
     )
     for count in sets:
         print(
