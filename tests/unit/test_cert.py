@@ -353,7 +353,7 @@ def test_sign_key_from_option_inventory_or_none(keys: tuple[Path, Path], tmp_pat
     assert cert.sign_key_from(None, {}, tmp_path) is None
     by_var = cert.sign_key_from(None, {"gpunode_sign_key": keys[0].name}, keys[0].parent)
     assert by_var is not None and by_var.path == keys[0] and not by_var.agent
-    with pytest.raises(ConfigError, match="--sign-key .*no such key file"):
+    with pytest.raises(ConfigError, match=r"--sign-key .*no such key file"):
         cert.sign_key_from(tmp_path / "nope", {}, tmp_path)
     with pytest.raises(ConfigError, match="gpunode_sign_key: expected the path"):
         cert.sign_key_from(None, {"gpunode_sign_key": 3}, tmp_path)

@@ -397,13 +397,19 @@ def query_identity(dmi_dir: str = DMI_DIR, by_id_dir: str = "/dev/disk/by-id") -
         out["lsblk_error"] = (stderr or stdout).strip() or f"lsblk exited {rc}"
     with contextlib.suppress(OSError):
         for name in sorted(os.listdir(by_id_dir)):
+            link = os.path.join(by_id_dir, name)
             try:
-                info = os.stat(os.path.join(by_id_dir, name))
+                info = os.stat(link)
             except OSError:
                 continue
             if stat.S_ISBLK(info.st_mode):
-                rdev = f"{os.major(info.st_rdev)}:{os.minor(info.st_rdev)}"
-                out["by_id"].append({"name": name, "maj_min": rdev})
+                out["by_id"].append(
+                    {
+                        "name": name,
+                        "maj_min": f"{os.major(info.st_rdev)}:{os.minor(info.st_rdev)}",
+                        "target": os.path.basename(os.path.realpath(link)),
+                    }
+                )
     with contextlib.suppress(OSError):
         for name in sorted(os.listdir(NET_DIR)):
             base = os.path.join(NET_DIR, name)
