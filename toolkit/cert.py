@@ -427,6 +427,11 @@ def sign_key_from(
     except OSError as err:
         raise ConfigError(f"{where} {path}: cannot read: {err.strerror}") from None
     key_print = fingerprint(path)
+    if private and _ssh_keygen(["-y", "-P", "", "-f", str(path)]).returncode != 0:
+        raise ConfigError(
+            f"{where} {path} has a passphrase and nothing can ask for it during a run: add it "
+            "to the ssh-agent and give its public key (.pub) instead"
+        )
     if not private:
         if not os.environ.get("SSH_AUTH_SOCK"):
             raise ConfigError(

@@ -357,6 +357,12 @@ def test_sign_key_from_option_inventory_or_none(keys: tuple[Path, Path], tmp_pat
         cert.sign_key_from(tmp_path / "nope", {}, tmp_path)
     with pytest.raises(ConfigError, match="gpunode_sign_key: expected the path"):
         cert.sign_key_from(None, {"gpunode_sign_key": 3}, tmp_path)
+    locked = tmp_path / "locked"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret", "-f", str(locked)], check=True
+    )
+    with pytest.raises(ConfigError, match="passphrase"):
+        cert.sign_key_from(locked, {}, tmp_path)
     not_key = tmp_path / "x"
     not_key.write_text("hello\n")
     with pytest.raises(ConfigError, match="not an SSH key"):
