@@ -177,7 +177,11 @@ def test_two_healthy_nodes_are_ready(
         assert doc.host == host and ident.hostname == host
         assert ident.system.product_serial and ident.system.product_serial.startswith("LAB")
         assert len(ident.gpus) == 8 and all(g.serial and g.uuid for g in ident.gpus)
-        assert ident.disks and all(d.serial and d.data for d in ident.disks), ident.disks
+        # Every disk by serial; `data` marks those the host's profile lists.
+        assert ident.disks and all(d.serial for d in ident.disks), ident.disks
+        profile = yaml.safe_load((inventory / "host_vars" / host / "hardware.yml").read_text())
+        listed = {d["serial"] for d in profile["hardware"]["data_disks"]["disks"]}
+        assert {d.serial for d in ident.disks if d.data} == listed, ident.disks
         assert any(n.mac for n in ident.nics)
         assert doc.installed.stack_id == _node(run, host)["stack_id"]
         assert doc.installed.driver_loaded == "550.127.05"
