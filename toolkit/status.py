@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit import nodestate
+from toolkit import cert, nodestate
 
 Display = Callable[[str, bool], Any]
 COMPONENTS = ("driver", "cuda", "nccl")
@@ -33,6 +33,7 @@ class NodeStatus:
     data_mount: str | None = None
     data_fstype: str | None = None  # None: the declared mount point has nothing mounted
     error: str | None = None
+    certificate: str | None = None  # the newest handover certificate in the runs folder
 
     @property
     def ready(self) -> bool:
@@ -60,6 +61,7 @@ class NodeStatus:
             "drift": self.drift,
             "data": {"mount_point": self.data_mount, "fstype": self.data_fstype},
             "error": self.error,
+            "certificate": self.certificate,
             "ready": self.ready,
         }
 
@@ -91,9 +93,13 @@ def component_versions(versions: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def fleet_status(
-    inventory: Path, limit: str | None = None, *, display: Display | None = None
+    inventory: Path,
+    limit: str | None = None,
+    *,
+    display: Display | None = None,
+    runs_dir: Path | None = None,
 ) -> list[NodeStatus]:
-    """Every targeted node's status, read-only.
+    """Every targeted node's status, read-only, with its newest certificate in ``runs_dir``.
 
     Raises:
         ConfigError, StackError: Bad inventory or incoherent stack (nothing touched).
@@ -107,6 +113,7 @@ def fleet_status(
     inv = load_inventory(inventory)
     result = run_playbook("drift", inventory, limit=limit, check=True, display=display)
     report = drift_report(result)
+    certificates = cert.latest(runs_dir)
     nodes = []
     for host in found.hosts:
         _stack, hardware = inv.host_config(inv.hosts[host])
@@ -120,6 +127,7 @@ def fleet_status(
             gpu_model=hardware.gpu.model,
             data_mount=data,
             error=report["errors"].get(host),
+            certificate=str(certificates[host]) if host in certificates else None,
         )
         if isinstance(facts, dict) and facts:
             node.gpus_seen = facts.get("gpu_count")

@@ -147,6 +147,7 @@ class UpOptions:
     confirm_disks: Callable[[Any], bool] | None = None
     display: Display | None = None
     relock: bool = False  # resolve missing or stale stack locks instead of refusing them
+    sign_key: Path | None = None  # signs the certificates of nodes accepted ready
     runs_dir: Path = field(default_factory=runs.runs_dir)
 
 
@@ -228,6 +229,15 @@ def proven_provisioned(state: dict[str, Any], stack_id: str, drift: list[str]) -
     )
 
 
+def _check_sign_key(opts: UpOptions) -> None:
+    """A signing key that cannot sign is refused before any node is touched (exit 2)."""
+    from toolkit import cert
+    from toolkit.inventory import load_inventory
+
+    group_all = load_inventory(opts.inventory).groups.get("all")
+    cert.sign_key_from(opts.sign_key, group_all.vars if group_all else {}, opts.inventory)
+
+
 def run_up(opts: UpOptions, progress: Progress = lambda _m: None) -> UpOutcome:
     """Take the inventory's nodes to ready, skipping what each node has proven.
 
@@ -238,6 +248,7 @@ def run_up(opts: UpOptions, progress: Progress = lambda _m: None) -> UpOutcome:
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
     found, written = precheck(opts.inventory, opts.limit, locks=True, relock=opts.relock)
+    _check_sign_key(opts)
     run_dir = runs.start_run("up", opts.runs_dir, started)
     for lock in written:
         progress(f"group {lock.group}: stack lock written to {lock.path}")
@@ -482,6 +493,7 @@ def _accept(
             hooks=opts.hooks,
             runs_dir=opts.runs_dir,
             engine=opts.engine,
+            sign_key=opts.sign_key,
         ),
         progress=progress,
     )

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from toolkit import cert
 from toolkit.acceptance.hooks import NodeMark, SlurmHook, local_runner, parse_scontrol_node
 from toolkit.acceptance.orchestrate import AcceptanceRun, AcceptOptions, run_acceptance
 from toolkit.inventory import load_inventory
@@ -31,9 +33,27 @@ LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test")  # tests/integration/co
 pytestmark = pytest.mark.usefixtures("training_image")
 
 
+# The handover certificate of the first node from the healthy run (compared after a swap).
+HANDOVER: dict[str, Path] = {}
+
+
 @pytest.fixture(scope="module")
-def lab_inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[str]]]:
-    """A copy of the lab's inventory using the shipped `lab` acceptance profile, and 2 nodes."""
+def provider_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The provider's signing key and somebody else's (private key files, .pub beside)."""
+    folder = tmp_path_factory.mktemp("keys")
+    for name in ("provider", "other"):
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / name)], check=True
+        )
+    return folder / "provider", folder / "other"
+
+
+@pytest.fixture(scope="module")
+def lab_inventory(
+    tmp_path_factory: pytest.TempPathFactory, provider_keys: tuple[Path, Path]
+) -> Iterator[tuple[Path, list[str]]]:
+    """A copy of the lab's inventory using the shipped `lab` acceptance profile, and 2 nodes;
+    the provider's key signs certificates through the inventory (`gpunode_sign_key`)."""
     from toolkit.lab import lab as lab_core
 
     state = lab_core.require(LAB)
@@ -46,6 +66,9 @@ def lab_inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pa
         data = yaml.safe_load(path.read_text())
         data["hardware"].setdefault("acceptance", {"profile": "lab"})
         path.write_text(yaml.safe_dump(data, sort_keys=False))
+    (target / "group_vars" / "all" / "sign.yml").write_text(
+        yaml.safe_dump({cert.SIGN_KEY_VAR: str(provider_keys[0])})
+    )
     inventory = load_inventory(target)
     names = [h.name for h in inventory.hosts_for(None)][:2]
     for node in names:
@@ -70,6 +93,30 @@ def _accept(inventory: Path, names: list[str], tmp: Path, multi: bool) -> Accept
     )
 
 
+def _cert_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "toolkit", "cert", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _assert_no_private_key(private: Path, *roots: Path, texts: tuple[str, ...] = ()) -> None:
+    """No line of the private key, nor any OpenSSH private key, in any file under the roots
+    (run folders, reports, logs) or in the given outputs."""
+    lines = [
+        line for line in private.read_text().splitlines() if line and not line.startswith("-----")
+    ]
+    for root in roots:
+        for path in (p for p in root.rglob("*") if p.is_file()):
+            data = path.read_bytes()
+            assert b"PRIVATE KEY" not in data, path
+            assert not any(line.encode() in data for line in lines), path
+    for text in texts:
+        assert "PRIVATE KEY" not in text and not any(line in text for line in lines)
+
+
 def _node(run: AcceptanceRun, host: str) -> dict[str, Any]:
     return next(n for n in run.summary()["nodes"] if n["host"] == host)
 
@@ -83,7 +130,9 @@ def _remote_json(inventory: Path, host: str, path: str) -> Any:
 
 
 @pytest.mark.lab
-def test_two_healthy_nodes_are_ready(lab_inventory: tuple[Path, list[str]], tmp_path: Path) -> None:
+def test_two_healthy_nodes_are_ready(
+    lab_inventory: tuple[Path, list[str]], tmp_path: Path, provider_keys: tuple[Path, Path]
+) -> None:
     inventory, names = lab_inventory
     run = _accept(inventory, names, tmp_path, multi=True)
     summary = run.summary()
@@ -112,6 +161,68 @@ def test_two_healthy_nodes_are_ready(lab_inventory: tuple[Path, list[str]], tmp_
         assert (run.run_dir / name).is_file()
     recorded = json.loads((run.run_dir / "run.json").read_text())
     assert recorded["all_ready"] is True
+    # Handover certificates: one per node, verified by the provider's key only.
+    provider, other = (Path(f"{k}.pub") for k in provider_keys)
+    certs = sorted((run.run_dir / "certs").glob("*.cert"))
+    assert [c.name for c in certs] == sorted(f"{h}.cert" for h in names)
+    outputs = []
+    for host, path in zip(sorted(names), certs, strict=True):
+        good = _cert_cli("verify", path, "--key", provider)
+        assert good.returncode == 0, good.stderr
+        wrong = _cert_cli("verify", path, "--key", other)
+        assert wrong.returncode == 1 and "not the one given" in wrong.stderr, wrong.stderr
+        outputs += [good.stdout, good.stderr, wrong.stdout, wrong.stderr]
+        doc = cert.load(path)
+        ident = doc.identity
+        assert doc.host == host and ident.hostname == host
+        assert ident.system.product_serial and ident.system.product_serial.startswith("LAB")
+        assert len(ident.gpus) == 8 and all(g.serial and g.uuid for g in ident.gpus)
+        # Every disk by serial; `data` marks those the host's profile lists.
+        assert ident.disks and all(d.serial for d in ident.disks), ident.disks
+        profile = yaml.safe_load((inventory / "host_vars" / host / "hardware.yml").read_text())
+        listed = {d["serial"] for d in profile["hardware"]["data_disks"]["disks"]}
+        assert {d.serial for d in ident.disks if d.data} == listed, ident.disks
+        assert any(n.mac for n in ident.nics)
+        assert doc.installed.stack_id == _node(run, host)["stack_id"]
+        assert doc.installed.driver_loaded == "550.127.05"
+        result = run.run_dir / doc.proof.result_file
+        assert cert.file_sha256(result) == doc.proof.result_sha256
+        assert {c.name for c in doc.proof.checks} == {c["name"] for c in _node(run, host)["checks"]}
+    HANDOVER[names[0]] = certs[sorted(names).index(names[0])]
+    _assert_no_private_key(provider_keys[0], tmp_path, texts=tuple(outputs))
+
+
+@pytest.mark.lab
+def test_swapped_gpu_shows_in_cert_compare(
+    lab_inventory: tuple[Path, list[str]], tmp_path: Path, provider_keys: tuple[Path, Path]
+) -> None:
+    """The same node after a GPU board swap: `cert compare` names exactly that GPU."""
+    from toolkit.lab import lab as lab_core
+
+    inventory, names = lab_inventory
+    host = names[0]
+    before = HANDOVER.get(host)
+    if before is None:
+        first = _accept(inventory, [host], tmp_path / "before", multi=False)
+        before = first.run_dir / "certs" / f"{host}.cert"
+    lab_ref = _lab_ref(lab_core.require(LAB), host)
+    lab_core.set_faults(LAB, lab_ref, ["swapped-gpu"])
+    try:
+        run = _accept(inventory, [host], tmp_path / "after", multi=False)
+    finally:
+        lab_core.set_faults(LAB, lab_ref, [])
+    after = run.run_dir / "certs" / f"{host}.cert"
+    assert _node(run, host)["verdict"] == "ready" and after.is_file()
+    assert _cert_cli("verify", after, "--key", f"{provider_keys[0]}.pub").returncode == 0
+    compared = _cert_cli("compare", before, after, "--json")
+    assert compared.returncode == 1, compared.stderr
+    diffs = json.loads(compared.stdout)["differences"]
+    identity = [d for d in diffs if d["section"] == "identity"]
+    assert {d["item"] for d in identity} == {identity[0]["item"]}, identity
+    assert identity[0]["item"].startswith("gpu ")
+    assert {d["key"] for d in identity} == {"serial", "uuid"}, identity
+    assert not [d for d in diffs if d["section"] == "installed"], diffs
+    _assert_no_private_key(provider_keys[0], tmp_path, texts=(compared.stdout, compared.stderr))
 
 
 FAULT_CASES = [
@@ -194,6 +305,10 @@ def test_fault_marks_only_its_node_not_ready(
     assert bad["verdict"] == "not-ready"
     assert check in {f["check"] for f in bad["failed_checks"]}, bad["failed_checks"]
     assert good["verdict"] == "ready", good["failed_checks"]
+    # A not-ready node gets no certificate; the ready one does.
+    assert bad["certificate"] is None and bad["certificate_note"] == "not ready: no certificate"
+    assert good["certificate"] and Path(good["certificate"]).is_file()
+    assert not (run.run_dir / "certs" / f"{faulty}.cert").exists()
     remote = json.loads(_remote_json(inventory, faulty, "/etc/gpunode/state.json"))
     assert remote["state"] == "not-ready"
     assert any(r.startswith(check) for r in remote["reason"])

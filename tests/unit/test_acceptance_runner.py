@@ -170,6 +170,27 @@ def test_query_gpus_healthy(lab_env: Any) -> None:
     assert (gpu["pcie_gen_current"], gpu["pcie_gen_max"]) == (5, 5)
     assert gpu["ecc_uncorrected_volatile"] == 0
     assert len(out["remapped_rows"]) == 8
+    # The board identity the handover certificate carries.
+    assert all(len(g["serial"]) == 13 and g["serial"].startswith("1") for g in out["list"])
+    assert gpu["vbios_version"] == "96.00.99.00.01"
+    assert len({g["uuid"] for g in out["list"]}) == 8
+
+
+def test_query_identity_reads_dmi_disks_and_nics(tmp_path: Path) -> None:
+    dmi = tmp_path / "dmi"
+    dmi.mkdir()
+    (dmi / "product_serial").write_text("S123\n")
+    (dmi / "product_name").write_text("SYS-821GE-TNHR\n")
+    out = nr.query_identity(str(dmi), by_id_dir=str(tmp_path / "no-by-id"))
+    assert out["dmi"] == {
+        "sys_vendor": None,
+        "product_name": "SYS-821GE-TNHR",
+        "product_serial": "S123",
+        "board_serial": None,
+    }
+    assert out["by_id"] == []
+    assert "lo" not in {n["name"] for n in out["nics"]}
+    assert out["lsblk"] is not None or out["lsblk_error"]
 
 
 @pytest.mark.parametrize(

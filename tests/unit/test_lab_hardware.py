@@ -8,7 +8,7 @@ import re
 import pytest
 
 from toolkit.errors import ConfigError
-from toolkit.lab.hardware import FAULTS, GPU_MODELS, NodeHardware
+from toolkit.lab.hardware import FAULTS, GPU_MODELS, SCHEMA_VERSION, NodeHardware
 
 # (model, nvswitch, name, memory MiB, power W, PCIe gen, max SM clock, NVLinks)
 MODELS = [
@@ -90,7 +90,7 @@ def test_json_round_trip_is_exact() -> None:
     assert text.endswith("\n")
     assert NodeHardware.from_json(text) == hw
     data = json.loads(text)
-    assert data["schema_version"] == 2
+    assert data["schema_version"] == SCHEMA_VERSION == 3
     assert data["faults"] == ["ecc", "xid"]
     assert data["gpus"][0]["pci_bus_id"] == "00000000:07:00.0"
 
@@ -169,6 +169,28 @@ def test_fault_slow_net_is_recorded_but_changes_no_gpu() -> None:
     assert shaped.faults == ("slow-net",)
     assert shaped.gpus == plain.gpus
     assert not shaped.xid_events
+
+
+def test_fault_swapped_gpu_changes_one_board_serial_and_uuid_only() -> None:
+    plain = NodeHardware.for_node("H100", 8, True, seed="n", index=1)
+    swapped = NodeHardware.for_node("H100", 8, True, ["swapped-gpu"], seed="n", index=1)
+    changed = [
+        (a.pci_bus_id, a.serial != b.serial, a.uuid != b.uuid)
+        for a, b in zip(plain.gpus, swapped.gpus, strict=True)
+        if a != b
+    ]
+    assert len(changed) == 1 and changed[0][1:] == (True, True)
+    for a, b in zip(plain.gpus, swapped.gpus, strict=True):
+        assert a.model_dump(exclude={"serial", "uuid"}) == b.model_dump(exclude={"serial", "uuid"})
+    assert swapped.system == plain.system
+
+
+def test_system_identity_is_stable_per_node_and_differs_between_nodes() -> None:
+    one = NodeHardware.for_node("H100", 2, True, seed="lab", index=1).system
+    assert one == NodeHardware.for_node("H100", 2, True, seed="lab", index=1).system
+    other = NodeHardware.for_node("H100", 2, True, seed="lab", index=2).system
+    assert one.product_serial != other.product_serial
+    assert one.board_serial != other.board_serial
 
 
 def test_all_faults_together_stay_coherent() -> None:

@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -50,7 +51,16 @@ NCCL_TESTS_CANDIDATES = (
 
 # `nvidia-smi --help-query-gpu`: the fields read per GPU. Health fields are read in a second
 # query so that a driver lacking one of them still reports the inventory.
-INVENTORY_FIELDS = ("index", "name", "uuid", "pci.bus_id", "driver_version")
+INVENTORY_FIELDS = (
+    "index",
+    "name",
+    "uuid",
+    "pci.bus_id",
+    "driver_version",
+    # The board's identity, for the handover certificate (toolkit/cert.py).
+    "serial",
+    "vbios_version",
+)
 HEALTH_FIELDS = (
     "ecc.errors.uncorrected.volatile.total",
     "ecc.errors.uncorrected.aggregate.total",
@@ -82,6 +92,15 @@ XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[^)]*)\): (?P<xid>\d+)(?:, (?
 # wall-clock time (`journalctl -o short-iso`).
 MONOTONIC_RE = re.compile(r"^\s*\[\s*(?P<s>\d+\.\d+)\]")
 ISO_RE = re.compile(r"^\s*(?P<t>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)")
+# The system's identity (Linux drivers/firmware/dmi-id.c: one value and a newline per file;
+# the serials are readable by root only). The inventory may name another folder
+# (`gpunode_dmi_dir`, passed in the spec as `dmi_dir`).
+DMI_DIR = "/sys/class/dmi/id"
+DMI_FIELDS = ("sys_vendor", "product_name", "product_serial", "board_serial")
+# lsblk(8) with -J: model and serial come from udev's database (ID_MODEL, ID_SERIAL_SHORT).
+LSBLK_IDENTITY = ["lsblk", "-J", "-d", "-o", "NAME,MAJ:MIN,TYPE,MODEL,SERIAL"]
+NET_DIR = "/sys/class/net"
+ARPHRD_LOOPBACK = "772"  # /sys/class/net/<if>/type of a loopback (linux/if_arp.h)
 PROC_VERSION_RE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(?P<v>\d+\.\d+(?:\.\d+)?)")
 NVML_LIB_RE = re.compile(r"NVML library version:\s*(?P<v>[\d.]+)")
 
@@ -193,6 +212,8 @@ def query_gpus(smi: str) -> dict[str, Any]:
                 "uuid": gpu["uuid"],
                 "bus_id": gpu["pci.bus_id"],
                 "driver_version": gpu["driver_version"],
+                "serial": gpu["serial"],
+                "vbios_version": gpu["vbios_version"],
                 "ecc_uncorrected_volatile": smi_int(h.get("ecc.errors.uncorrected.volatile.total")),
                 "ecc_uncorrected_aggregate": smi_int(
                     h.get("ecc.errors.uncorrected.aggregate.total")
@@ -342,6 +363,68 @@ def parse_xids(text: str, boot: float | None = None) -> list[dict[str, Any]]:
                 }
             )
     return events
+
+
+def read_text(path: str) -> str | None:
+    """A small sysfs-style file's value (stripped), or None when absent or unreadable."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def query_identity(dmi_dir: str = DMI_DIR, by_id_dir: str = "/dev/disk/by-id") -> dict[str, Any]:
+    """What identifies this machine: DMI strings, disks (lsblk and /dev/disk/by-id), NIC MACs.
+
+    Raw facts only: ``toolkit.cert`` joins the disk listing with the by-id names.
+    """
+    out: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "dmi": {name: read_text(os.path.join(dmi_dir, name)) for name in DMI_FIELDS},
+        "lsblk": None,
+        "lsblk_error": None,
+        "by_id": [],
+        "nics": [],
+    }
+    rc, stdout, stderr = sh(LSBLK_IDENTITY)
+    if rc == 0:
+        try:
+            out["lsblk"] = json.loads(stdout)
+        except ValueError as err:
+            out["lsblk_error"] = f"lsblk printed no JSON: {err}"
+    else:
+        out["lsblk_error"] = (stderr or stdout).strip() or f"lsblk exited {rc}"
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(by_id_dir)):
+            link = os.path.join(by_id_dir, name)
+            try:
+                info = os.stat(link)
+            except OSError:
+                continue
+            if stat.S_ISBLK(info.st_mode):
+                out["by_id"].append(
+                    {
+                        "name": name,
+                        "maj_min": f"{os.major(info.st_rdev)}:{os.minor(info.st_rdev)}",
+                        "target": os.path.basename(os.path.realpath(link)),
+                    }
+                )
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(NET_DIR)):
+            base = os.path.join(NET_DIR, name)
+            if read_text(os.path.join(base, "type")) == ARPHRD_LOOPBACK:
+                continue
+            if os.path.isdir(os.path.join(base, "bridge")):
+                continue  # a software bridge (docker0) takes a MAC of its own choosing
+            out["nics"].append(
+                {
+                    "name": name,
+                    "mac": read_text(os.path.join(base, "address")),
+                    "physical": os.path.exists(os.path.join(base, "device")),
+                }
+            )
+    return out
 
 
 def read_state(path: str) -> dict[str, Any] | None:
@@ -1011,6 +1094,7 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
         spec.get("kernel_log_command") or DEFAULT_KERNEL_LOG_COMMAND
     )
     result["state"] = read_state(spec["state_file"])
+    result["identity"] = query_identity(str(spec.get("dmi_dir") or DMI_DIR))
     container = spec.get("container")
     framework = run_in_container(spec, container) if container else run_framework(spec)
     result["versions"].update(framework.pop("versions", {}))

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import docker.errors
 
-from toolkit import nodestate, runs
+from toolkit import cert, nodestate, runs
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
 from toolkit.acceptance.node_runner import DEFAULT_CONTAINER_OPTIONS, container_argv
@@ -61,6 +61,9 @@ class AcceptOptions:
     # "image": the ranks run in the group's training image through the node's Docker (the
     # default); "host": in a venv on the node itself (the fallback for nodes without it).
     engine: str = "image"
+    # The provider's key that signs each ready node's certificate (None: the inventory's
+    # `gpunode_sign_key`, else no certificates).
+    sign_key: Path | None = None
 
 
 @dataclass
@@ -84,6 +87,8 @@ class NodePlan:
     extra: list[Check] = field(default_factory=list)
     written: dict[str, bool] = field(default_factory=dict)
     state: dict[str, Any] | None = None  # the node state written after the verdict
+    certificate: Path | None = None
+    certificate_note: str | None = None  # why there is none
 
 
 @dataclass
@@ -99,6 +104,7 @@ class AcceptanceRun:
     plans: list[NodePlan]
     multinode: dict[str, Any] | None
     hook_actions: list[dict[str, Any]]
+    sign_key: cert.SignKey | None = None
 
     @property
     def all_ready(self) -> bool:
@@ -118,6 +124,7 @@ class AcceptanceRun:
             "multinode": self.multinode,
             "hooks": self.hook_actions,
             "run_dir": str(self.run_dir),
+            "signed_by": self.sign_key.fingerprint if self.sign_key else None,
         }
 
 
@@ -152,6 +159,8 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
         "error": plan.error,
         "written": plan.written,
         "state": plan.state,
+        "certificate": str(plan.certificate) if plan.certificate else None,
+        "certificate_note": plan.certificate_note,
     }
 
 
@@ -205,6 +214,10 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
     if not hosts:
         raise ConfigError(f"{opts.inventory}: no hosts match {opts.limit or 'all'!r}")
     plans = [_plan(inventory, host) for host in hosts]
+    group_all = inventory.groups.get("all")
+    sign_key = cert.sign_key_from(
+        opts.sign_key, group_all.vars if group_all else {}, opts.inventory
+    )
     run_dir = runs.start_run("accept", opts.runs_dir, started)
     run_id = run_dir.name
     (run_dir / "nodes").mkdir(parents=True, exist_ok=True)
@@ -258,8 +271,9 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
         plans=plans,
         multinode=multinode.to_dict() if opts.multi_node and multinode else None,
         hook_actions=actions,
+        sign_key=sign_key,
     )
-    _record(run)
+    _record(run, progress)
     return run
 
 
@@ -547,6 +561,8 @@ def _runner_spec(plan: NodePlan) -> dict[str, Any]:
         "data_size_bytes": parse_size(spec.data_test_size),
         "workdir": REMOTE_DIR,
         "state_file": nodestate.PATH,
+        # Where the machine's DMI strings are read (the runner's default: /sys/class/dmi/id).
+        "dmi_dir": plan.host.vars.get("gpunode_dmi_dir"),
         "container": (
             {"image": plan.image, "options": container_options(plan.host)} if plan.image else None
         ),
@@ -716,12 +732,71 @@ def _write_node_state(plan: NodePlan, run_id: str, when: datetime) -> None:
         plan.error = (plan.error + "; " if plan.error else "") + err.message
 
 
-def _record(run: AcceptanceRun) -> None:
-    """run.json, the reports and each node's raw result (evidence: never rotated away)."""
-    summary = run.summary()
-    write_reports(summary, run.run_dir)
+def _record(run: AcceptanceRun, progress: Progress = lambda _m: None) -> None:
+    """Each node's raw result, the certificates, run.json and the reports (evidence: never
+    rotated away by routine runs)."""
     for plan in run.plans:
         if plan.result is not None:
             name_path(run.run_dir / "nodes", plan.host.name, ".result.json").write_text(
                 json.dumps(plan.result, indent=1, sort_keys=True) + "\n"
             )
+    for plan in run.plans:
+        _certify(run, plan, progress)
+    write_reports(run.summary(), run.run_dir)
+
+
+def _certify(run: AcceptanceRun, plan: NodePlan, progress: Progress) -> None:
+    """The signed certificate of a node marked ready; a node not ready gets none."""
+    if plan.verdict is None or not plan.verdict.ready:
+        plan.certificate_note = "not ready: no certificate"
+        return
+    if not plan.written.get("state"):
+        plan.certificate_note = "ready, but its state file was not written: no certificate"
+        return
+    if run.sign_key is None:
+        plan.certificate_note = f"no certificate: no --sign-key or {cert.SIGN_KEY_VAR}"
+        return
+    assert plan.result is not None and plan.expect is not None
+    assert plan.expect.stack_id is not None
+    result_file = f"nodes/{plan.host.name}.result.json"
+    try:
+        document = cert.build(
+            host=plan.host.name,
+            group=plan.group,
+            result=plan.result,
+            checks=[c.to_dict() for c in plan.verdict.checks],
+            spec=plan.spec,
+            data_serials=(
+                [d.serial for d in plan.hardware.data_disks.disks]
+                if plan.hardware.data_disks
+                else []
+            ),
+            stack_id=plan.expect.stack_id,
+            lock_digest=_lock_digest(plan, run.inventory),
+            image_id=plan.image,
+            run_id=run.run_id,
+            started=run.started,
+            finished=run.finished,
+            valid_until=(plan.state or {}).get("valid_until"),
+            result_file=result_file,
+            result_sha256=cert.file_sha256(run.run_dir / result_file),
+        )
+        plan.certificate = cert.write(run.run_dir, plan.host.name, document, run.sign_key)
+        progress(f"{plan.host.name}: certificate {plan.certificate}")
+    except cert.CertError as err:
+        plan.certificate_note = err.message
+        plan.error = (plan.error + "; " if plan.error else "") + err.message
+        progress(f"{plan.host.name}: {err.message}")
+
+
+def _lock_digest(plan: NodePlan, inventory: Path) -> str | None:
+    """``sha256:`` of the group's stack lock file when it is current for the stack."""
+    from toolkit.stack.lock import LOCK_KEY, lock_path, lock_state
+
+    lock = plan.host.vars.get(LOCK_KEY)
+    path = lock_path(inventory, plan.group)
+    if not isinstance(lock, dict) or plan.expect is None or plan.expect.stack_id is None:
+        return None
+    if lock_state(lock, plan.expect.stack_id) != "current" or not path.is_file():
+        return None
+    return cert.file_sha256(path)

@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("toolkit.cli.up:up", "Take nodes from bare to ready in one resumable command."),
     "report": ("toolkit.cli.report:report", "Write the fleet's HTML report from recorded runs."),
     "runs": ("toolkit.cli.runs:runs", "List and prune the recorded runs."),
+    "cert": ("toolkit.cli.cert:cert", "Show, verify and compare handover certificates."),
 }
 
 EPILOG = """\b

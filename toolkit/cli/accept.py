@@ -9,7 +9,13 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from toolkit.cli.options import engine_option, hooks_option, json_option, multi_node_option
+from toolkit.cli.options import (
+    engine_option,
+    hooks_option,
+    json_option,
+    multi_node_option,
+    sign_key_option,
+)
 from toolkit.cli.output import emit_json, err_console, out_console, say
 from toolkit.errors import EXIT_FAILED, EXIT_OK, AcceptanceError
 
@@ -29,6 +35,7 @@ from toolkit.errors import EXIT_FAILED, EXIT_OK, AcceptanceError
 @multi_node_option
 @hooks_option
 @engine_option
+@sign_key_option
 @click.option(
     "--runs-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -45,6 +52,7 @@ def accept(
     multi_node: bool,
     hooks: tuple[str, ...],
     engine: str,
+    sign_key: Path | None,
     runs_dir: Path | None,
     as_json: bool,
 ) -> None:
@@ -53,7 +61,8 @@ def accept(
     Ships the node-side runner, runs the checks and the all-reduce on every node (and with
     --multi-node across nodes), gives a verdict per node, writes /etc/gpunode/state.json and
     the Prometheus textfile on each node and records the run. Exits 1 when any node is not
-    ready. `gpunode accept parse FILE` reads a captured nccl-tests output instead.
+    ready. With a signing key each ready node gets a handover certificate in the run folder
+    (`gpunode cert`). `gpunode accept parse FILE` reads a captured nccl-tests output instead.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -70,6 +79,7 @@ def accept(
             hooks=hooks,
             runs_dir=runs_dir or runs.runs_dir(),
             engine=engine,
+            sign_key=sign_key,
         ),
         progress=say,
     )
@@ -80,6 +90,11 @@ def accept(
         err_console.print(
             f"Run {run.run_id} recorded in {run.run_dir}: report.html, junit.xml, run.json"
         )
+        for node in run.summary()["nodes"]:
+            if node["certificate"]:
+                err_console.print(f"{node['host']}: certificate {node['certificate']}")
+            elif node["certificate_note"]:
+                err_console.print(f"{node['host']}: {node['certificate_note']}")
     click.get_current_context().exit(EXIT_OK if run.all_ready else EXIT_FAILED)
 
 

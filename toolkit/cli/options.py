@@ -47,6 +47,16 @@ engine_option = click.option(
     "a venv with torch from the hashed lock on the node.",
 )
 
+sign_key_option = click.option(
+    "--sign-key",
+    "sign_key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Sign a certificate for each node found ready with this OpenSSH key: a private key "
+    "file (ed25519), or a public key whose private half is in the ssh-agent [default: the "
+    "inventory's gpunode_sign_key; neither: no certificates].",
+)
+
 
 def compose(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     """Apply several option decorators in the order given."""

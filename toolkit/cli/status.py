@@ -35,7 +35,8 @@ def status(inventory: Path, limit: str | None, as_json: bool) -> None:
 
     Per node: its state (new, provisioned, ready, not-ready) and reason, GPUs seen against the
     profile, installed vs pinned driver, CUDA and NCCL (and the loaded driver), the data
-    mount, and the last acceptance (busbw at the largest size, when, stack id). Reads only:
+    mount, the last acceptance (busbw at the largest size, when, stack id) and the newest
+    handover certificate in the runs folder. Reads only:
     a ready node that drifted shows not-ready here; `gpunode drift` records it.
     """
     from toolkit.status import fleet_status
@@ -52,6 +53,8 @@ def status(inventory: Path, limit: str | None, as_json: bool) -> None:
                 out_console.print(Text.assemble((f"{node.host}: ", "bold red"), str(line)))
             for line in node.drift:
                 out_console.print(Text.assemble((f"{node.host}: ", "yellow"), line))
+            if node.certificate:
+                out_console.print(Text.assemble(f"{node.host}: certificate ", node.certificate))
     if not nodes:
         raise ToolkitError(f"{inventory}: no node answered", EXIT_FAILED)
     not_ready = sorted(n.host for n in nodes if not n.ready)

@@ -20,6 +20,7 @@ from toolkit.cli.options import (
     json_option,
     limit_option,
     multi_node_option,
+    sign_key_option,
     yes_option,
 )
 from toolkit.cli.output import emit_json, err_console, live_display, out_console, say
@@ -43,6 +44,7 @@ Examples:
 @multi_node_option
 @hooks_option
 @engine_option
+@sign_key_option
 @click.option(
     "--relock",
     is_flag=True,
@@ -56,6 +58,7 @@ def up(
     multi_node: bool,
     hooks: tuple[str, ...],
     engine: str,
+    sign_key: Path | None,
     relock: bool,
     as_json: bool,
 ) -> None:
@@ -84,6 +87,7 @@ def up(
             display=live_display(as_json),
             relock=relock,
             engine=engine,
+            sign_key=sign_key,
         ),
         progress=say,
     )

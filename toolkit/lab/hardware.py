@@ -22,10 +22,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from toolkit.errors import ConfigError
 
-SCHEMA_VERSION = 2  # 2: the GPU and host maximum link generation, the idle link
+SCHEMA_VERSION = 3  # 2: the GPU and host maximum link generation, the idle link; 3: `system`
 
 FaultName = Literal[
-    "missing-gpu", "ecc", "xid", "old-xid", "pcie", "pcie-idle", "slow-net", "keyring"
+    "missing-gpu",
+    "ecc",
+    "xid",
+    "old-xid",
+    "pcie",
+    "pcie-idle",
+    "slow-net",
+    "keyring",
+    "swapped-gpu",
 ]
 
 # Faults the lab can inject. `slow-net` is traffic shaping on the node's interface (done by
@@ -42,6 +50,7 @@ FAULTS: dict[str, str] = {
     "pcie-idle": "every GPU lowers its PCIe link to Gen1 while idle and runs at its max under load",
     "slow-net": "the node's network interface is shaped to a slow link (not in this file)",
     "keyring": "NVIDIA's repository is already configured the way cuda-keyring does it",
+    "swapped-gpu": ("one GPU board was replaced (a repair): same slot, another serial and UUID"),
 }
 
 # The link a `pcie` fault leaves: a real downtrained slot (a riser or retimer problem); the
@@ -305,6 +314,15 @@ class Gpu(_Strict):
         return self
 
 
+class System(_Strict):
+    """The machine's DMI strings (what /sys/class/dmi/id shows on a real server)."""
+
+    vendor: str
+    product_name: str
+    product_serial: str
+    board_serial: str
+
+
 class XidEvent(_Strict):
     """A kernel-log XID event (the lab injects `kernel_line` into the node's journal)."""
 
@@ -327,6 +345,7 @@ class NodeHardware(_Strict):
     gpu_count_installed: int = Field(ge=0, description="GPUs in the chassis, faults aside.")
     nvswitch: bool
     faults: tuple[FaultName, ...]
+    system: System
     gpus: tuple[Gpu, ...]
     xid_events: tuple[XidEvent, ...] = ()
     missing_pci_bus_ids: tuple[str, ...] = ()
@@ -403,6 +422,10 @@ class NodeHardware(_Strict):
                 gpu["index"] = i
                 gpu["minor_number"] = i
         present = len(gpus)
+        if "swapped-gpu" in fault_list:
+            slot = _pick(seed, index, "swapped-gpu", present)
+            board = _make_gpu(gpu_model, slot, count, f"{seed}/swapped-gpu", index)
+            gpus[slot].update(uuid=board["uuid"], serial=board["serial"])
         if "ecc" in fault_list:
             gpu = gpus[_pick(seed, index, "ecc", present)]
             gpu.update(
@@ -454,6 +477,7 @@ class NodeHardware(_Strict):
                     "gpu_count_installed": count,
                     "nvswitch": nvswitch,
                     "faults": tuple(fault_list),
+                    "system": _system(gpu_model, seed, index),
                     "gpus": tuple(Gpu.model_validate(gpu) for gpu in gpus),
                     "xid_events": tuple(XidEvent.model_validate(e) for e in events),
                     "missing_pci_bus_ids": tuple(missing),
@@ -496,6 +520,17 @@ def _digest(*parts: object) -> bytes:
 def _pick(seed: str, node: int, fault: str, count: int) -> int:
     """Which GPU a fault hits: deterministic per (lab, node, fault), spread across GPUs."""
     return int.from_bytes(_digest(seed, node, fault)[:4], "big") % count
+
+
+def _system(model: GpuModel, seed: str, node: int) -> dict[str, str]:
+    """A lab node's DMI strings: stable per (lab, node), honest about being emulated."""
+    tag = _digest(seed, node, "system").hex().upper()
+    return {
+        "vendor": "gpunode lab",
+        "product_name": f"Emulated {model.key} server",
+        "product_serial": f"LAB{tag[:9]}",
+        "board_serial": f"LABB{tag[9:18]}",
+    }
 
 
 def _make_gpu(model: GpuModel, i: int, count: int, seed: str, node: int) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from toolkit.errors import LabError
+from toolkit.lab.paths import DMI_DIR
 from toolkit.lab.spec import LabSpec
 from toolkit.lab.state import NodeState
 
@@ -141,11 +142,12 @@ def render(
         ),
         "group_vars/all/lab.yml": _yaml(
             name,
-            "Lab nodes share the host's kernel (kernel log, boot id) and run no udev.",
+            "Lab nodes share the host's kernel (kernel log, boot id) and sysfs, and run no udev.",
             {
                 "gpunode_kernel_log_command": KERNEL_LOG_COMMAND,
                 "gpunode_reboot_boot_time_command": BOOT_ID_COMMAND,
                 "data_disks_udev_settle_command": UDEV_COMMAND,
+                "gpunode_dmi_dir": DMI_DIR,
             },
         ),
         f"group_vars/{GROUP}/stack.yml": _yaml(

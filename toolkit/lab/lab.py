@@ -279,10 +279,23 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
     faults = spec.node_faults(node.index)
     events = "".join(line + "\n" for line in hw.kernel_messages())
     rate = spec.slow_net_rate + "\n" if "slow-net" in faults else ""
+    dmi = {
+        "sys_vendor": hw.system.vendor,
+        "product_name": hw.system.product_name,
+        "product_serial": hw.system.product_serial,
+        "board_serial": hw.system.board_serial,
+    }
     return {
         paths.HARDWARE_FILE: nodes.NodeFile(hw.to_json().encode()),
         nodes.KERNEL_EVENTS_FILE: nodes.NodeFile(events.encode()),
         nodes.EGRESS_RATE_FILE: nodes.NodeFile(rate.encode()),
+        # Serials readable by root only, as the kernel makes them (dmi-id.c: mode 0400).
+        **{
+            f"{paths.DMI_DIR}/{name}": nodes.NodeFile(
+                f"{value}\n".encode(), 0o400 if name.endswith("serial") else 0o444
+            )
+            for name, value in dmi.items()
+        },
     }
 
 

@@ -25,6 +25,7 @@ DISKS=/var/lib/gpunode-lab/disks
 BACKING=/var/lib/gpunode-lab/disks.backing
 BY_ID=/dev/disk/by-id
 BY_UUID=/dev/disk/by-uuid
+UDEV_DB=/run/udev/data
 
 # Create a block device node unless one with the same numbers is already there.
 node_dev() {
@@ -55,6 +56,18 @@ uuid_link() {
   return 0
 }
 
+# udev's database entry of a disk, /run/udev/data/b<major>:<minor>, in the format systemd
+# writes it (src/libsystemd/sd-device/device-private.c, device_update_db: "S:" links, "I:"
+# initialisation time, "E:" properties). lsblk(8) reads MODEL and SERIAL from ID_MODEL and
+# ID_SERIAL_SHORT there (util-linux misc-utils/lsblk-properties.c, get_properties_by_udev).
+db_entry() {
+  major=$1 minor=$2 model=$3 serial=$4
+  mkdir -p "$UDEV_DB"
+  printf 'S:disk/by-id/nvme-%s_%s\nI:%s\nE:ID_MODEL=%s\nE:ID_SERIAL=%s_%s\nE:ID_SERIAL_SHORT=%s\n' \
+    "$model" "$serial" "$(date +%s)000000" "$model" "$model" "$serial" "$serial" \
+    >"$UDEV_DB/b$major:$minor"
+}
+
 mkdir -p "$BY_ID" "$BY_UUID"
 # Only the links this script owns are rebuilt: the lab's NVMe links, md links and by-uuid.
 find "$BY_ID" -maxdepth 1 -type l \( -name 'nvme-*' -o -name 'md-*' \) -delete
@@ -77,6 +90,7 @@ if [ -f "$DISKS" ]; then
     fi
     node_dev "/dev/$name" "$major" "$minor"
     ln -sfn "../../$name" "$BY_ID/nvme-${model}_${serial}"
+    db_entry "$major" "$minor" "$model" "$serial"
     uuid_link "/dev/$name"
     for part in "$sys"/*/partition; do
       [ -e "$part" ] || continue
