@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from toolkit import runs
 from toolkit.config import format_loc
 from toolkit.errors import EXIT_USAGE, ConfigError, ToolkitError
+from toolkit.inventory import name_path
 
 FORMAT = "gpunode-cert"
 VERSION = 1
@@ -45,7 +46,7 @@ ARMOR_BEGIN = b"-----BEGIN SSH SIGNATURE-----\n"
 ARMOR_END = b"-----END SSH SIGNATURE-----\n"
 ARMOR_WIDTH = 70
 PRINCIPAL = "gpunode-signer"  # the identity in the allowed-signers file made from --key
-SHA256_RE = r"^sha256:[0-9a-f]{64}$"
+SHA256_RE = r"^sha256:[0-9a-f]{64}\Z"
 SSH_KEYGEN_TIMEOUT_S = 60.0
 # lsblk TYPE values of block devices that sit on disks rather than being disks (lsblk(8)).
 _STACKED_TYPES = ("part", "lvm", "crypt", "dm", "mpath", "md", "rom")
@@ -59,7 +60,9 @@ class CertError(ToolkitError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # Python's re: the patterns are gpunode's own (runs.RUN_ID anchors with \Z), and `$` would
+    # accept a trailing newline there.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, regex_engine="python-re")
 
 
 class System(_Model):
@@ -112,7 +115,7 @@ class Identity(_Model):
 class Installed(_Model):
     """What the node runs."""
 
-    stack_id: str = Field(pattern=r"^[0-9a-f]{12}$")
+    stack_id: str = Field(pattern=r"^[0-9a-f]{12}\Z")
     lock_digest: str | None = Field(pattern=SHA256_RE)
     packages: dict[str, str | None]
     driver_loaded: str | None
@@ -479,7 +482,7 @@ def write(run_dir: Path, host: str, document: Mapping[str, Any], key: SignKey) -
     """Sign one document and write it as ``<run>/certs/<host>.cert``."""
     folder = run_dir / FOLDER
     folder.mkdir(exist_ok=True)
-    path = folder / f"{host}{SUFFIX}"
+    path = name_path(folder, host, SUFFIX)
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(sign(document, key))
     tmp.replace(path)
