@@ -89,11 +89,13 @@ def main(argv: list[str] | None = None) -> None:
     also one error document on stdout (``ok: false``, the error's kind, message and exit code)
     unless the command already wrote its document.
     """
-    from toolkit.cli.output import start_command
-
     args = sys.argv[1:] if argv is None else argv
     as_json = "--json" in (args[: args.index("--")] if "--" in args else args)
-    start_command()
+    # A new process has written no document yet; only a rerun in the same process (tests)
+    # must forget the last one. Importing output (rich) here would cost every start ~40 ms.
+    output = sys.modules.get("toolkit.cli.output")
+    if output is not None:
+        output.start_command()
     try:
         # Without standalone mode, Click returns the code a command passed to ctx.exit().
         result = cli.main(args=args, prog_name="gpunode", standalone_mode=False)
