@@ -10,7 +10,6 @@ parse ran and judged the capture ok.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -61,19 +60,46 @@ def write_capture(path: Path) -> int:
     return path.stat().st_size
 
 
+# Linux keeps a process's peak RSS across fork and exec as the forking process's resident
+# size at the fork: measured straight from pytest (hundreds of MiB by the time the benchmarks
+# run), every child would seem at least that big. A small launcher forks the child instead
+# and reports the child's own wait4 figures.
+LAUNCHER = r"""
+import json, os, sys, time
+start = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    out = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(out, 1)
+    os.execvp(sys.argv[2], sys.argv[2:])
+_pid, status, usage = os.wait4(pid, 0)
+print(json.dumps({
+    "seconds": time.perf_counter() - start,
+    "cpu": usage.ru_utime + usage.ru_stime,
+    "maxrss_kib": usage.ru_maxrss,
+    "code": os.waitstatus_to_exitcode(status),
+}))
+"""
+
+
 def run_measured(command: list[str], stdout: Path) -> tuple[float, float, float, int]:
     """Wall seconds, CPU seconds, peak RSS (MiB) and exit code of one child process.
 
     CPU time is shown beside wall time: on a shared machine the wall clock also counts the
     time other processes held the cores."""
-    start = time.perf_counter()
-    with stdout.open("wb") as out:
-        child = subprocess.Popen(command, stdout=out, stderr=subprocess.PIPE)
-        _pid, status, usage = os.wait4(child.pid, 0)
-    seconds = time.perf_counter() - start
-    child.returncode = os.waitstatus_to_exitcode(status)
-    cpu = usage.ru_utime + usage.ru_stime
-    return seconds, cpu, usage.ru_maxrss / 1024, child.returncode
+    launched = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, str(stdout), *command],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    figures = json.loads(launched.stdout)
+    return (
+        float(figures["seconds"]),
+        float(figures["cpu"]),
+        figures["maxrss_kib"] / 1024,
+        int(figures["code"]),
+    )
 
 
 def test_bench_parse_200mb_capture(tmp_path: Path) -> None:
