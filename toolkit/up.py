@@ -508,7 +508,9 @@ def _accept(
         written = summary.get("state") if (summary.get("written") or {}).get("state") else None
         node.state = dict(written or {"state": "unknown", "reason": [summary.get("error")]})
         if node.ready:
-            detail = f"busbw {summary['busbw_at_largest_gbps']} GB/s at the largest size"
+            busbw = summary.get("busbw_at_largest_gbps")
+            shown = f"{busbw:.3f}" if isinstance(busbw, (int, float)) else "unknown"
+            detail = f"busbw {shown} GB/s at the largest size"
         else:
             failed = [f"{c['check']}: {c['message']}" for c in summary.get("failed_checks") or []]
             detail = "; ".join(failed) or str(summary.get("error") or summary["verdict"])
