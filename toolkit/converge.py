@@ -51,6 +51,10 @@ EXTRA_INPUTS: dict[str, tuple[str, ...]] = {
     "container_runtime": ("gpunode_stack.os",),
 }
 
+# Role options that name a file on the control machine the role copies to nodes: their
+# content is the input, not only their path (a CA bundle renewed in place must converge).
+CONTROLLER_FILES = frozenset({"nvidia_driver_ca_bundle"})
+
 UP_TO_DATE = "up to date"
 
 # Runs on the node (python3 is there: Ansible needs it) inside the facts probe: every stamp,
@@ -143,9 +147,9 @@ def inputs_digest(content: str, values: Mapping[str, Any], version: str) -> str:
 
 
 def file_value(value: Any) -> Any:
-    """A value that names an existing file on the controller, as that file's digest (a CA
-    bundle's content is an input, not only its path); anything else unchanged."""
-    if isinstance(value, str) and value.startswith("/") and "\n" not in value:
+    """The value of a :data:`CONTROLLER_FILES` option: the file's path and digest when it
+    names an existing file on the controller; anything else unchanged."""
+    if isinstance(value, str) and value and "\n" not in value:
         path = Path(value)
         try:
             if path.is_file():

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from toolkit import converge
 from toolkit.ansible import nodefacts
@@ -195,6 +196,16 @@ def test_content_digest_changes_with_any_role_file(tmp_path: Path) -> None:
     (tmp_path / "one" / "defaults").mkdir()
     (tmp_path / "one" / "defaults" / "main.yml").write_text("one_x: 1\n")
     assert converge.content_digest(tmp_path, ("one",)) != before
+
+
+def test_controller_files_are_role_options() -> None:
+    # Only these count by content; any other absolute path is a plain value (a path that
+    # happens to exist on the controller must not make the plan depend on the controller).
+    roles_dir = Path(__file__).resolve().parents[2] / "roles"
+    options = set()
+    for spec in roles_dir.glob("*/meta/argument_specs.yml"):
+        options |= set(yaml.safe_load(spec.read_text())["argument_specs"]["main"]["options"])
+    assert converge.CONTROLLER_FILES and options >= converge.CONTROLLER_FILES
 
 
 def test_every_component_has_its_role_in_the_repository() -> None:

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from test_hostile_input import ROWS
 from test_stack_support import BASE
 
 from toolkit import cli
@@ -47,11 +48,6 @@ HEADER = """\
 #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
 #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
 """  # noqa: E501
-ROWS = [
-    "     1048576        262144     float     sum      -1    30.12   34.81   34.81      0    29.80   35.19   35.19      0",  # noqa: E501
-    "    16777216       4194304     float     sum      -1    120.5  139.23  139.23      0    119.9  139.93  139.93      0",  # noqa: E501
-    "   268435456      67108864     float     sum      -1   1490.0  180.16  180.16      0   1489.1  180.27  180.27      0",  # noqa: E501
-]
 FOOTER = "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 118.26\n"
 # Columns after the fixed five: time algbw busbw #wrong, twice.
 NUMERIC_COLUMNS = (0, 1, 5, 6, 7, 8, 9, 10, 11, 12)

@@ -76,4 +76,4 @@ class ActionModule(ActionBase):
             if not isinstance(value, dict) or key not in value:
                 return UNSET
             value = value[key]
-        return converge.file_value(value)
+        return converge.file_value(value) if dotted in converge.CONTROLLER_FILES else value
