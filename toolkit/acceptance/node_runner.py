@@ -572,15 +572,7 @@ def worker(args: argparse.Namespace) -> int:
     for size in args.sizes:
         count = max(1, size // 4)
         scratch = torch.zeros(count, dtype=torch.float32, device=device)
-        for _ in range(args.warmup):
-            dist.all_reduce(scratch)
-        sync()
-        dist.barrier()
-        start = time.perf_counter()
-        for _ in range(args.iters):
-            dist.all_reduce(scratch)
-        sync()
-        elapsed = (time.perf_counter() - start) / args.iters
+        elapsed = timed_allreduce(torch, dist, scratch, args.iters, args.warmup, device)
         # Correctness on a pattern whose sum is known exactly, written into the same buffer
         # chunk by chunk: a 16 GiB message must not need three more 16 GiB tensors.
         fill_pattern(torch, scratch, float(rank + 1))
@@ -628,6 +620,20 @@ def worker(args: argparse.Namespace) -> int:
             )
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             p2p[f"{src}->{1 - src}"] = buf.numel() * 4 * args.iters / float(t.item()) / 1e9
+    train = None
+    if args.train:
+        with open(args.train, encoding="utf-8") as handle:
+            train_spec = json.load(handle)
+        started = time.perf_counter()
+        try:
+            train = train_phase(
+                torch, dist, rank, world, device, train_spec, shutil.which("nvidia-smi")
+            )
+        except Exception as err:
+            train = {"checkpoint": None, "loop": None, "scaling": None}
+            train["error"] = f"rank {rank}: {type(err).__name__}: {err}"[:600]
+        if train is not None:
+            train["duration_s"] = time.perf_counter() - started
     dist.destroy_process_group()
     if rank == 0 and args.out:
         result = {
@@ -640,9 +646,30 @@ def worker(args: argparse.Namespace) -> int:
             "error": None,
             "torch": torch.__version__,
             "nccl": nccl_probe(torch),
+            "train": train,
         }
         write_json(args.out, result)
     return 0
+
+
+def timed_allreduce(
+    torch: Any, dist: Any, buf: Any, iters: int, warmup: int, device: Any, group: Any = None
+) -> float:
+    """This rank's seconds per all-reduce of ``buf`` over ``group`` (after ``warmup``)."""
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        dist.all_reduce(buf, group=group)
+    sync()
+    dist.barrier(group=group)
+    start = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(buf, group=group)
+    sync()
+    return (time.perf_counter() - start) / iters
 
 
 # The NCCL a framework loads is a shared library file; its version is what that file says, not
@@ -806,8 +833,10 @@ def launch_ranks(
     timeout: float,
     out: str | None,
     p2p: bool = False,
+    train: str | None = None,
 ) -> dict[str, Any]:
-    """Start this node's ranks as processes and wait for them.
+    """Start this node's ranks as processes and wait for them (``train``: the spec file of
+    the training-shaped checks the ranks run after the all-reduce, see :func:`train_phase`).
 
     Returns:
         On node 0 the result of rank 0; elsewhere ``{"error": None}``; on any failure a
@@ -842,6 +871,8 @@ def launch_ranks(
         ]
         if p2p:
             argv.append("--p2p")
+        if train:
+            argv += ["--train", train]
         if local == 0 and node_rank == 0 and tmp_out:
             argv += ["--out", tmp_out]
         procs.append(
@@ -935,6 +966,612 @@ def run_nccl_tests(
         "p2p_gbps": None,
         "error": None if rc == 0 else f"all_reduce_perf exited {rc}",
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Training-shaped checks: /data under a data loader's read pattern, a checkpoint round trip,
+# the data-loader wait and GPU utilisation of a short DDP loop, and scaling from 1 to all GPUs.
+#
+# Process model: the framework process writes the data set and the checkpoint and runs the
+# random reads; the ranks it launches for the all-reduce (fresh processes) then restore the
+# checkpoint (rank 0) and run the loop at every scaling point, so that torch is imported once
+# per rank for all of it.
+
+# Reads for O_DIRECT must be aligned to the logical block size: 4 KiB covers every disk.
+DIRECT_ALIGN = 4096
+# Upper bounds (ms) of the latency histogram's buckets; a last bucket holds the rest.
+LATENCY_BUCKETS_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0)
+# nvidia-smi --help-query-gpu, utilization.gpu: "Percent of time over the past sample period
+# during which one or more kernels was executing on the GPU"; sampled every 100 ms.
+UTIL_QUERY = ("index", "utilization.gpu")
+UTIL_INTERVAL_MS = 100
+# The loop's model input: each sample's bytes are reduced to this many floats on the worker.
+TRAIN_FEATURES = 1024
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The nearest-rank ``q``-th percentile (0-100), or None without values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil(n q / 100), at least the first
+    return ordered[int(rank) - 1]
+
+
+def latency_histogram(values_ms: list[float]) -> list[dict[str, Any]]:
+    """Counts per bucket: ``{"le_ms": bound, "count": n}``; the last bucket's bound is None."""
+    counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
+    for value in values_ms:
+        index = next((i for i, b in enumerate(LATENCY_BUCKETS_MS) if value <= b), -1)
+        counts[index] += 1
+    bounds: list[float | None] = [*LATENCY_BUCKETS_MS, None]
+    return [{"le_ms": b, "count": c} for b, c in zip(bounds, counts, strict=True)]
+
+
+def drop_cache(fd: int) -> None:
+    """Ask the kernel to drop a file's clean cached pages (posix_fadvise DONTNEED)."""
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory, so the names of new files in it survive a crash too."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dataset(path: str, files: int, file_bytes: int) -> dict[str, Any]:
+    """``files`` files of ``file_bytes`` random bytes under ``path``, flushed to the disk and
+    dropped from the page cache, so that reading them measures the disk."""
+    out: dict[str, Any] = {"dir": path, "files": [], "file_bytes": file_bytes, "write_s": None}
+    os.makedirs(path, exist_ok=True)
+    block = os.urandom(file_bytes)  # random: neither compression nor dedup can flatter
+    start = time.perf_counter()
+    for index in range(files):
+        name = os.path.join(path, f"sample-{index:06d}.bin")
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(index.to_bytes(8, "little") + block[8:])
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            drop_cache(fd)
+        finally:
+            os.close(fd)
+        out["files"].append(name)
+    fsync_dir(path)
+    out["write_s"] = time.perf_counter() - start
+    return out
+
+
+def read_plan(
+    files: int, file_bytes: int, reads: int, min_read: int, max_read: int, seed: int = 0
+) -> list[tuple[int, int, int]]:
+    """(file index, offset, size) of each random read: sizes log-uniform between ``min_read``
+    and ``max_read`` and offsets at random, both multiples of 4 KiB (O_DIRECT's alignment)."""
+    import math
+    import random
+
+    rng = random.Random(seed)
+    top = min(max_read, file_bytes)
+    plan = []
+    for _ in range(reads):
+        size = int(2 ** rng.uniform(math.log2(min_read), math.log2(top)))
+        size = max(DIRECT_ALIGN, size // DIRECT_ALIGN * DIRECT_ALIGN)
+        slots = (file_bytes - size) // DIRECT_ALIGN
+        plan.append((rng.randrange(files), rng.randint(0, slots) * DIRECT_ALIGN, size))
+    return plan
+
+
+def direct_io_works(path: str) -> bool:
+    """Whether the file system under ``path`` accepts O_DIRECT reads (tmpfs does not)."""
+    import mmap
+
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | flag)
+    except OSError:
+        return False
+    try:
+        buf = mmap.mmap(-1, DIRECT_ALIGN)
+        os.preadv(fd, [buf], 0)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def random_reads(
+    paths: list[str],
+    file_bytes: int,
+    reads: int,
+    workers: int,
+    min_read: int,
+    max_read: int,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Random reads of 4 KiB-1 MiB from many files by parallel workers, the page cache out
+    of the way: each read opens its file, reads, closes (as a data loader does per sample).
+
+    O_DIRECT where the file system takes it: every read then reaches the device, whatever
+    else has the file cached. Elsewhere each read first drops the file's cached pages
+    (posix_fadvise DONTNEED) and turns readahead off (POSIX_FADV_RANDOM), which is advisory
+    only; ``cache`` says which of the two ran.
+    """
+    import mmap
+    from concurrent.futures import ThreadPoolExecutor
+
+    out: dict[str, Any] = {
+        "cache": None,
+        "reads": reads,
+        "workers": workers,
+        "files": len(paths),
+        "min_read_bytes": min_read,
+        "max_read_bytes": min(max_read, file_bytes),
+        "bytes": 0,
+        "wall_s": None,
+        "files_per_s": None,
+        "mbps": None,
+        "p50_ms": None,
+        "p99_ms": None,
+        "max_ms": None,
+        "histogram": [],
+        "error": None,
+    }
+    if not paths:
+        out["error"] = "no files to read"
+        return out
+    direct = direct_io_works(paths[0])
+    out["cache"] = "o_direct" if direct else "fadvise"
+    plan = read_plan(len(paths), file_bytes, reads, min_read, max_read, seed)
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECT", 0) if direct else 0)
+    local = threading.local()
+
+    def one(item: tuple[int, int, int]) -> tuple[float, int]:
+        index, offset, size = item
+        if not hasattr(local, "buf"):
+            local.buf = mmap.mmap(-1, max(max_read, DIRECT_ALIGN))  # page aligned
+        start = time.perf_counter()
+        fd = os.open(paths[index], flags)
+        try:
+            if not direct and hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            got = os.preadv(fd, [memoryview(local.buf)[:size]], offset)
+        finally:
+            os.close(fd)
+        return (time.perf_counter() - start) * 1000.0, got
+
+    try:
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            done = list(pool.map(one, plan))
+        wall = time.perf_counter() - start
+    except OSError as err:
+        out["error"] = f"{err.filename or 'read'}: {err.strerror or err}"
+        return out
+    latencies = [ms for ms, _ in done]
+    out["bytes"] = sum(n for _, n in done)
+    short = sum(1 for (_, _, size), (_, n) in zip(plan, done, strict=True) if n != size)
+    if short:
+        out["error"] = f"{short} reads returned fewer bytes than asked"
+    out.update(
+        wall_s=wall,
+        files_per_s=len(done) / wall if wall > 0 else None,
+        mbps=out["bytes"] / wall / 1e6 if wall > 0 else None,
+        p50_ms=percentile(latencies, 50),
+        p99_ms=percentile(latencies, 99),
+        max_ms=max(latencies),
+        histogram=latency_histogram(latencies),
+    )
+    return out
+
+
+def checkpoint_state(torch: Any, nbytes: int, seed: int = 0) -> dict[str, Any]:
+    """A model's state of about ``nbytes``: eight float32 weight matrices of random values
+    (a fixed seed) and an int64 step counter, named as a ``state_dict`` names them."""
+    generator = torch.Generator().manual_seed(seed)
+    layers = 8
+    cols = 1024
+    rows = max(1, nbytes // 4 // layers // cols)
+    state = {
+        f"layers.{i}.weight": torch.randn(rows, cols, generator=generator) for i in range(layers)
+    }
+    state["step"] = torch.tensor([seed + 1], dtype=torch.int64)
+    return state
+
+
+def tensor_sha256(tensor: Any) -> str:
+    """sha256 of a CPU tensor's bytes, read in place (no numpy needed)."""
+    import ctypes
+    import hashlib
+
+    flat = tensor.detach().contiguous()
+    return hashlib.sha256(
+        ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size())
+    ).hexdigest()
+
+
+def checkpoint_write(torch: Any, path: str, nbytes: int, seed: int = 0) -> dict[str, Any]:
+    """Write a model state to ``path`` the way a training job checkpoints it (``torch.save``),
+    flushed (fsync of the file and of its directory) and dropped from the page cache so that
+    a restore reads the disk. Returns the manifest (per-tensor dtype, shape, sha256) a
+    restore is compared against, and the write time."""
+    out: dict[str, Any] = {
+        "path": path,
+        "bytes": None,
+        "tensors": 0,
+        "manifest": {},
+        "write_s": None,
+        "write_mbps": None,
+        "error": None,
+    }
+    try:
+        state = checkpoint_state(torch, nbytes, seed)
+        out["manifest"] = {
+            name: {"dtype": str(t.dtype), "shape": list(t.shape), "sha256": tensor_sha256(t)}
+            for name, t in state.items()
+        }
+        out["tensors"] = len(state)
+        start = time.perf_counter()
+        with open(path, "wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+        elapsed = time.perf_counter() - start
+        size = os.path.getsize(path)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            drop_cache(fd)
+        finally:
+            os.close(fd)
+        out.update(bytes=size, write_s=elapsed, write_mbps=size / elapsed / 1e6)
+    except Exception as err:
+        out["error"] = f"{type(err).__name__}: {err}"
+    return out
+
+
+def checkpoint_restore(torch: Any, path: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Load a checkpoint written by :func:`checkpoint_write` and compare it with its manifest
+    exactly: every tensor present, same dtype and shape, same bytes (sha256)."""
+    out: dict[str, Any] = {
+        "restore_s": None,
+        "restore_mbps": None,
+        "identical": False,
+        "mismatched": [],
+        "missing": [],
+        "unexpected": [],
+        "error": None,
+    }
+    try:
+        start = time.perf_counter()
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        elapsed = time.perf_counter() - start
+        size = os.path.getsize(path)
+        out.update(restore_s=elapsed, restore_mbps=size / elapsed / 1e6)
+    except Exception as err:
+        out["error"] = f"the checkpoint does not load: {type(err).__name__}: {err}"[:600]
+        return out
+    if not isinstance(state, dict):
+        out["error"] = f"the checkpoint holds a {type(state).__name__}, not a state dict"
+        return out
+    out["missing"] = sorted(set(manifest) - set(state))
+    out["unexpected"] = sorted(set(state) - set(manifest))
+    for name in sorted(set(manifest) & set(state)):
+        tensor, want = state[name], manifest[name]
+        if (
+            str(tensor.dtype) != want["dtype"]
+            or list(tensor.shape) != want["shape"]
+            or tensor_sha256(tensor) != want["sha256"]
+        ):
+            out["mismatched"].append(name)
+    out["identical"] = not (out["missing"] or out["unexpected"] or out["mismatched"])
+    return out
+
+
+class FileSamples:
+    """A map-style data set for ``torch.utils.data.DataLoader``: sample ``i`` is the first
+    ``sample_bytes`` of file ``i % len(paths)``, read after dropping the file's cached pages
+    (so every epoch reads the disk) and reduced to ``features`` floats on the worker."""
+
+    def __init__(self, paths: list[str], sample_bytes: int, features: int, length: int) -> None:
+        self.paths = paths
+        self.sample_bytes = sample_bytes
+        self.features = features
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> Any:
+        import torch  # type: ignore[import-not-found,unused-ignore]
+
+        fd = os.open(self.paths[index % len(self.paths)], os.O_RDONLY)
+        try:
+            drop_cache(fd)
+            data = bytearray()
+            while len(data) < self.sample_bytes:
+                block = os.read(fd, self.sample_bytes - len(data))
+                if not block:
+                    break
+                data += block
+        finally:
+            os.close(fd)
+        usable = len(data) // self.features * self.features
+        raw = torch.frombuffer(data, dtype=torch.uint8)[:usable]
+        x = raw.to(torch.float32).view(self.features, -1).mean(1) / 255.0
+        return x, x.sum().reshape(1) / self.features
+
+
+def scaling_points(world: int) -> list[int]:
+    """1, 2, 4 ... up to ``world`` ranks, and ``world`` itself."""
+    points = []
+    k = 1
+    while k < world:
+        points.append(k)
+        k *= 2
+    return [*points, world]
+
+
+def sample_utilisation(smi: str | None) -> tuple[Any, Callable[[], dict[str, Any]]]:
+    """Start nvidia-smi sampling ``utilization.gpu`` every 100 ms; the returned function
+    stops it and gives the mean per GPU index."""
+    if smi is None:
+        return None, lambda: {"measured": False, "reason": "nvidia-smi not found", "per_gpu": {}}
+    proc = subprocess.Popen(
+        [
+            smi,
+            f"--query-gpu={','.join(UTIL_QUERY)}",
+            "--format=csv,noheader,nounits",
+            f"-lms={UTIL_INTERVAL_MS}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+    def stop() -> dict[str, Any]:
+        proc.terminate()
+        try:
+            stdout, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, _ = proc.communicate()
+        samples: dict[int, list[float]] = {}
+        for row in parse_smi_csv(stdout, UTIL_QUERY):
+            index, value = smi_int(row["index"]), smi_int(row["utilization.gpu"])
+            if index is not None and value is not None:
+                samples.setdefault(index, []).append(float(value))
+        if not samples:
+            return {"measured": False, "reason": "nvidia-smi gave no sample", "per_gpu": {}}
+        return {
+            "measured": True,
+            "reason": None,
+            "per_gpu": {str(i): sum(v) / len(v) for i, v in sorted(samples.items())},
+            "samples": sum(len(v) for v in samples.values()),
+        }
+
+    return proc, stop
+
+
+def train_loop(
+    torch: Any,
+    dist: Any,
+    group: Any,
+    ranks: int,
+    rank: int,
+    device: Any,
+    train: dict[str, Any],
+) -> dict[str, float]:
+    """A short data-parallel loop (DDP over ``group``) fed by a DataLoader with workers
+    reading ``/data``; the first step (workers starting) is not counted, as MLPerf Storage
+    excludes it. Returns this rank's step time, data wait and samples."""
+    from torch.nn.parallel import DistributedDataParallel  # type: ignore[import-not-found,unused-ignore]
+    from torch.utils.data import DataLoader  # type: ignore[import-not-found,unused-ignore]
+    from torch.utils.data.distributed import DistributedSampler  # type: ignore[import-not-found,unused-ignore]
+
+    features, hidden = TRAIN_FEATURES, int(train["hidden"])
+    batch, steps = int(train["batch"]), int(train["steps"])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(features, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, 1),
+    ).to(device)
+    ddp = DistributedDataParallel(
+        model,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        process_group=group,
+    )
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    samples = FileSamples(
+        list(train["files"]), int(train["sample_bytes"]), features, (steps + 1) * batch * ranks
+    )
+    sampler: Any = DistributedSampler(
+        samples,  # type: ignore[arg-type]  # map-style: __len__ and __getitem__
+        num_replicas=ranks,
+        rank=rank,
+        shuffle=True,
+        seed=0,
+    )
+    workers = int(train["loader_workers"])
+    loader: Any = DataLoader(
+        samples,  # type: ignore[arg-type]
+        batch_size=batch,
+        sampler=sampler,
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
+        prefetch_factor=2 if workers else None,
+    )
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    wait = busy = 0.0
+    it = iter(loader)
+    for step in range(steps + 1):
+        start = time.perf_counter()
+        x, y = next(it)
+        got = time.perf_counter()
+        x = x.to(device, non_blocking=True)
+        y = y.to(device, non_blocking=True)
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        sync()
+        if step:
+            wait += got - start
+            busy += time.perf_counter() - start
+    del it, loader
+    return {"step_s": busy, "wait_s": wait, "samples": float(steps * batch)}
+
+
+def train_phase(
+    torch: Any,
+    dist: Any,
+    rank: int,
+    world: int,
+    device: Any,
+    train: dict[str, Any],
+    smi: str | None,
+) -> dict[str, Any] | None:
+    """On every rank: restore the checkpoint (rank 0, a process that did not write it), then
+    the loop and the all-reduce at 1, 2, 4 ... ``world`` ranks. Rank 0 returns the result."""
+    out: dict[str, Any] = {"checkpoint": None, "loop": None, "scaling": None, "error": None}
+    # DDP's constructor imports torch._dynamo (about 1.5 s of CPU on a small machine): every
+    # rank pays it now, at once, not each in turn at its first scaling point.
+    import importlib
+
+    importlib.import_module("torch._dynamo")
+    checkpoint = train.get("checkpoint")
+    if rank == 0 and checkpoint:
+        out["checkpoint"] = checkpoint_restore(torch, checkpoint["path"], checkpoint["manifest"])
+    dist.barrier()
+    points: list[dict[str, Any]] = []
+    util: dict[str, Any] = {
+        "measured": False,
+        "reason": "the loop ran on CPU ranks (no CUDA device): there is no GPU utilisation "
+        "to sample, and an emulated nvidia-smi's figure would describe no work",
+        "per_gpu": {},
+    }
+    for k in scaling_points(world):
+        point_started = time.perf_counter()
+        group = None if k == world else dist.new_group(ranks=list(range(k)))
+        mine = torch.zeros(3, dtype=torch.float64, device=device)
+        busbw = None
+        if rank < k:
+            sampler = None
+            if k == world and device.type == "cuda" and rank == 0:
+                _proc, sampler = sample_utilisation(smi)
+            figures = train_loop(torch, dist, group, k, rank, device, train)
+            if sampler is not None:
+                util = sampler()
+            mine = torch.tensor(
+                [figures["step_s"], figures["wait_s"] / max(figures["step_s"], 1e-9), 0.0],
+                dtype=torch.float64,
+                device=device,
+            )
+            # The slowest rank sets the pace; its share of waiting is the one reported.
+            dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=group)
+            size = int(train["allreduce_bytes"])
+            if 2 <= k < world:
+                buf = torch.zeros(max(1, size // 4), dtype=torch.float32, device=device)
+                local = timed_allreduce(
+                    torch, dist, buf, int(train["iters"]), int(train["warmup"]), device, group
+                )
+                slowest = torch.tensor([local], dtype=torch.float64, device=device)
+                dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
+                busbw = buf.numel() * 4 / float(slowest.item()) / 1e9 * busbw_factor(k)
+        dist.barrier()
+        if rank == 0:
+            step_s = float(mine[0].item())
+            points.append(
+                {
+                    "ranks": k,
+                    "samples_per_s": k * int(train["steps"]) * int(train["batch"]) / step_s
+                    if step_s > 0
+                    else None,
+                    "data_wait_share": float(mine[1].item()),
+                    "allreduce_busbw_gbps": busbw,
+                    "duration_s": time.perf_counter() - point_started,
+                }
+            )
+    if rank != 0:
+        return None
+    base = points[0]["samples_per_s"]
+    for point in points:
+        rate = point["samples_per_s"]
+        point["efficiency"] = (
+            float(rate) / (point["ranks"] * float(base)) if rate and base else None
+        )
+    full = points[-1]
+    out["loop"] = {
+        "ranks": full["ranks"],
+        "device": device.type,
+        "steps": int(train["steps"]),
+        "batch": int(train["batch"]),
+        "sample_bytes": int(train["sample_bytes"]),
+        "loader_workers": int(train["loader_workers"]),
+        "samples_per_s": full["samples_per_s"],
+        "data_wait_share": full["data_wait_share"],
+        "gpu_util": util,
+    }
+    out["scaling"] = {
+        "points": points,
+        "allreduce_size_bytes": int(train["allreduce_bytes"]),
+        "note": "all-reduce busbw at all ranks is the all-reduce section's row",
+    }
+    return out
+
+
+def run_storage_checks(spec: dict[str, Any], torch: Any, data_path: str) -> dict[str, Any]:
+    """The framework process's part: the data set, the random reads and the checkpoint
+    write. The data set and checkpoint stay for the ranks; :func:`remove_storage` cleans up."""
+    storage = spec["storage"]
+    work = os.path.join(data_path, f".gpunode-accept-train-{os.getpid()}")
+    out: dict[str, Any] = {"dir": work, "dataset": None, "reads": None, "checkpoint": None}
+    started = time.perf_counter()
+    try:
+        dataset = make_dataset(
+            os.path.join(work, "samples"), int(storage["files"]), int(storage["file_bytes"])
+        )
+    except OSError as err:
+        out["error"] = f"{err.filename or work}: {err.strerror or err}"
+        return out
+    out["dataset"] = {k: v for k, v in dataset.items() if k != "files"}
+    out["files"] = dataset["files"]
+    out["reads"] = random_reads(
+        dataset["files"],
+        int(storage["file_bytes"]),
+        int(storage["reads"]),
+        int(storage["workers"]),
+        int(storage["min_read_bytes"]),
+        int(storage["max_read_bytes"]),
+    )
+    if torch is not None:
+        out["checkpoint"] = checkpoint_write(
+            torch, os.path.join(work, "checkpoint.pt"), int(storage["checkpoint_bytes"])
+        )
+    out["error"] = None
+    out["duration_s"] = time.perf_counter() - started
+    return out
+
+
+def remove_storage(storage: dict[str, Any] | None) -> None:
+    """Remove what :func:`run_storage_checks` wrote."""
+    if storage and storage.get("dir"):
+        shutil.rmtree(storage["dir"], ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1189,6 +1826,11 @@ def run_framework(spec: dict[str, Any]) -> dict[str, Any]:
     warmup = int(spec.get("warmup_iters", 5))
     timeout = float(spec.get("timeout_s", 600))
     engine = spec.get("engine", "auto")
+    data_path = spec.get("data_path")
+    storage = train_file = None
+    if data_path and spec.get("storage") and os.path.isdir(data_path):
+        storage = run_storage_checks(spec, torch, data_path)
+        train_file = write_train_spec(spec, storage, sizes)
     nccl_tests = find_nccl_tests() if cuda_gpus and engine in ("auto", "nccl-tests") else None
     if nccl_tests:
         result["allreduce"] = run_nccl_tests(
@@ -1214,17 +1856,105 @@ def run_framework(spec: dict[str, Any]) -> dict[str, Any]:
         nproc = cuda_gpus or int(spec.get("cpu_ranks_per_node", 2))
         out_file = os.path.join(spec.get("workdir", "/tmp"), f"allreduce-{os.getpid()}.json")
         result["allreduce"] = launch_ranks(
-            1, 0, nproc, "127.0.0.1", free_port(), sizes, iters, warmup, device, timeout, out_file
+            1,
+            0,
+            nproc,
+            "127.0.0.1",
+            free_port(),
+            sizes,
+            iters,
+            warmup,
+            device,
+            timeout,
+            out_file,
+            train=train_file,
         )
+    train = result["allreduce"].pop("train", None) if train_file else None
+    if train_file and torch is not None and nccl_tests:
+        # all_reduce_perf ran the all-reduce: the ranks are launched for the loop alone.
+        out_file = os.path.join(spec.get("workdir", "/tmp"), f"train-{os.getpid()}.json")
+        launched = launch_ranks(
+            1,
+            0,
+            cuda_gpus,
+            "127.0.0.1",
+            free_port(),
+            [],
+            iters,
+            warmup,
+            "cuda",
+            timeout,
+            out_file,
+            train=train_file,
+        )
+        train = launched.get("train") or {"error": launched.get("error") or "no result"}
+    elif train_file and train is None:
+        train = {"error": result["allreduce"].get("error") or "the ranks ran no training loop"}
+    result.update(training_results(storage, train, torch is not None))
+    remove_storage(storage)
     if torch is not None and cuda_gpus:
         result["gpu_perf"] = gpu_perf(torch, cuda_gpus, spec, smi)
     else:
         result["gpu_perf"] = None
-    data_path = spec.get("data_path")
     result["data"] = (
         data_throughput(data_path, int(spec.get("data_size_bytes", 1 << 30))) if data_path else None
     )
     return result
+
+
+def write_train_spec(spec: dict[str, Any], storage: dict[str, Any], sizes: list[int]) -> str | None:
+    """The ranks' part of the training-shaped checks, as a file for ``worker --train``."""
+    if storage.get("error") or not storage.get("files"):
+        return None
+    train = dict(spec["train"])
+    checkpoint = storage.get("checkpoint") or {}
+    train.update(
+        files=storage["files"],
+        iters=int(spec.get("iters", 20)),
+        warmup=int(spec.get("warmup_iters", 5)),
+        # The scaling points' all-reduce: the largest size the all-reduce section runs.
+        allreduce_bytes=int(train.get("allreduce_bytes") or max(sizes)),
+        checkpoint=None
+        if checkpoint.get("error") or not checkpoint.get("manifest")
+        else {"path": checkpoint["path"], "manifest": checkpoint["manifest"]},
+    )
+    path = os.path.join(str(spec.get("workdir", "/tmp")), f"train-spec-{os.getpid()}.json")
+    write_json(path, train)
+    return path
+
+
+def training_results(
+    storage: dict[str, Any] | None, train: dict[str, Any] | None, have_torch: bool
+) -> dict[str, Any]:
+    """The ``storage``, ``checkpoint`` and ``train`` sections of the result."""
+    if storage is None:
+        return {"storage": None, "checkpoint": None, "train": None}
+    reads = storage.get("reads") or {}
+    written = storage.get("checkpoint")
+    restored = (train or {}).get("checkpoint")
+    if not have_torch:
+        checkpoint: dict[str, Any] | None = {"error": "torch is not installed"}
+    elif written is None or written.get("error"):
+        checkpoint = {"error": (written or {}).get("error") or "no checkpoint was written"}
+    else:
+        checkpoint = {k: v for k, v in written.items() if k != "manifest"}
+        checkpoint["fresh_process"] = True
+        if restored is None:
+            checkpoint["error"] = (train or {}).get("error") or "the checkpoint was not restored"
+        else:
+            checkpoint.update(restored)
+            checkpoint["error"] = restored.get("error")
+    return {
+        "storage": {
+            "path": storage.get("dir"),
+            "dataset": storage.get("dataset"),
+            "reads": reads or None,
+            "duration_s": storage.get("duration_s"),
+            "error": storage.get("error") or reads.get("error"),
+        },
+        "checkpoint": checkpoint,
+        "train": train if have_torch else {"error": "torch is not installed"},
+    }
 
 
 def write_json(path: str, document: dict[str, Any]) -> None:
@@ -1248,12 +1978,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("nccl-probe", help="print which NCCL the framework loads, as JSON")
     for name in ("allreduce", "worker"):
         p = sub.add_parser(name)
-        p.add_argument("--sizes", type=int, nargs="+", required=True)
+        p.add_argument("--sizes", type=int, nargs="*", required=True)
         p.add_argument("--iters", type=int, default=20)
         p.add_argument("--warmup", type=int, default=5)
         p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
         p.add_argument("--timeout", type=float, default=600)
         p.add_argument("--p2p", action="store_true")
+        p.add_argument("--train", help="spec file of the training-shaped checks (JSON)")
         p.add_argument("--out")
         if name == "allreduce":
             p.add_argument("--nnodes", type=int, required=True)
@@ -1301,6 +2032,7 @@ def main(argv: list[str] | None = None) -> int:
             args.timeout,
             out_file,
             p2p=args.p2p,
+            train=args.train,
         )
     if args.out:
         write_json(args.out, result)

@@ -559,6 +559,23 @@ def _runner_spec(plan: NodePlan) -> dict[str, Any]:
             plan.hardware.data_disks.mount_point if plan.hardware.data_disks else spec.data_path
         ),
         "data_size_bytes": parse_size(spec.data_test_size),
+        # The training-shaped checks (node_runner.run_storage_checks and train_phase).
+        "storage": {
+            "files": spec.storage_files,
+            "file_bytes": parse_size(spec.storage_file_size),
+            "reads": spec.storage_reads,
+            "workers": spec.storage_read_workers,
+            "min_read_bytes": parse_size(spec.storage_min_read),
+            "max_read_bytes": parse_size(spec.storage_max_read),
+            "checkpoint_bytes": parse_size(spec.checkpoint_size),
+        },
+        "train": {
+            "steps": spec.train_steps,
+            "batch": spec.train_batch,
+            "sample_bytes": parse_size(spec.train_sample_size),
+            "loader_workers": spec.train_loader_workers,
+            "hidden": spec.train_hidden,
+        },
         "workdir": REMOTE_DIR,
         "state_file": nodestate.PATH,
         # Where the machine's DMI strings are read (the runner's default: /sys/class/dmi/id).

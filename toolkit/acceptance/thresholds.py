@@ -21,6 +21,7 @@ from toolkit.errors import ConfigError, clip
 _SIZE_RE = re.compile(r"^\s*([0-9]{1,15})\s*(B|KiB|MiB|GiB|TiB|K|M|G|T)?\s*\Z")
 _UNITS = {None: 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _UNITS.update({"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40})
+DIRECT_IO_ALIGN = 4096  # the runner's O_DIRECT alignment (node_runner.DIRECT_ALIGN)
 
 
 def parse_size(text: str | int) -> int:
@@ -108,12 +109,67 @@ class AcceptanceSpec(StrictModel):
     pcie_gen: int | None = Field(default=None, ge=1, le=6)
     pcie_width: int | None = Field(default=None, ge=1, le=32)
     check_throttle: bool = True
+    # Training-shaped checks on the data path (issue 13): a data set of `storage_files` files
+    # read at random (`storage_reads` reads of `storage_min_read`..`storage_max_read` by
+    # `storage_read_workers` workers), a checkpoint of `checkpoint_size` written and restored
+    # in another process, and a short DDP loop fed by a DataLoader at 1, 2, 4 ... all GPUs.
+    storage_files: int = Field(default=2000, ge=1, le=1_000_000)
+    storage_file_size: str = "1MiB"
+    storage_reads: int = Field(default=4000, ge=1, le=10_000_000)
+    storage_read_workers: int = Field(default=16, ge=1, le=256)
+    storage_min_read: str = "4KiB"
+    storage_max_read: str = "1MiB"
+    checkpoint_size: str = "8GiB"
+    train_steps: int = Field(default=20, ge=1, le=10_000)
+    train_batch: int = Field(default=32, ge=1, le=65_536)
+    train_sample_size: str = "128KiB"
+    train_loader_workers: int = Field(default=4, ge=0, le=64)
+    train_hidden: int = Field(default=4096, ge=8, le=65_536)
+    # Floors of those checks (None: measured and shown, not judged).
+    max_read_p99_ms: float | None = Field(default=None, gt=0)
+    min_files_per_s: float | None = Field(default=None, gt=0)
+    min_checkpoint_write_mbps: float | None = Field(default=None, gt=0)
+    min_checkpoint_restore_mbps: float | None = Field(default=None, gt=0)
+    max_data_wait_share: float | None = Field(default=None, gt=0, lt=1)
+    min_gpu_util_pct: float | None = Field(default=None, gt=0, le=100)
+    min_scaling_efficiency: float | None = Field(default=None, gt=0, le=1)
 
-    @field_validator("sweep_min_size", "data_test_size")
+    @field_validator("sweep_min_size", "data_test_size", "checkpoint_size", "train_sample_size")
     @classmethod
     def _sizes(cls, value: str) -> str:
         parse_size(value)
         return value
+
+    @field_validator("storage_file_size", "storage_min_read", "storage_max_read")
+    @classmethod
+    def _aligned_sizes(cls, value: str) -> str:
+        if parse_size(value) % DIRECT_IO_ALIGN:
+            raise ValueError(
+                f"{value!r} is not a multiple of 4KiB (O_DIRECT reads are aligned to 4 KiB)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _read_sizes(self) -> AcceptanceSpec:
+        low, high = parse_size(self.storage_min_read), parse_size(self.storage_max_read)
+        if low > high:
+            raise ValueError(
+                f"storage_min_read {self.storage_min_read} is larger than storage_max_read "
+                f"{self.storage_max_read}"
+            )
+        if high > parse_size(self.storage_file_size):
+            raise ValueError(
+                f"storage_max_read {self.storage_max_read} is larger than storage_file_size "
+                f"{self.storage_file_size}: a read cannot be longer than its file"
+            )
+        if parse_size(self.train_sample_size) < DIRECT_IO_ALIGN:
+            raise ValueError(f"train_sample_size {self.train_sample_size} is below 4KiB")
+        if parse_size(self.train_sample_size) > parse_size(self.storage_file_size):
+            raise ValueError(
+                f"train_sample_size {self.train_sample_size} is larger than storage_file_size "
+                f"{self.storage_file_size}: a sample is read from one file"
+            )
+        return self
 
     @field_validator("profile")
     @classmethod

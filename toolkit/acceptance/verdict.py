@@ -276,6 +276,7 @@ def judge(
     checks += allreduce_checks(result.get("allreduce"), spec.allreduce)
     checks += _perf_checks(result, spec)
     checks += _data_checks(result, spec)
+    checks += training_checks(result, spec)
     checks.append(_stack_check(result, expect))
     checks.extend(extra or [])
     return Verdict(expect.host, checks)
@@ -636,6 +637,196 @@ def _data_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
         check = _floor_check(name, data.get(key), floor, "MB/s")
         if check is not None:
             checks.append(check)
+    return checks
+
+
+def _ceiling_check(
+    name: str, value: float | None, ceiling: float | None, unit: str, what: str = ""
+) -> Check | None:
+    """Like :func:`_floor_check` for a figure that must stay at or below its limit."""
+    if ceiling is None:
+        return None
+    if value is None:
+        return Check(name, False, "not measured", floor=ceiling, unit=unit)
+    ok = value <= ceiling
+    return Check(
+        name,
+        ok,
+        f"{what}{value:.3g} {unit} {'<=' if ok else '>'} limit {ceiling} {unit}",
+        measured=round(value, 4),
+        floor=ceiling,
+        unit=unit,
+    )
+
+
+def training_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
+    """Storage under a training read pattern, the checkpoint round trip, the data-loader
+    wait, GPU utilisation and scaling (the runner's ``storage``, ``checkpoint``, ``train``).
+
+    A round trip that does not restore bit-identical state always fails; the other figures
+    are judged where the profile sets a floor and shown otherwise.
+    """
+    storage = result.get("storage")
+    if storage is None:
+        # No data path on this node: only floors that were asked for are a failure.
+        asked = [
+            name
+            for name in (
+                "max_read_p99_ms",
+                "min_files_per_s",
+                "min_checkpoint_write_mbps",
+                "min_checkpoint_restore_mbps",
+                "max_data_wait_share",
+                "min_gpu_util_pct",
+                "min_scaling_efficiency",
+            )
+            if getattr(spec, name) is not None
+        ]
+        if asked:
+            return [
+                Check("storage.run", False, f"not measured (no {spec.data_path}): {asked[0]} set")
+            ]
+        return []
+    checks: list[Check] = []
+    reads = storage.get("reads") or {}
+    if storage.get("error"):
+        checks.append(Check("storage.run", False, str(storage["error"])))
+    else:
+        cache = {"o_direct": "O_DIRECT", "fadvise": "page cache dropped (fadvise)"}.get(
+            str(reads.get("cache")), str(reads.get("cache"))
+        )
+        detail = (
+            f"{reads.get('reads')} reads of {format_size(int(reads.get('min_read_bytes') or 0))}"
+            f"-{format_size(int(reads.get('max_read_bytes') or 0))} by "
+            f"{reads.get('workers')} workers, {cache}: "
+        )
+        p99 = _ceiling_check(
+            "storage.read_p99", reads.get("p99_ms"), spec.max_read_p99_ms, "ms", detail + "p99 "
+        )
+        checks += [p99] if p99 else []
+        files = _floor_check(
+            "storage.files_per_s", reads.get("files_per_s"), spec.min_files_per_s, "files/s"
+        )
+        checks += [files] if files else []
+    checks += _checkpoint_checks(result.get("checkpoint"), spec)
+    checks += _loop_checks(result.get("train"), spec)
+    return checks
+
+
+def _checkpoint_checks(ckpt: dict[str, Any] | None, spec: AcceptanceSpec) -> list[Check]:
+    if ckpt is None:
+        return [Check("checkpoint.roundtrip", False, "no checkpoint round trip was run")]
+    if ckpt.get("error") and not ckpt.get("mismatched"):
+        return [Check("checkpoint.roundtrip", False, str(ckpt["error"]))]
+    wrong = [*(ckpt.get("mismatched") or []), *(ckpt.get("missing") or [])]
+    wrong += ckpt.get("unexpected") or []
+    size = format_size(int(ckpt.get("bytes") or 0))
+    ok = bool(ckpt.get("identical")) and not wrong
+    checks = [
+        Check(
+            "checkpoint.roundtrip",
+            ok,
+            f"{size} in {ckpt.get('tensors')} tensors restored bit-identical in a fresh process"
+            if ok
+            else "restored state differs from what was written: "
+            + "; ".join(
+                [f"{n}: bytes differ" for n in ckpt.get("mismatched") or []]
+                + [f"{n}: missing" for n in ckpt.get("missing") or []]
+                + [f"{n}: not written" for n in ckpt.get("unexpected") or []]
+            ),
+            measured=sorted(wrong),
+            floor=[],
+        )
+    ]
+    for name, key, floor in (
+        ("checkpoint.write", "write_mbps", spec.min_checkpoint_write_mbps),
+        ("checkpoint.restore", "restore_mbps", spec.min_checkpoint_restore_mbps),
+    ):
+        check = _floor_check(name, ckpt.get(key), floor, "MB/s")
+        if check is not None:
+            checks.append(check)
+    return checks
+
+
+def _loop_checks(train: dict[str, Any] | None, spec: AcceptanceSpec) -> list[Check]:
+    floors = (spec.max_data_wait_share, spec.min_gpu_util_pct, spec.min_scaling_efficiency)
+    if not train or train.get("error") or not train.get("loop"):
+        reason = (train or {}).get("error") or "the training loop did not run"
+        return (
+            [Check("train.run", False, str(reason))] if any(f is not None for f in floors) else []
+        )
+    loop = train["loop"]
+    checks: list[Check] = []
+    wait = _ceiling_check(
+        "train.data_wait",
+        loop.get("data_wait_share"),
+        spec.max_data_wait_share,
+        "of step time",
+        f"{loop.get('ranks')} ranks, {loop.get('loader_workers')} loader workers: waiting ",
+    )
+    checks += [wait] if wait else []
+    util = loop.get("gpu_util") or {}
+    per_gpu = util.get("per_gpu") or {}
+    if spec.min_gpu_util_pct is not None:
+        if not util.get("measured"):
+            checks.append(
+                Check(
+                    "train.gpu_util",
+                    False,
+                    f"not measured: {util.get('reason') or 'no sample'}",
+                    floor=spec.min_gpu_util_pct,
+                    unit="%",
+                )
+            )
+        else:
+            low = {i: v for i, v in per_gpu.items() if v < spec.min_gpu_util_pct}
+            checks.append(
+                Check(
+                    "train.gpu_util",
+                    not low,
+                    "; ".join(f"GPU {i} {v:.0f}%" for i, v in sorted(low.items()))
+                    + f" below floor {spec.min_gpu_util_pct}%"
+                    if low
+                    else f"every GPU >= {spec.min_gpu_util_pct}% busy during the loop",
+                    measured={i: round(v, 1) for i, v in per_gpu.items()},
+                    floor=spec.min_gpu_util_pct,
+                    unit="%",
+                )
+            )
+    elif not util.get("measured"):
+        # Shown, never judged: say what was (not) measured rather than print a number.
+        checks.append(Check("train.gpu_util", True, f"not judged: {util.get('reason')}"))
+    points = (train.get("scaling") or {}).get("points") or []
+    if spec.min_scaling_efficiency is not None:
+        scored = [p for p in points if p.get("ranks", 0) > 1]
+        if not scored:
+            checks.append(
+                Check(
+                    "scaling.efficiency",
+                    True,
+                    "one GPU (or rank): nothing to scale",
+                    floor=spec.min_scaling_efficiency,
+                )
+            )
+        else:
+            worst = min(scored, key=lambda p: p.get("efficiency") or 0.0)
+            value = float(worst.get("efficiency") or 0.0)
+            ok = value >= spec.min_scaling_efficiency
+            checks.append(
+                Check(
+                    "scaling.efficiency",
+                    ok,
+                    f"{value:.2f} at {worst['ranks']} ranks against 1 "
+                    f"{'>=' if ok else '<'} floor {spec.min_scaling_efficiency} ("
+                    + ", ".join(
+                        f"{p['ranks']}: {float(p.get('efficiency') or 0):.2f}" for p in points
+                    )
+                    + ")",
+                    measured=round(value, 3),
+                    floor=spec.min_scaling_efficiency,
+                    unit="fraction",
+                )
+            )
     return checks
 
 
