@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,13 @@ from toolkit.lab import inventory, network, nodes, paths, server, ssh
 from toolkit.lab import state as lab_state
 from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.repo import build_repository
-from toolkit.lab.spec import LabSpec, check_fault, node_name
+from toolkit.lab.spec import (
+    SLOW_DATA_READ_BPS,
+    SLOW_DATA_READ_IOPS,
+    LabSpec,
+    check_fault,
+    node_name,
+)
 from toolkit.lab.state import DiskState, LabState, NodeState, ServerState
 from toolkit.stack.lock import OS_VARIABLE
 from toolkit.stack.targets import lock_inventory
@@ -187,6 +194,8 @@ def up(
     for container, node, fresh in booting:
         if fresh and ca_bundle:
             nodes.exec_in(container, ["update-ca-certificates", "--fresh"])
+        if fresh and "slow-data" in spec.node_faults(node.index):
+            nodes.exec_in(container, [nodes.DATA_THROTTLE_SCRIPT, "node"])
         if not fresh:
             # Disks may have been re-attached under new numbers (after a host reboot).
             nodes.put_files(container, _disk_files(node))
@@ -279,6 +288,11 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
     faults = spec.node_faults(node.index)
     events = "".join(line + "\n" for line in hw.kernel_messages())
     rate = spec.slow_net_rate + "\n" if "slow-net" in faults else ""
+    throttle = (
+        f"read_bps_device {SLOW_DATA_READ_BPS}\nread_iops_device {SLOW_DATA_READ_IOPS}\n"
+        if "slow-data" in faults
+        else ""
+    )
     dmi = {
         "sys_vendor": hw.system.vendor,
         "product_name": hw.system.product_name,
@@ -289,6 +303,14 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
         paths.HARDWARE_FILE: nodes.NodeFile(hw.to_json().encode()),
         nodes.KERNEL_EVENTS_FILE: nodes.NodeFile(events.encode()),
         nodes.EGRESS_RATE_FILE: nodes.NodeFile(rate.encode()),
+        nodes.DATA_THROTTLE_FILE: nodes.NodeFile(throttle.encode()),
+        nodes.DATA_THROTTLE_SCRIPT: nodes.NodeFile(
+            resources.files("toolkit.lab")
+            .joinpath("node_files")
+            .joinpath("gpunode-lab-data-throttle.sh")
+            .read_bytes(),
+            0o755,
+        ),
         # Serials readable by root only, as the kernel makes them (dmi-id.c: mode 0400).
         **{
             f"{paths.DMI_DIR}/{name}": nodes.NodeFile(
@@ -324,6 +346,7 @@ def _apply_faults(container: Container, spec: LabSpec, node: NodeState, hw: Node
     before = set(node.faults)
     nodes.put_files(container, _fault_files(spec, node, hw))
     nodes.exec_in(container, ["/usr/local/sbin/gpunode-lab-boot", "net"])
+    nodes.exec_in(container, [nodes.DATA_THROTTLE_SCRIPT, "node"])
     added = {"xid", "old-xid"} & (set(spec.node_faults(node.index)) - before)
     # The event happens now (an `old-xid` is old for an acceptance that comes later); earlier
     # events stay in the log until the node reboots, exactly like a real kernel log.
@@ -426,6 +449,9 @@ def restart_node(name: str, ref: str | int) -> NodeState:
     node = find_node(state, ref)
     container = node_container(name, node.index)
     nodes.restart(container, node.ip)
+    if "slow-data" in node.faults:
+        # A restarted container gets fresh cgroups: the throttle is written again.
+        nodes.exec_in(container, [nodes.DATA_THROTTLE_SCRIPT, "node"])
     return node
 
 

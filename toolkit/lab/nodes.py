@@ -32,6 +32,10 @@ DISKS_FILE = f"{paths.NODE_STATE_DIR}/disks"
 DISKS_BACKING_FILE = f"{paths.NODE_STATE_DIR}/disks.backing"
 KERNEL_EVENTS_FILE = f"{paths.NODE_STATE_DIR}/kernel-events"
 EGRESS_RATE_FILE = f"{paths.NODE_STATE_DIR}/egress-rate"
+# The `slow-data` fault: its read limits and the script that applies them (a node file, not
+# part of the node image: node_files/gpunode-lab-data-throttle.sh).
+DATA_THROTTLE_FILE = f"{paths.NODE_STATE_DIR}/data-throttle"
+DATA_THROTTLE_SCRIPT = "/usr/local/sbin/gpunode-lab-data-throttle"
 
 
 @dataclass(frozen=True)

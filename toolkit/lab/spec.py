@@ -18,8 +18,16 @@ from toolkit.lab.hardware import FAULTS, GPU_MODELS
 
 # The faults a lab node can carry (names and meanings owned by the GPU emulation). The
 # hardware faults live in the node's hardware file; "xid" and "old-xid" are also written to
-# the node's kernel log, and "slow-net" is real traffic shaping on the node's interface.
+# the node's kernel log, "slow-net" is real traffic shaping on the node's interface and
+# "slow-data" a real read throttle on its data disks.
 HARDWARE_FAULTS = ("missing-gpu", "ecc", "xid", "old-xid", "pcie", "pcie-idle")
+
+# The `slow-data` fault's read limits per data disk (blkio.throttle.read_bps_device and
+# read_iops_device): a disk in trouble, two orders of magnitude below the lab's healthy loop
+# disks (measured: GB/s and thousands of reads per second), yet fast enough that an
+# acceptance run on it still ends within seconds.
+SLOW_DATA_READ_BPS = 8 * 1024**2
+SLOW_DATA_READ_IOPS = 40
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,23}$"
 MAX_NODES = 16
