@@ -154,6 +154,7 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
             {"size_bytes": f.size_bytes, "min_busbw_gbps": f.min_busbw_gbps}
             for f in plan.spec.allreduce
         ],
+        "training": training_summary(plan.result),
         "results_digest": digest(plan.result) if plan.result else None,
         "duration_s": (plan.result or {}).get("duration_s"),
         "error": plan.error,
@@ -161,6 +162,51 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
         "state": plan.state,
         "certificate": str(plan.certificate) if plan.certificate else None,
         "certificate_note": plan.certificate_note,
+    }
+
+
+def training_summary(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The training-shaped measurements of one node for the reports: the random reads'
+    latency (with its histogram), the checkpoint round trip, the loop and the scaling curve."""
+    if not result or result.get("storage") is None:
+        return None
+    reads = (result.get("storage") or {}).get("reads") or {}
+    ckpt = result.get("checkpoint") or {}
+    train = result.get("train") or {}
+    return {
+        "reads": {
+            k: reads.get(k)
+            for k in (
+                "cache",
+                "reads",
+                "workers",
+                "min_read_bytes",
+                "max_read_bytes",
+                "p50_ms",
+                "p99_ms",
+                "max_ms",
+                "files_per_s",
+                "mbps",
+                "histogram",
+            )
+        },
+        "checkpoint": {
+            k: ckpt.get(k)
+            for k in (
+                "bytes",
+                "tensors",
+                "write_s",
+                "write_mbps",
+                "restore_s",
+                "restore_mbps",
+                "identical",
+                "fresh_process",
+                "error",
+            )
+        },
+        "loop": train.get("loop"),
+        "scaling": (train.get("scaling") or {}).get("points") or [],
+        "error": (result.get("storage") or {}).get("error") or train.get("error"),
     }
 
 

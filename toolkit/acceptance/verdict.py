@@ -720,7 +720,7 @@ def _checkpoint_checks(ckpt: dict[str, Any] | None, spec: AcceptanceSpec) -> lis
         return [Check("checkpoint.roundtrip", False, str(ckpt["error"]))]
     wrong = [*(ckpt.get("mismatched") or []), *(ckpt.get("missing") or [])]
     wrong += ckpt.get("unexpected") or []
-    size = format_size(int(ckpt.get("bytes") or 0))
+    size = f"{int(ckpt.get('bytes') or 0) / 2**20:.1f} MiB"
     ok = bool(ckpt.get("identical")) and not wrong
     checks = [
         Check(

@@ -98,6 +98,210 @@ def render_svg(rows: list[dict[str, Any]], floors: list[dict[str, Any]] | None =
     return "".join(parts) + "</svg>"
 
 
+def _axes(x_label: str, y_label: str, y_top: float) -> list[str]:
+    """The frame, the axis labels and three y ticks of a plot."""
+    inner_h = PLOT_H - MARGIN_T - MARGIN_B
+    parts = [
+        f'<rect x="{MARGIN_L}" y="{MARGIN_T}" width="{PLOT_W - MARGIN_L - MARGIN_R}" '
+        f'height="{inner_h}" fill="none" stroke="#999"/>',
+        f'<text x="{PLOT_W / 2}" y="{PLOT_H - 5}" font-size="11" text-anchor="middle">'
+        f"{escape(x_label)}</text>",
+        f'<text x="12" y="{PLOT_H / 2}" font-size="11" text-anchor="middle" '
+        f'transform="rotate(-90 12 {PLOT_H / 2})">{escape(y_label)}</text>',
+    ]
+    for frac in (0.0, 0.5, 1.0):
+        y = MARGIN_T + inner_h - frac * inner_h
+        parts.append(
+            f'<text x="{MARGIN_L - 5}" y="{y + 3:.1f}" font-size="10" text-anchor="end">'
+            f"{y_top * frac:.3g}</text>"
+        )
+    return parts
+
+
+def render_latency_svg(histogram: list[dict[str, Any]], limit_ms: float | None = None) -> str:
+    """The read latency distribution as bars per bucket (counts), the p99 limit marked.
+
+    Args:
+        histogram: ``{"le_ms", "count"}`` per bucket, the last one's bound None (the rest).
+        limit_ms: The profile's p99 limit, drawn on the bucket it falls in.
+    """
+    label = "read latency distribution (count per bucket)"
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{PLOT_W}" height="{PLOT_H}" '
+        f'role="img" aria-label="{label}">'
+    ]
+    if not histogram or not any(int(b.get("count") or 0) for b in histogram):
+        parts += _axes("read latency (ms)", "reads", 1.0)
+        parts.append(f'<text x="{PLOT_W / 2}" y="{PLOT_H / 2}" text-anchor="middle">no data</text>')
+        return "".join(parts) + "</svg>"
+    top = max(int(b.get("count") or 0) for b in histogram)
+    parts += _axes("read latency (ms, upper bound of each bucket)", "reads", float(top))
+    inner_w = PLOT_W - MARGIN_L - MARGIN_R
+    inner_h = PLOT_H - MARGIN_T - MARGIN_B
+    width = inner_w / len(histogram)
+    lower = 0.0
+    for i, bucket in enumerate(histogram):
+        count = int(bucket.get("count") or 0)
+        bound = bucket.get("le_ms")
+        name = f"<= {bound:g} ms" if bound is not None else f"> {lower:g} ms"
+        height = count / top * inner_h
+        x = MARGIN_L + i * width
+        parts.append(
+            f'<rect x="{x + 1:.1f}" y="{MARGIN_T + inner_h - height:.1f}" '
+            f'width="{width - 2:.1f}" height="{height:.1f}" fill="#1f77b4">'
+            f"<title>{escape(name)}: {count} reads</title></rect>"
+            f'<text x="{x + width / 2:.1f}" y="{PLOT_H - MARGIN_B + 14}" font-size="9" '
+            f'text-anchor="middle">{escape(f"{bound:g}" if bound is not None else "more")}</text>'
+        )
+        if limit_ms is not None and lower < limit_ms <= (bound if bound is not None else 1e18):
+            parts.append(
+                f'<line x1="{x + width / 2:.1f}" x2="{x + width / 2:.1f}" y1="{MARGIN_T}" '
+                f'y2="{MARGIN_T + inner_h}" stroke="#d62728" stroke-width="2" '
+                f'stroke-dasharray="4 3"><title>p99 limit {limit_ms:g} ms</title></line>'
+            )
+        lower = float(bound) if bound is not None else lower
+    return "".join(parts) + "</svg>"
+
+
+def render_scaling_svg(points: list[dict[str, Any]], floor: float | None = None) -> str:
+    """Scaling as a curve: samples per second at 1, 2, 4 ... ranks against ideal linear
+    scaling from 1 rank, each point labelled with its efficiency."""
+    label = "training loop throughput against ranks"
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{PLOT_W}" height="{PLOT_H}" '
+        f'role="img" aria-label="{label}">'
+    ]
+    measured = [
+        (int(p["ranks"]), float(p["samples_per_s"])) for p in points if p.get("samples_per_s")
+    ]
+    if not measured:
+        parts += _axes("GPUs (ranks)", "samples/s", 1.0)
+        parts.append(f'<text x="{PLOT_W / 2}" y="{PLOT_H / 2}" text-anchor="middle">no data</text>')
+        return "".join(parts) + "</svg>"
+    base = measured[0][1] / measured[0][0]
+    most = max(r for r, _ in measured)
+    top = max([v for _, v in measured] + [base * most]) * 1.1
+    parts += _axes("GPUs (ranks)", "samples/s", top)
+    inner_w = PLOT_W - MARGIN_L - MARGIN_R
+    inner_h = PLOT_H - MARGIN_T - MARGIN_B
+
+    def x(ranks: int) -> float:
+        span = math.log2(most) if most > 1 else 1.0
+        return (
+            MARGIN_L + (math.log2(ranks) / span) * inner_w if most > 1 else MARGIN_L + inner_w / 2
+        )
+
+    def y(value: float) -> float:
+        return MARGIN_T + inner_h - value / top * inner_h
+
+    ideal = " ".join(f"{x(r):.1f},{y(base * r):.1f}" for r, _ in measured)
+    parts.append(
+        f'<polyline fill="none" stroke="#999" stroke-dasharray="5 4" points="{ideal}">'
+        "<title>linear scaling from 1 rank</title></polyline>"
+    )
+    line = " ".join(f"{x(r):.1f},{y(v):.1f}" for r, v in measured)
+    parts.append(f'<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="{line}"/>')
+    by_ranks = {int(p["ranks"]): p for p in points}
+    for r, v in measured:
+        eff = by_ranks[r].get("efficiency")
+        low = floor is not None and eff is not None and r > 1 and eff < floor
+        color = "#d62728" if low else "#1f77b4"
+        parts.append(
+            f'<circle cx="{x(r):.1f}" cy="{y(v):.1f}" r="4" fill="{color}">'
+            f"<title>{r} ranks: {v:.1f} samples/s, efficiency "
+            f"{'-' if eff is None else f'{eff:.2f}'}</title></circle>"
+            f'<text x="{x(r):.1f}" y="{PLOT_H - MARGIN_B + 15}" font-size="10" '
+            f'text-anchor="middle">{r}</text>'
+            f'<text x="{x(r):.1f}" y="{y(v) - 8:.1f}" font-size="10" text-anchor="middle">'
+            f"{'' if eff is None else f'{eff:.0%}'}</text>"
+        )
+    return "".join(parts) + "</svg>"
+
+
+def _number(value: Any, fmt: str = ".3g", unit: str = "") -> str:
+    return "-" if value is None else f"{value:{fmt}}{unit}"
+
+
+def _training_section(summary: dict[str, Any]) -> list[str]:
+    """Per node: read latency as a distribution, scaling as a curve, checkpoint round trip
+    and data-loader figures as values, with each check's outcome."""
+    out = ["<h2>Training-shaped checks</h2>"]
+    for node in summary["nodes"]:
+        training = node.get("training")
+        out.append(f"<h3>{escape(node['host'])}</h3>")
+        if not training:
+            out.append("<p>Not measured (no data path, or the runner gave no result).</p>")
+            continue
+        checks = {
+            c["name"]: c
+            for c in node.get("checks") or []
+            if str(c["name"]).split(".")[0] in ("storage", "checkpoint", "train", "scaling")
+        }
+        reads = training.get("reads") or {}
+        ckpt = training.get("checkpoint") or {}
+        loop = training.get("loop") or {}
+        util = (loop.get("gpu_util") or {}) if loop else {}
+        p99 = checks.get("storage.read_p99") or {}
+        scaling = checks.get("scaling.efficiency") or {}
+        out.append(
+            "<div class='plots'><figure><figcaption>read latency, "
+            f"{escape(str(reads.get('reads')))} reads by {escape(str(reads.get('workers')))} "
+            f"workers ({escape(str(reads.get('cache')))})</figcaption>"
+            f"{render_latency_svg(reads.get('histogram') or [], p99.get('floor'))}</figure>"
+            "<figure><figcaption>scaling against 1 rank</figcaption>"
+            f"{render_scaling_svg(training.get('scaling') or [], scaling.get('floor'))}"
+            "</figure></div>"
+        )
+        util_text = (
+            ", ".join(f"GPU {i}: {v:.0f}%" for i, v in sorted((util.get("per_gpu") or {}).items()))
+            if util.get("measured")
+            else f"not measured: {util.get('reason') or '-'}"
+        )
+        rows = [
+            (
+                "read latency p50 / p99",
+                f"{_number(reads.get('p50_ms'))} / {_number(reads.get('p99_ms'))} ms",
+            ),
+            ("files per second", _number(reads.get("files_per_s"), ".0f")),
+            (
+                "checkpoint round trip",
+                "bit-identical"
+                if ckpt.get("identical")
+                else f"NOT identical {ckpt.get('error') or ''}",
+            ),
+            (
+                "checkpoint write",
+                f"{_number(ckpt.get('write_s'))} s, "
+                f"{_number(ckpt.get('write_mbps'), '.0f')} MB/s "
+                f"({_number(ckpt.get('bytes'), 'd')} bytes)",
+            ),
+            (
+                "checkpoint restore (fresh process)",
+                f"{_number(ckpt.get('restore_s'))} s, "
+                f"{_number(ckpt.get('restore_mbps'), '.0f')} MB/s",
+            ),
+            ("data-loader wait share", _number(loop.get("data_wait_share"), ".1%")),
+            (
+                "loop throughput",
+                f"{_number(loop.get('samples_per_s'), '.1f')} samples/s on "
+                f"{escape(str(loop.get('ranks')))} {escape(str(loop.get('device')))} ranks",
+            ),
+            ("GPU utilisation", util_text),
+        ]
+        out.append("<table><tr><th>measure</th><th>value</th></tr>")
+        out += [f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in rows]
+        out.append("</table><table><tr><th>check</th><th>result</th><th>message</th></tr>")
+        for name, check in sorted(checks.items()):
+            cls = "ready" if check["ok"] else "not-ready"
+            out.append(
+                f"<tr><td>{escape(name)}</td><td class='{cls}'>"
+                f"{'passed' if check['ok'] else 'failed'}</td>"
+                f"<td>{escape(str(check['message']))}</td></tr>"
+            )
+        out.append("</table>")
+    return out
+
+
 def render_html(summary: dict[str, Any]) -> str:
     """The run as one HTML page.
 
@@ -138,7 +342,9 @@ def render_html(summary: dict[str, Any]) -> str:
             f"<figure><figcaption>{escape(node['host'])}</figcaption>"
             f"{render_svg(node.get('allreduce_rows') or [], node.get('floors'))}</figure>"
         )
-    out.append("</div><h2>Failed checks</h2>")
+    out.append("</div>")
+    out += _training_section(summary)
+    out.append("<h2>Failed checks</h2>")
     failed_any = False
     for node in summary["nodes"]:
         failed = node.get("failed_checks") or []
