@@ -246,6 +246,23 @@ def test_run_node_with_gloo(tmp_path: Path) -> None:
         "workdir": str(tmp_path),
         "packages": ["dpkg"],
         "state_file": str(tmp_path / "state.json"),
+        # The training-shaped checks at lab sizes, run by the all-reduce's own ranks.
+        "storage": {
+            "files": 8,
+            "file_bytes": 256 << 10,
+            "reads": 24,
+            "workers": 2,
+            "min_read_bytes": 4096,
+            "max_read_bytes": 256 << 10,
+            "checkpoint_bytes": 1 << 20,
+        },
+        "train": {
+            "steps": 2,
+            "batch": 2,
+            "sample_bytes": 64 << 10,
+            "loader_workers": 1,
+            "hidden": 64,
+        },
     }
     (tmp_path / "state.json").write_text('{"state": "provisioned", "stack_id": "abc"}')
     (tmp_path / "spec.json").write_text(json.dumps(spec))
@@ -277,6 +294,22 @@ def test_run_node_with_gloo(tmp_path: Path) -> None:
     assert result["data"]["error"] is None and result["data"]["write_mbps"] > 0
     assert result["versions"]["packages"]["dpkg"]
     assert result["gpu_perf"] is None and result["cuda_device_count"] == 0
+    storage = result["storage"]
+    assert storage["error"] is None and storage["reads"]["reads"] == 24
+    assert storage["reads"]["p99_ms"] > 0 and storage["reads"]["files_per_s"] > 0
+    # Restored by rank 0 of the launch: another process than the framework's, which wrote it.
+    ckpt = result["checkpoint"]
+    assert ckpt["error"] is None and ckpt["identical"] and ckpt["fresh_process"]
+    assert ckpt["write_s"] > 0 and ckpt["restore_s"] > 0
+    train = result["train"]
+    assert train["error"] is None, train
+    assert [p["ranks"] for p in train["scaling"]["points"]] == [1, 2]
+    assert train["scaling"]["points"][0]["efficiency"] == 1.0
+    loop = train["loop"]
+    assert loop["ranks"] == 2 and loop["device"] == "cpu" and 0 <= loop["data_wait_share"] < 1
+    assert loop["gpu_util"]["measured"] is False and "CPU ranks" in loop["gpu_util"]["reason"]
+    # The data set and checkpoint are gone; only the sequential test's folder stays empty.
+    assert not list(tmp_path.glob(".gpunode-accept-train-*"))
 
 
 def test_runner_refuses_a_bad_spec(tmp_path: Path) -> None:

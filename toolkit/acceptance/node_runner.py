@@ -1892,6 +1892,9 @@ def run_framework(spec: dict[str, Any]) -> dict[str, Any]:
         train = {"error": result["allreduce"].get("error") or "the ranks ran no training loop"}
     result.update(training_results(storage, train, torch is not None))
     remove_storage(storage)
+    if train_file:
+        with contextlib.suppress(OSError):
+            os.unlink(train_file)
     if torch is not None and cuda_gpus:
         result["gpu_perf"] = gpu_perf(torch, cuda_gpus, spec, smi)
     else:

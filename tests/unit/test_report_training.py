@@ -1,0 +1,160 @@
+"""The training-shaped checks in the reports: latency as a distribution, scaling as a curve,
+checkpoint and data-loader figures as values (HTML), every check in JUnit, the measurements in
+run.json."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from toolkit.acceptance import node_runner as nr
+from toolkit.acceptance.orchestrate import training_summary
+from toolkit.acceptance.thresholds import AcceptanceSpec, effective
+from toolkit.acceptance.verdict import training_checks
+from toolkit.report import render_html, render_junit, write_reports
+from toolkit.report.html import render_latency_svg, render_scaling_svg
+
+LAB = effective(AcceptanceSpec(profile="lab"))
+
+
+def _result(p99: float = 4.0, latencies: list[float] | None = None) -> dict[str, Any]:
+    latencies = latencies or [0.3] * 150 + [p99] * 10
+    return {
+        "storage": {
+            "path": "/data/x",
+            "reads": {
+                "cache": "o_direct",
+                "reads": len(latencies),
+                "workers": 4,
+                "min_read_bytes": 4096,
+                "max_read_bytes": 1 << 20,
+                "p50_ms": 0.3,
+                "p99_ms": p99,
+                "max_ms": p99,
+                "files_per_s": 4000.0,
+                "mbps": 900.0,
+                "histogram": nr.latency_histogram(latencies),
+                "error": None,
+            },
+            "error": None,
+        },
+        "checkpoint": {
+            "bytes": 16 << 20,
+            "tensors": 9,
+            "write_s": 0.1,
+            "write_mbps": 160.0,
+            "restore_s": 0.04,
+            "restore_mbps": 400.0,
+            "identical": True,
+            "fresh_process": True,
+            "error": None,
+        },
+        "train": {
+            "loop": {
+                "ranks": 2,
+                "device": "cpu",
+                "loader_workers": 1,
+                "samples_per_s": 150.0,
+                "data_wait_share": 0.12,
+                "gpu_util": {"measured": False, "reason": "CPU ranks", "per_gpu": {}},
+            },
+            "scaling": {
+                "points": [
+                    {"ranks": 1, "samples_per_s": 100.0, "efficiency": 1.0},
+                    {"ranks": 2, "samples_per_s": 150.0, "efficiency": 0.75},
+                ]
+            },
+            "error": None,
+        },
+    }
+
+
+def _summary(*results: dict[str, Any]) -> dict[str, Any]:
+    nodes = []
+    for i, result in enumerate(results, 1):
+        checks = [c.to_dict() for c in training_checks(result, LAB)]
+        failed = [c for c in checks if not c["ok"]]
+        nodes.append(
+            {
+                "host": f"node-{i}",
+                "verdict": "not-ready" if failed else "ready",
+                "checks": checks,
+                "failed_checks": [
+                    {
+                        "check": c["name"],
+                        "message": c["message"],
+                        "measured": c["measured"],
+                        "floor": c["floor"],
+                    }
+                    for c in failed
+                ],
+                "allreduce_rows": [],
+                "floors": [],
+                "training": training_summary(result),
+            }
+        )
+    return {"run_id": "r1", "nodes": nodes}
+
+
+def test_latency_histogram_bars_follow_the_counts() -> None:
+    svg = render_latency_svg(nr.latency_histogram([0.3] * 30 + [4.0] * 3), limit_ms=50)
+    ET.fromstring(svg)
+    bars = re.findall(
+        r'<rect x="[^"]+" y="[^"]+" width="[^"]+" height="([^"]+)" fill="#1f77b4"', svg
+    )
+    heights = [float(h) for h in bars]
+    assert len(heights) == len(nr.LATENCY_BUCKETS_MS) + 1
+    assert max(heights) == heights[2]  # 0.3 ms falls in the "<= 0.5" bucket, the tallest
+    assert "&lt;= 0.5 ms: 30 reads" in svg and "&lt;= 5 ms: 3 reads" in svg
+    assert "p99 limit 50 ms" in svg
+    assert "no data" in render_latency_svg([])
+
+
+def test_scaling_curve_with_ideal_line_and_efficiency() -> None:
+    points = [
+        {"ranks": 1, "samples_per_s": 100.0, "efficiency": 1.0},
+        {"ranks": 2, "samples_per_s": 190.0, "efficiency": 0.95},
+        {"ranks": 4, "samples_per_s": 200.0, "efficiency": 0.5},
+    ]
+    svg = render_scaling_svg(points, floor=0.8)
+    ET.fromstring(svg)
+    assert "linear scaling from 1 rank" in svg
+    assert "4 ranks: 200.0 samples/s, efficiency 0.50" in svg
+    # The point below the floor is drawn in red, the others in blue.
+    assert svg.count('fill="#d62728"') == 1 and svg.count('r="4" fill="#1f77b4"') == 2
+    assert "no data" in render_scaling_svg([])
+
+
+def test_html_shows_each_node_passed_or_not() -> None:
+    html = render_html(_summary(_result(), _result(p99=205.0, latencies=[205.0] * 20)))
+    assert "<h2>Training-shaped checks</h2>" in html and "<script" not in html
+    assert html.count("read latency distribution") == 2
+    assert html.count("training loop throughput against ranks") == 2
+    assert "bit-identical" in html and "12.0%" in html
+    assert "not measured: CPU ranks" in html
+    section = html.split("<h3>node-2</h3>")[1]
+    assert "<td>storage.read_p99</td><td class='not-ready'>failed</td>" in section
+    assert "p99 205 ms &gt; limit 50.0 ms" in section
+
+
+def test_junit_and_run_json_carry_the_new_checks(tmp_path: Path) -> None:
+    data = _summary(_result(), _result(p99=205.0, latencies=[205.0] * 20))
+    root = ET.fromstring(render_junit(data))
+    suites = {s.get("name"): s for s in root.iter("testsuite")}
+    names = {c.get("name") for c in suites["node-1"].iter("testcase")}
+    assert {"storage.read_p99", "checkpoint.roundtrip", "train.data_wait"} <= names
+    failure = suites["node-2"].find("testcase[@name='storage.read_p99']/failure")
+    assert failure is not None and "measured: 205.0; floor: 50.0" in (failure.text or "")
+    paths = write_reports(data, tmp_path)
+    recorded = json.loads(paths["json"].read_text())
+    training = recorded["nodes"][0]["training"]
+    assert training["reads"]["p99_ms"] == 4.0 and training["checkpoint"]["identical"] is True
+    assert [p["ranks"] for p in training["scaling"]] == [1, 2]
+
+
+def test_training_summary_without_storage_is_none() -> None:
+    assert training_summary(None) is None
+    assert training_summary({"allreduce": {}}) is None
