@@ -12,12 +12,15 @@
 # is written into each of those cgroups, for the node's own data disks only (their loop
 # devices, listed in disks): nobody else reads those devices, so no one else is slowed.
 # The limits come from data-throttle ("read_bps_device N" and "read_iops_device N"); an
-# empty or missing file clears them (a limit of 0 removes a rule).
+# empty or missing file clears them (a limit of 0 removes a rule). GPUNODE_LAB_ROOT (default
+# "/") relocates every path, as for the lab's stand-ins, so tests run it without a node.
 set -eu
 
-STATE=/var/lib/gpunode-lab
+root="${GPUNODE_LAB_ROOT:-/}"
+STATE="${root%/}/var/lib/gpunode-lab"
 LIMITS="$STATE/data-throttle"
-BLKIO=/sys/fs/cgroup/blkio
+BLKIO="${root%/}/sys/fs/cgroup/blkio"
+PROC="${root%/}/proc"
 
 limit() {
   value=0
@@ -28,7 +31,7 @@ limit() {
 }
 
 blkio_dir() {
-  path=$(sed -n 's/^[0-9]*:blkio:\(.*\)$/\1/p' "/proc/$1/cgroup" 2>/dev/null | head -n 1)
+  path=$(sed -n 's/^[0-9]*:blkio:\(.*\)$/\1/p' "$PROC/$1/cgroup" 2>/dev/null | head -n 1)
   if [ -n "$path" ] && [ -d "$BLKIO$path" ]; then
     printf '%s\n' "$BLKIO$path"
   fi
