@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -26,7 +27,7 @@ from toolkit.lab import image as lab_image
 from toolkit.lab import lab as lab_core
 from toolkit.lab import nodes as lab_nodes
 from toolkit.lab import paths
-from toolkit.lab.spec import build_spec
+from toolkit.lab.spec import SLOW_DATA_READ_BPS, build_spec
 
 if TYPE_CHECKING:
     from conftest import Lab  # the session fixture's type (tests/integration/conftest.py)
@@ -359,6 +360,31 @@ def test_faults_show_up_and_clear(lab: Lab) -> None:
     unshaped = _send_rate_mbit(lab, sender=2, receiver=1)
     assert unshaped > 300, f"without slow-net node 2 sends at only {unshaped:.0f} Mbit/s"
     assert lab.refresh().state.nodes[1].faults == []
+
+
+def _direct_read_mbps(lab: Lab, node: int, device: str, mib: int) -> float:
+    """MB/s of an uncached (O_DIRECT) read of ``mib`` MiB from a data disk of a node."""
+    out = lab.ssh(node, f"dd if={device} of=/dev/null bs=1M count={mib} iflag=direct 2>&1")
+    found = re.search(r"copied, ([0-9.]+) s", out.stdout)
+    assert found, out.stdout
+    return mib * 2**20 / float(found.group(1)) / 1e6
+
+
+def test_slow_data_throttles_uncached_reads_and_clears(lab: Lab) -> None:
+    """`slow-data` is a real blkio read limit on the node's data disks (only its own)."""
+    device = f"/dev/{lab.nodes[1].disks[0].kernel_name}"
+    healthy = _direct_read_mbps(lab, 2, device, 32)
+    lab_core.set_faults(lab.name, 2, ["slow-data"])
+    try:
+        slow = _direct_read_mbps(lab, 2, device, 16)
+        other = _direct_read_mbps(lab, 1, f"/dev/{lab.nodes[0].disks[0].kernel_name}", 32)
+    finally:
+        lab_core.set_faults(lab.name, 2, [])
+    cleared = _direct_read_mbps(lab, 2, device, 32)
+    limit = SLOW_DATA_READ_BPS / 1e6
+    assert slow < limit * 1.2, f"slow-data: node 2 still reads at {slow:.0f} MB/s"
+    assert healthy > 10 * limit and cleared > 10 * limit, (healthy, cleared)
+    assert other > 10 * limit, f"node 1 was slowed too ({other:.0f} MB/s)"
 
 
 def test_restart_is_a_reboot(lab: Lab) -> None:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree as ET
 
 import pytest
 import yaml
@@ -32,6 +33,18 @@ LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test")  # tests/integration/co
 # The ranks run in the lab group's training image (built once per session).
 pytestmark = pytest.mark.usefixtures("training_image")
 
+
+# The checks of issue 13 that the shipped `lab` profile judges on every node.
+TRAINING_CHECKS = {
+    "storage.read_p99",
+    "storage.files_per_s",
+    "checkpoint.roundtrip",
+    "checkpoint.write",
+    "checkpoint.restore",
+    "train.data_wait",
+    "train.gpu_util",
+    "scaling.efficiency",
+}
 
 # The handover certificate of the first node from the healthy run (compared after a swap).
 HANDOVER: dict[str, Path] = {}
@@ -161,6 +174,25 @@ def test_two_healthy_nodes_are_ready(
         assert (run.run_dir / name).is_file()
     recorded = json.loads((run.run_dir / "run.json").read_text())
     assert recorded["all_ready"] is True
+    # The training-shaped checks: passed on every node, their figures in run.json and JUnit.
+    junit = ET.fromstring((run.run_dir / "junit.xml").read_text())
+    for host in names:
+        passed = {c["name"] for c in _node(run, host)["checks"] if c["ok"]}
+        assert passed >= TRAINING_CHECKS, _node(run, host)["failed_checks"]
+        training = next(n for n in recorded["nodes"] if n["host"] == host)["training"]
+        assert training["reads"]["cache"] == "o_direct" and training["reads"]["p99_ms"] > 0
+        assert sum(b["count"] for b in training["reads"]["histogram"]) == training["reads"]["reads"]
+        assert training["checkpoint"]["identical"] and training["checkpoint"]["fresh_process"]
+        assert [p["ranks"] for p in training["scaling"]] == [1, 2]
+        assert training["loop"]["gpu_util"]["measured"] is False
+        suite = next(s for s in junit.iter("testsuite") if s.get("name") == host)
+        cases = {c.get("name"): c for c in suite.iter("testcase")}
+        assert set(cases) >= TRAINING_CHECKS and all(
+            cases[n].find("failure") is None for n in TRAINING_CHECKS
+        )
+    html = (run.run_dir / "report.html").read_text()
+    assert html.count("read latency distribution") == len(names)
+    assert html.count("training loop throughput against ranks") == len(names)
     # Handover certificates: one per node, verified by the provider's key only.
     provider, other = (Path(f"{k}.pub") for k in provider_keys)
     certs = sorted((run.run_dir / "certs").glob("*.cert"))
@@ -229,6 +261,8 @@ FAULT_CASES = [
     ("missing-gpu", False, "gpu.count"),
     ("ecc", False, "health.ecc"),
     ("slow-net", True, "multinode.busbw@16MiB"),
+    # A throttled /data (blkio on the node's data disks, its containers included).
+    ("slow-data", False, "storage.read_p99"),
 ]
 # The XID window of the pair test: short, so that an XID logged before the first run is old
 # by the second one (the lab cannot date a journal entry in the past).
