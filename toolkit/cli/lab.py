@@ -27,7 +27,7 @@ name_option = click.option(
 
 FAULT_HELP = (
     f"Faults: {', '.join(FAULTS)} (a missing GPU, uncorrectable ECC errors, an XID in the "
-    "kernel log, a downgraded PCIe link, a shaped slow network link)"
+    "kernel log, a downgraded PCIe link, a shaped slow network link, throttled data disks)"
 )
 
 
