@@ -1330,7 +1330,7 @@ def sample_utilisation(smi: str | None) -> tuple[Any, Callable[[], dict[str, Any
             smi,
             f"--query-gpu={','.join(UTIL_QUERY)}",
             "--format=csv,noheader,nounits",
-            f"-lms={UTIL_INTERVAL_MS}",
+            f"--loop-ms={UTIL_INTERVAL_MS}",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -1370,10 +1370,18 @@ def train_loop(
     device: Any,
     train: dict[str, Any],
 ) -> dict[str, float]:
-    """A short data-parallel loop (DDP over ``group``) fed by a DataLoader with workers
-    reading ``/data``; the first step (workers starting) is not counted, as MLPerf Storage
-    excludes it. Returns this rank's step time, data wait and samples."""
-    from torch.nn.parallel import DistributedDataParallel  # type: ignore[import-not-found,unused-ignore]
+    """A short data-parallel loop over ``group`` fed by a DataLoader with workers reading
+    ``/data``; the first step (workers starting) is not counted, as MLPerf Storage excludes
+    it. Returns this rank's step time, data wait and samples.
+
+    Data parallel the way DistributedDataParallel is by default: the same initial weights on
+    every rank (broadcast from rank 0), and after each backward pass the gradients averaged
+    over the ranks with one all-reduce, then a plain SGD step. Neither DDP nor torch.optim is
+    used: their constructors import torch._dynamo, 5-8 s of CPU per rank in the training
+    image (it carries no .pyc files, so every module is compiled at import), more than the
+    whole loop. Without DDP's overlap of gradient buckets with the backward pass, the
+    measured scaling is a lower bound.
+    """
     from torch.utils.data import DataLoader  # type: ignore[import-not-found,unused-ignore]
     from torch.utils.data.distributed import DistributedSampler  # type: ignore[import-not-found,unused-ignore]
 
@@ -1387,12 +1395,9 @@ def train_loop(
         torch.nn.ReLU(),
         torch.nn.Linear(hidden, 1),
     ).to(device)
-    ddp = DistributedDataParallel(
-        model,
-        device_ids=[device.index] if device.type == "cuda" else None,
-        process_group=group,
-    )
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    params = list(model.parameters())
+    for param in params:
+        dist.broadcast(param.data, src=0, group=group)
     samples = FileSamples(
         list(train["files"]), int(train["sample_bytes"]), features, (steps + 1) * batch * ranks
     )
@@ -1413,6 +1418,16 @@ def train_loop(
         prefetch_factor=2 if workers else None,
     )
 
+    def average_gradients() -> None:
+        grads = [p.grad for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=group)
+        flat /= ranks
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
+
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -1425,10 +1440,14 @@ def train_loop(
         got = time.perf_counter()
         x = x.to(device, non_blocking=True)
         y = y.to(device, non_blocking=True)
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        for param in params:
+            param.grad = None
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        if ranks > 1:
+            average_gradients()
+        with torch.no_grad():
+            for param in params:
+                param.add_(param.grad, alpha=-0.01)
         sync()
         if step:
             wait += got - start
@@ -1449,11 +1468,6 @@ def train_phase(
     """On every rank: restore the checkpoint (rank 0, a process that did not write it), then
     the loop and the all-reduce at 1, 2, 4 ... ``world`` ranks. Rank 0 returns the result."""
     out: dict[str, Any] = {"checkpoint": None, "loop": None, "scaling": None, "error": None}
-    # DDP's constructor imports torch._dynamo (about 1.5 s of CPU on a small machine): every
-    # rank pays it now, at once, not each in turn at its first scaling point.
-    import importlib
-
-    importlib.import_module("torch._dynamo")
     checkpoint = train.get("checkpoint")
     if rank == 0 and checkpoint:
         out["checkpoint"] = checkpoint_restore(torch, checkpoint["path"], checkpoint["manifest"])

@@ -26,8 +26,8 @@ HARDWARE_FAULTS = ("missing-gpu", "ecc", "xid", "old-xid", "pcie", "pcie-idle")
 # read_iops_device): a disk in trouble, two orders of magnitude below the lab's healthy loop
 # disks (measured: GB/s and thousands of reads per second), yet fast enough that an
 # acceptance run on it still ends within seconds.
-SLOW_DATA_READ_BPS = 8 * 1024**2
-SLOW_DATA_READ_IOPS = 40
+SLOW_DATA_READ_BPS = 16 * 1024**2
+SLOW_DATA_READ_IOPS = 100
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,23}$"
 MAX_NODES = 16
