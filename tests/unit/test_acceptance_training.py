@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -353,3 +354,23 @@ def test_every_real_profile_sets_the_training_floors_with_sources() -> None:
     lab = shipped_profile("lab")
     assert lab.acceptance.min_gpu_util_pct is None  # CPU ranks: nothing to sample
     assert any("slow-data" in s for s in lab.sources)
+
+
+def test_gpu_utilisation_is_sampled_per_gpu_while_the_loop_runs(tmp_path: Path) -> None:
+    """nvidia-smi --query-gpu=index,utilization.gpu --loop-ms: the mean per GPU index."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        'echo "$@" > "$(dirname "$0")/argv"\n'
+        "while true; do echo '0, 96'; echo '1, 40'; echo '1, [N/A]'; sleep 0.05; done\n"
+    )
+    smi.chmod(0o755)
+    _proc, stop = nr.sample_utilisation(str(smi))
+    time.sleep(0.3)
+    util = stop()
+    assert util["measured"] and util["samples"] >= 2
+    assert util["per_gpu"] == {"0": 96.0, "1": 40.0}
+    argv = (tmp_path / "argv").read_text()
+    assert "--query-gpu=index,utilization.gpu" in argv and "--loop-ms=100" in argv
+    missing = nr.sample_utilisation(None)[1]()
+    assert missing == {"measured": False, "reason": "nvidia-smi not found", "per_gpu": {}}
