@@ -158,3 +158,15 @@ def test_junit_and_run_json_carry_the_new_checks(tmp_path: Path) -> None:
 def test_training_summary_without_storage_is_none() -> None:
     assert training_summary(None) is None
     assert training_summary({"allreduce": {}}) is None
+
+
+def test_html_lists_the_all_reduce_at_each_scaling_point() -> None:
+    result = _result()
+    result["train"]["scaling"]["points"] = [
+        {"ranks": 1, "samples_per_s": 100.0, "efficiency": 1.0, "allreduce_busbw_gbps": None},
+        {"ranks": 2, "samples_per_s": 190.0, "efficiency": 0.95, "allreduce_busbw_gbps": 1.5},
+        {"ranks": 4, "samples_per_s": 360.0, "efficiency": 0.9, "allreduce_busbw_gbps": None},
+    ]
+    html = render_html(_summary(result))
+    assert "<td>all-reduce busbw by ranks</td><td>2: 1.500 GB/s</td>" in html
+    assert "<td>all-reduce busbw by ranks</td><td>-</td>" in render_html(_summary(_result()))

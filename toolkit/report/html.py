@@ -287,6 +287,15 @@ def _training_section(summary: dict[str, Any]) -> list[str]:
                 f"{escape(str(loop.get('ranks')))} {escape(str(loop.get('device')))} ranks",
             ),
             ("GPU utilisation", util_text),
+            (
+                "all-reduce busbw by ranks",
+                ", ".join(
+                    f"{p['ranks']}: {p['allreduce_busbw_gbps']:.3f} GB/s"
+                    for p in training.get("scaling") or []
+                    if p.get("allreduce_busbw_gbps") is not None
+                )
+                or "-",
+            ),
         ]
         out.append("<table><tr><th>measure</th><th>value</th></tr>")
         out += [f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in rows]
