@@ -119,7 +119,7 @@ class AcceptanceSpec(StrictModel):
     storage_read_workers: int = Field(default=16, ge=1, le=256)
     storage_min_read: str = "4KiB"
     storage_max_read: str = "1MiB"
-    checkpoint_size: str = "8GiB"
+    checkpoint_size: str = "2GiB"
     train_steps: int = Field(default=20, ge=1, le=10_000)
     train_batch: int = Field(default=32, ge=1, le=65_536)
     train_sample_size: str = "128KiB"
