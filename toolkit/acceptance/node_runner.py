@@ -9,11 +9,14 @@ Subcommands:
 
 - ``run --spec SPEC.json --out RESULT.json``: every check of one node (GPU inventory,
   versions, health, a local all-reduce over the node's GPUs or CPU ranks, GEMM, memory and
-  host-device bandwidth per GPU, ``/data`` throughput).
+  host-device bandwidth per GPU, ``/data`` throughput, and the training-shaped checks: random
+  reads from many files, a checkpoint round trip, a data-parallel loop fed by a DataLoader,
+  scaling from 1 to all GPUs).
 - ``allreduce --nnodes N --node-rank I --nproc P --master-addr A --master-port PORT ...``:
   the ranks of one node of a multi-node all-reduce (torch.distributed; ``nccl`` on GPUs,
   ``gloo`` on the CPU); with ``--p2p`` two single-rank nodes also time each direction.
-- ``worker``: one rank (internal; started by the two above).
+- ``worker``: one rank (internal; started by the two above); with ``--train SPEC.json`` it
+  also restores the checkpoint (rank 0) and runs the loop at every scaling point.
 - ``framework --spec SPEC.json --out RESULT.json``: only the checks that need the framework
   (versions, all-reduce, GPU speed, ``/data``); ``run`` starts it inside the training image
   when the spec names one (``container.image``), else runs it in its own Python.
