@@ -236,6 +236,10 @@ def test_dpkg_version_order(a: str, b: str, order: int) -> None:
         ("580.95.05-*", "1:580.95.05-1", False),
         ("1:4.2.3-*", "1:4.2.3-1", True),
         ("2.26.2-1+cuda12.8", "2.26.2-1+cuda12.9", False),
+        (">=27.5.1", "28.2.2-0ubuntu1~22.04.1", True),
+        (">=27.5.1", "27.5.1-0ubuntu3~22.04.2", True),
+        (">=27.5.1", "26.1.3-0ubuntu1~22.04.1", False),
+        (">=", "27.5.1-1", False),
     ],
 )
 def test_requirements(requirement: str, version: str, ok: bool) -> None:

@@ -212,7 +212,15 @@ def compare_versions(a: str, b: str) -> int:
 
 
 def satisfies(requirement: str, version: str) -> bool:
-    """Whether a Debian version meets a requirement: exact, or ``[E:]V-*`` (any revision)."""
+    """Whether a Debian version meets a requirement.
+
+    Three forms: an exact version; ``[E:]V-*``, any Debian revision of upstream version ``V``;
+    ``>=V``, ``V`` or any later version (a floor, for archives that move a package to new
+    upstream versions within a release, as Ubuntu does with Docker).
+    """
+    if requirement.startswith(">="):
+        floor = requirement[2:].strip()
+        return bool(floor and version) and compare_versions(version, floor) >= 0
     if not requirement.endswith("-*"):
         return requirement == version
     wanted = requirement[:-2]
