@@ -43,7 +43,7 @@ LAB_LIST = "/etc/apt/sources.list.d/gpunode-test-lab.list"
 # (its Debian-style names carry no branch, and it also carries newer 550 and 580 drivers).
 DRIVER = " ".join(f"{package}=550.127.05-1" for package in lab_driver_packages())
 # Every driver package the stand-in repository can have put on a node.
-PURGE = "'nvidia-*' 'libnvidia-*' libcuda1 firmware-nvidia-gsp"
+PURGE = "'nvidia-*' 'libnvidia-*' 'libgl1-nvidia-*' libcuda1 firmware-nvidia-gsp"
 
 
 def _ansible(inventory: Path, *args: str) -> subprocess.CompletedProcess[str]:
