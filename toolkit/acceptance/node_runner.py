@@ -1090,6 +1090,13 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
             "unsupported_fields": [],
         }
     result["versions"] = query_versions(smi, list(spec.get("packages", [])))
+    # The GPU/NIC topology matrix, shipped raw: the controller parses and judges it
+    # (toolkit/acceptance/topology.py).
+    rc, stdout, stderr = sh([smi, "topo", "-m"]) if smi else (127, "", "nvidia-smi not found")
+    result["topology"] = {
+        "raw_output": stdout,
+        "error": None if rc == 0 else (stderr or stdout).strip() or f"exited {rc}",
+    }
     result["kernel_log"] = read_kernel_log(
         spec.get("kernel_log_command") or DEFAULT_KERNEL_LOG_COMMAND
     )
