@@ -244,8 +244,8 @@ def _affinity(values: list[str], columns: list[str], number: int, tabbed: bool) 
         values += [""] * (len(columns) - len(values))
     if len(values) != len(columns):
         raise TopologyUnreadable(
-            f"line {number}: expected {len(columns)} value(s) for {', '.join(columns) or 'no'}"
-            f" affinity column(s), found {len(values)}: {clip(repr(values))}"
+            f"line {number}: expected {len(columns)} value(s) for the column(s) "
+            f"{', '.join(columns) or '(none)'}, found {len(values)}: {clip(repr(values))}"
         )
     return values
 
@@ -294,7 +294,7 @@ def parse_topo(text: str) -> Topology:
         cells = fields[1 : 1 + len(labels)]
         if len(cells) < len(labels):
             raise TopologyUnreadable(
-                f"line {number}: {label} has {len(cells)} link cells for {len(labels)} columns"
+                f"line {number}: {label} has {len(cells)} fields for {len(labels)} link columns"
             )
         rest = fields[1 + len(labels) :]
         rows[label] = (cells, rest, "\t" in line)
