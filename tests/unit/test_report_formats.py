@@ -88,7 +88,15 @@ def test_html_has_table_plot_and_failures_escaped() -> None:
 
 def _device(label: str, name: str, cpus: str | None, numa: str | None) -> dict[str, Any]:
     kind = "GPU" if label.startswith("GPU") else "NIC"
-    return {"label": label, "kind": kind, "name": name, "cpu_affinity": cpus, "numa_affinity": numa}
+    shown = label if name == label else f"{label} ({name})"
+    return {
+        "label": label,
+        "kind": kind,
+        "name": name,
+        "shown": shown,
+        "cpu_affinity": cpus,
+        "numa_affinity": numa,
+    }
 
 
 TOPOLOGY = {

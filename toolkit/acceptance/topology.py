@@ -164,6 +164,7 @@ class Topology:
                     "label": d.label,
                     "kind": d.kind,
                     "name": d.name,
+                    "shown": d.shown,
                     "cpu_affinity": d.cpu_affinity,
                     "numa_affinity": d.numa_affinity,
                     "gpu_numa_id": d.gpu_numa_id,

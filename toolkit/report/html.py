@@ -137,8 +137,7 @@ def render_topology(topo: dict[str, Any]) -> str:
     out.append("<th>CPU affinity</th><th>NUMA</th></tr>")
     for device, row in zip(devices, topo.get("matrix") or [], strict=False):
         label = str(device["label"])
-        shown = label if device["name"] == label else f"{label} ({device['name']})"
-        out.append(f"<tr><th>{escape(shown)}</th>")
+        out.append(f"<tr><th>{escape(str(device.get('shown') or label))}</th>")
         for column, link in zip(labels, row, strict=False):
             classes = _kind_class(str(link)) + (" fail" if (label, column) in failing else "")
             out.append(f"<td class='{classes.strip()}'>{escape(str(link))}</td>")
