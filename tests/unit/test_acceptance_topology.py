@@ -92,7 +92,7 @@ def test_ansi_colour_codes_and_a_prompt_line_are_ignored() -> None:
 def test_older_layout_names_nic_columns_by_device_without_legend() -> None:
     """Before the NIC Legend, the columns were the RDMA devices themselves, and the table had
     no GPU NUMA ID column."""
-    old = L40S.split("\n\nLegend:")[0]
+    old = L40S.split("\nNIC Legend:")[0]
     old = old.replace("NIC0", "mlx5_0").replace("NIC1", "mlx5_1")
     old = old.replace("   GPU NUMA ID", "").replace("               N/A", "")
     topo = parse_topo(old)
@@ -135,6 +135,8 @@ def test_single_spaces_between_wide_device_names_in_the_header() -> None:
             "GPU NUMA ID, found 2",
         ),
         (H100.replace("  NIC7: mlx5_7", "  NIC8: mlx5_8"), "NIC Legend names NIC8"),
+        (H100.split("\nLegend:")[0], "line 18: no `Legend:` block after the matrix: the output"),
+        (H100.replace("               N/A", "               N", 1), "GPU NUMA ID 'N' is not"),
         (H100.replace("  NIC7: mlx5_7", "  mlx5_7"), "is not a NIC Legend entry"),
         (
             H100.replace(
@@ -324,3 +326,20 @@ def test_spec_keys_replace_the_profiles_topology() -> None:
     rules = effective(own).topology
     assert rules is not None and rules.gpu_link == "NV12" and rules.nic_gpu_link is None
     assert TopologySpec().has_rules is False and TopologySpec(numa_balanced=True).has_rules
+
+
+@pytest.mark.parametrize("capture", [H100, H20_TABS, L40S], ids=["h100", "h20-tabs", "l40s"])
+def test_every_cut_and_every_dropped_line_parses_whole_or_fails_cleanly(capture: str) -> None:
+    """Truncated or damaged captures give TopologyUnreadable, never another exception, and a
+    capture that still parses has every device of its header (nothing silently dropped)."""
+    lines = capture.splitlines()
+    variants = [capture[:cut] for cut in range(0, len(capture), 5)]
+    variants += ["\n".join(lines[:i] + lines[i + 1 :]) for i in range(len(lines))]
+    for text in variants:
+        try:
+            topo = parse_topo(text)
+        except TopologyUnreadable:
+            continue
+        header = next(line for line in text.splitlines() if line.split()[:1] == ["GPU0"])
+        devices = [w for w in header.split() if w[:3] in ("GPU", "NIC") and w[3:].isdigit()]
+        assert [d.label for d in topo.devices] == devices

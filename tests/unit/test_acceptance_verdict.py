@@ -580,7 +580,7 @@ def test_topology_failure_names_the_pair_the_link_and_the_rule() -> None:
         (None, "nvidia-smi topo -m was not run"),
         ({"raw_output": "", "error": "exited 9"}, "nvidia-smi topo -m failed: exited 9"),
         (
-            {"raw_output": "GPU0 GPU1\nGPU0 X NV18\n", "error": None},
+            {"raw_output": "GPU0 GPU1\nGPU0 X NV18\n\nLegend:\n", "error": None},
             "nvidia-smi topo -m output unreadable: line 1: the header names GPU1 but no such",
         ),
     ],

@@ -242,7 +242,6 @@ def _affinity(values: list[str], columns: list[str], number: int, tabbed: bool) 
         while len(values) > len(columns) and "" in values[1:]:
             last = max(i for i, v in enumerate(values) if v == "" and i > 0)
             del values[last]
-        values += [""] * (len(columns) - len(values))
     if len(values) != len(columns):
         raise TopologyUnreadable(
             f"line {number}: expected {len(columns)} value(s) for the column(s) "
@@ -317,6 +316,12 @@ def parse_topo(text: str) -> Topology:
         raise TopologyUnreadable(
             f"line {start + 1}: the header names {', '.join(missing)} but no such row follows"
         )
+    # nvidia-smi always prints the Legend after the matrix: without it the text was cut, and
+    # the last row may be cut with it.
+    if not any(line.strip() == "Legend:" for line in lines[end:]):
+        raise TopologyUnreadable(
+            f"line {end + 1}: no `Legend:` block after the matrix: the output is cut short"
+        )
     legend = _nic_legend(lines[end:], end)
     known = {label for label in labels if _NIC_LABEL.match(label)}
     stray = sorted(set(legend) - known)
@@ -338,6 +343,11 @@ def parse_topo(text: str) -> Topology:
                 raise TopologyUnreadable(
                     f"line {number}: NUMA Affinity {clip(repr(numa))} is not a NUMA node list"
                 )
+            numa_id = _value(named.get("GPU NUMA ID", ""))
+            if numa_id is not None and not numa_id.isdigit():
+                raise TopologyUnreadable(
+                    f"line {number}: GPU NUMA ID {clip(repr(numa_id))} is not a NUMA node"
+                )
             devices.append(
                 Device(
                     label=label,
@@ -345,7 +355,7 @@ def parse_topo(text: str) -> Topology:
                     name=label,
                     cpu_affinity=_value(named.get("CPU Affinity", "")),
                     numa_affinity=numa,
-                    gpu_numa_id=_value(named.get("GPU NUMA ID", "")),
+                    gpu_numa_id=numa_id,
                 )
             )
         else:
