@@ -111,6 +111,11 @@ def test_unknown_affinities_read_as_none() -> None:
     assert gpu4.cpu_affinity is None and gpu4.numa_nodes == (1,)
 
 
+def test_text_after_the_nic_legend_is_not_read() -> None:
+    topo = parse_topo(H100 + "\n\nulimit soft: 1000000\n")
+    assert topo.device("NIC7").name == "mlx5_7"
+
+
 def test_single_spaces_between_wide_device_names_in_the_header() -> None:
     text = L40S.replace("NIC0    NIC1    CPU", "NIC0 NIC1 CPU")
     assert [n.label for n in parse_topo(text).nics] == ["NIC0", "NIC1"]

@@ -372,7 +372,11 @@ def parse_topo(text: str) -> Topology:
 
 
 def _nic_legend(lines: list[str], offset: int) -> dict[str, str]:
-    """``NIC<n> -> device`` from the ``NIC Legend:`` block (empty when there is none)."""
+    """``NIC<n> -> device`` from the ``NIC Legend:`` block (empty when there is none).
+
+    The block is its entries up to the first blank line after them; what follows (a prompt
+    in a pasted capture) is not nvidia-smi's.
+    """
     legend: dict[str, str] = {}
     inside = False
     for i, line in enumerate(lines):
@@ -380,6 +384,8 @@ def _nic_legend(lines: list[str], offset: int) -> dict[str, str]:
         if stripped == "NIC Legend:":
             inside = True
             continue
+        if inside and not stripped and legend:
+            break
         if not inside or not stripped:
             continue
         match = _NIC_LEGEND.match(line)
