@@ -337,7 +337,7 @@ def test_faults_show_up_and_clear(lab: Lab) -> None:
         "gpunode_kernel_log_command"
     ]
     assert "NVRM: Xid" not in lab.ssh(2, kernel_log).stdout
-    faults = ["missing-gpu", "ecc", "pcie", "pcie-idle", "xid", "old-xid", "slow-net"]
+    faults = ["missing-gpu", "ecc", "pcie", "pcie-idle", "xid", "old-xid", "slow-net", "topo"]
     lab_core.set_faults(lab.name, 2, faults)
     try:
         hardware = _hardware(lab, 2)
@@ -347,6 +347,9 @@ def test_faults_show_up_and_clear(lab: Lab) -> None:
         assert any(g["ecc_uncorrected_volatile"] > 0 for g in gpus)
         assert any(g["pcie_gen_max"] < g["pcie_gen_gpu_max"] for g in gpus)
         assert all(g["pcie_gen_idle"] == 1 for g in gpus)  # every link lowered while idle
+        a, b = hardware["topo_sys_pair"]  # two GPUs of one NUMA node, for `topo -m` to show
+        assert a != b and gpus[a]["numa_node"] == gpus[b]["numa_node"]
+        assert hardware["nics"] and all(g["pcie_switch"] >= 0 for g in gpus)
         assert lab.ssh(2, kernel_log).stdout.count("NVRM: Xid") == 2  # xid and old-xid
         assert "tbf" in lab.ssh(2, "tc qdisc show dev eth0").stdout
         shaped = _send_rate_mbit(lab, sender=2, receiver=1)

@@ -161,6 +161,21 @@ def test_two_healthy_nodes_are_ready(
         assert (run.run_dir / name).is_file()
     recorded = json.loads((run.run_dir / "run.json").read_text())
     assert recorded["all_ready"] is True
+    # The topology check: the lab profile's rules, passed, in run.json with the matrix, in the
+    # JUnit file and drawn in the report.
+    for node in recorded["nodes"]:
+        topo = {c["name"]: c for c in node["checks"] if c["name"].startswith("topology.")}
+        assert set(topo) == {
+            "topology.gpu_link_same_numa",
+            "topology.nic_gpu_link",
+            "topology.numa_balanced",
+        }, node["checks"]
+        assert all(c["ok"] for c in topo.values()), topo
+        assert node["topology"]["error"] is None and node["topology"]["failing"] == []
+        assert [d["label"] for d in node["topology"]["devices"]][:2] == ["GPU0", "GPU1"]
+    junit = (run.run_dir / "junit.xml").read_text()
+    assert 'name="topology.gpu_link_same_numa"' in junit
+    assert "<h2>Topology (nvidia-smi topo -m)</h2>" in (run.run_dir / "report.html").read_text()
     # Handover certificates: one per node, verified by the provider's key only.
     provider, other = (Path(f"{k}.pub") for k in provider_keys)
     certs = sorted((run.run_dir / "certs").glob("*.cert"))
@@ -228,6 +243,7 @@ def test_swapped_gpu_shows_in_cert_compare(
 FAULT_CASES = [
     ("missing-gpu", False, "gpu.count"),
     ("ecc", False, "health.ecc"),
+    ("topo", False, "topology.gpu_link_same_numa"),
     ("slow-net", True, "multinode.busbw@16MiB"),
 ]
 # The XID window of the pair test: short, so that an XID logged before the first run is old

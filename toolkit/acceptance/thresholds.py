@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from toolkit.acceptance.topology import TopologySpec
 from toolkit.config import StrictModel, did_you_mean, parse_yaml
 from toolkit.errors import ConfigError, clip
 
@@ -108,6 +109,8 @@ class AcceptanceSpec(StrictModel):
     pcie_gen: int | None = Field(default=None, ge=1, le=6)
     pcie_width: int | None = Field(default=None, ge=1, le=32)
     check_throttle: bool = True
+    # What `nvidia-smi topo -m` must show (toolkit/acceptance/topology.py); None: not judged.
+    topology: TopologySpec | None = None
 
     @field_validator("sweep_min_size", "data_test_size")
     @classmethod

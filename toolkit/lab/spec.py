@@ -19,7 +19,7 @@ from toolkit.lab.hardware import FAULTS, GPU_MODELS
 # The faults a lab node can carry (names and meanings owned by the GPU emulation). The
 # hardware faults live in the node's hardware file; "xid" and "old-xid" are also written to
 # the node's kernel log, and "slow-net" is real traffic shaping on the node's interface.
-HARDWARE_FAULTS = ("missing-gpu", "ecc", "xid", "old-xid", "pcie", "pcie-idle")
+HARDWARE_FAULTS = ("missing-gpu", "ecc", "xid", "old-xid", "pcie", "pcie-idle", "topo")
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,23}$"
 MAX_NODES = 16
