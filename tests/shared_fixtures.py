@@ -32,13 +32,25 @@ def torch_python() -> str | None:
 
 
 def lab_driver_packages() -> list[str]:
-    """The driver packages the naming rules give the lab's nodes (debian12) for its stack."""
+    """The driver packages the lab's nodes (debian12) get for its stack: the names the naming
+    rules give, then the parts of their build they pin exactly, as the stack lock adds them
+    (``IndexEntry.exact_depends``; apt cannot install an older build without them)."""
+    from toolkit.lab import catalog
     from toolkit.lab.inventory import DEFAULT_STACK
     from toolkit.stack import HardwareProfile, Stack, resolve
+    from toolkit.stack.aptindex import IndexEntry
 
     stack = Stack.model_validate(DEFAULT_STACK)
     hardware = HardwareProfile.model_validate({"gpu": {"model": "H100", "count": 8}})
-    return list(resolve(stack, hardware, "debian12")["driver"]["packages"])
+    driver = resolve(stack, hardware, "debian12")["driver"]["packages"]
+    version = str(driver["nvidia-driver"]).replace("-*", "-1")
+    specs = {(s.name, s.version): s for s in catalog.packages()}
+    names = list(driver)
+    for name in names:  # grows while it is read: the companions' companions
+        spec = specs[(name, version)]
+        entry = IndexEntry(name, version, spec.architecture, "", "", ", ".join(spec.depends))
+        names += [n for n, v in entry.exact_depends() if v == version and n not in names]
+    return names
 
 
 def run_cli(capsys: Any, *args: str) -> tuple[int, str, str]:

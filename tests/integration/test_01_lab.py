@@ -44,7 +44,7 @@ LAB_LIST = "/etc/apt/sources.list.d/gpunode-test-lab.list"
 # (its Debian-style names carry no branch, and it also carries newer 550 and 580 drivers).
 DRIVER = " ".join(f"{package}=550.127.05-1" for package in lab_driver_packages())
 # Every driver package the stand-in repository can have put on a node.
-PURGE = "'nvidia-*' 'libnvidia-*' libcuda1 firmware-nvidia-gsp"
+PURGE = "'nvidia-*' 'libnvidia-*' 'libgl1-nvidia-*' libcuda1 firmware-nvidia-gsp"
 
 
 def _ansible(inventory: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -338,7 +338,7 @@ def test_faults_show_up_and_clear(lab: Lab) -> None:
         "gpunode_kernel_log_command"
     ]
     assert "NVRM: Xid" not in lab.ssh(2, kernel_log).stdout
-    faults = ["missing-gpu", "ecc", "pcie", "pcie-idle", "xid", "old-xid", "slow-net"]
+    faults = ["missing-gpu", "ecc", "pcie", "pcie-idle", "xid", "old-xid", "slow-net", "topo"]
     lab_core.set_faults(lab.name, 2, faults)
     try:
         hardware = _hardware(lab, 2)
@@ -348,6 +348,9 @@ def test_faults_show_up_and_clear(lab: Lab) -> None:
         assert any(g["ecc_uncorrected_volatile"] > 0 for g in gpus)
         assert any(g["pcie_gen_max"] < g["pcie_gen_gpu_max"] for g in gpus)
         assert all(g["pcie_gen_idle"] == 1 for g in gpus)  # every link lowered while idle
+        a, b = hardware["topo_sys_pair"]  # two GPUs of one NUMA node, for `topo -m` to show
+        assert a != b and gpus[a]["numa_node"] == gpus[b]["numa_node"]
+        assert hardware["nics"] and all(g["pcie_switch"] >= 0 for g in gpus)
         assert lab.ssh(2, kernel_log).stdout.count("NVRM: Xid") == 2  # xid and old-xid
         assert "tbf" in lab.ssh(2, "tc qdisc show dev eth0").stdout
         shaped = _send_rate_mbit(lab, sender=2, receiver=1)

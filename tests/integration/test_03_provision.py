@@ -184,9 +184,6 @@ def test_incoherent_stack_exits_2_before_any_host_is_touched(
     assert not (tmp_path / "state" / "runs").exists()  # no playbook ran
 
 
-CUDA_KEYRING_LIST = "/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
-
-
 def test_first_provision_installs_exact_versions(lab: Any, inv: Path, state_dir: Path) -> None:
     # Node 2 comes with NVIDIA's repository configured the way cuda-keyring does it: a second
     # source with another signed-by would break every `apt update` (the `keyring` fault).
@@ -195,16 +192,18 @@ def test_first_provision_installs_exact_versions(lab: Any, inv: Path, state_dir:
     try:
         assert (
             "signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg"
-            in lab.ssh(keyring_node, f"cat {CUDA_KEYRING_LIST}").stdout
+            in lab.ssh(keyring_node, f"cat {lab_core.CUDA_KEYRING_LIST}").stdout
         )
         result = provision(state_dir, inv)
     finally:
         lab_core.set_faults(lab.name, 2, [])
     update = lab.ssh(keyring_node, "apt-get update 2>&1", check=False)
     assert update.returncode == 0 and "Conflicting values" not in update.stdout, update.stdout
-    cuda_keyring = lab.ssh(keyring_node, f"cat {CUDA_KEYRING_LIST}").stdout
+    cuda_keyring = lab.ssh(keyring_node, f"cat {lab_core.CUDA_KEYRING_LIST}").stdout
     assert cuda_keyring.startswith("# deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg]")
     assert "disabled by gpunode" in cuda_keyring
+    toolkit_sources = lab.ssh(keyring_node, f"cat {lab_core.CONTAINER_TOOLKIT_SOURCES}").stdout
+    assert "Enabled: no\nTypes: deb\n" in toolkit_sources, toolkit_sources  # the deb822 form
     assert result["ok"] and set(result["hosts"]) == {n.name for n in lab.nodes}
     assert_converged(lab, inv)
     for node in lab.nodes:

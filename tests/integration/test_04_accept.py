@@ -175,7 +175,7 @@ def test_two_healthy_nodes_are_ready(
     recorded = json.loads((run.run_dir / "run.json").read_text())
     assert recorded["all_ready"] is True
     # The training-shaped checks: passed on every node, their figures in run.json and JUnit.
-    junit = ET.fromstring((run.run_dir / "junit.xml").read_text())
+    junit_xml = ET.fromstring((run.run_dir / "junit.xml").read_text())
     for host in names:
         passed = {c["name"] for c in _node(run, host)["checks"] if c["ok"]}
         assert passed >= TRAINING_CHECKS, _node(run, host)["failed_checks"]
@@ -185,7 +185,7 @@ def test_two_healthy_nodes_are_ready(
         assert training["checkpoint"]["identical"] and training["checkpoint"]["fresh_process"]
         assert [p["ranks"] for p in training["scaling"]] == [1, 2]
         assert training["loop"]["gpu_util"]["measured"] is False
-        suite = next(s for s in junit.iter("testsuite") if s.get("name") == host)
+        suite = next(s for s in junit_xml.iter("testsuite") if s.get("name") == host)
         cases = {c.get("name"): c for c in suite.iter("testcase")}
         assert set(cases) >= TRAINING_CHECKS and all(
             cases[n].find("failure") is None for n in TRAINING_CHECKS
@@ -193,6 +193,21 @@ def test_two_healthy_nodes_are_ready(
     html = (run.run_dir / "report.html").read_text()
     assert html.count("read latency distribution") == len(names)
     assert html.count("training loop throughput against ranks") == len(names)
+    # The topology check: the lab profile's rules, passed, in run.json with the matrix, in the
+    # JUnit file and drawn in the report.
+    for node in recorded["nodes"]:
+        topo = {c["name"]: c for c in node["checks"] if c["name"].startswith("topology.")}
+        assert set(topo) == {
+            "topology.gpu_link_same_numa",
+            "topology.nic_gpu_link",
+            "topology.numa_balanced",
+        }, node["checks"]
+        assert all(c["ok"] for c in topo.values()), topo
+        assert node["topology"]["error"] is None and node["topology"]["failing"] == []
+        assert [d["label"] for d in node["topology"]["devices"]][:2] == ["GPU0", "GPU1"]
+    junit = (run.run_dir / "junit.xml").read_text()
+    assert 'name="topology.gpu_link_same_numa"' in junit
+    assert "<h2>Topology (nvidia-smi topo -m)</h2>" in (run.run_dir / "report.html").read_text()
     # Handover certificates: one per node, verified by the provider's key only.
     provider, other = (Path(f"{k}.pub") for k in provider_keys)
     certs = sorted((run.run_dir / "certs").glob("*.cert"))
@@ -260,6 +275,7 @@ def test_swapped_gpu_shows_in_cert_compare(
 FAULT_CASES = [
     ("missing-gpu", False, "gpu.count"),
     ("ecc", False, "health.ecc"),
+    ("topo", False, "topology.gpu_link_same_numa"),
     ("slow-net", True, "multinode.busbw@16MiB"),
     # A throttled /data (blkio on the node's data disks, its containers included).
     ("slow-data", False, "storage.read_p99"),

@@ -17,7 +17,9 @@ import pytest
 from shared_fixtures import torch_python
 
 from toolkit.acceptance import node_runner as nr
-from toolkit.acceptance.thresholds import AcceptanceSpec
+from toolkit.acceptance.thresholds import AcceptanceSpec, shipped_profile
+from toolkit.acceptance.topology import judge as judge_topology
+from toolkit.acceptance.topology import read_section
 from toolkit.acceptance.verdict import NodeExpectation, judge
 
 RUNNER = Path(nr.__file__)
@@ -222,6 +224,25 @@ def test_lab_faults_reach_the_verdict(lab_env: Any, fault: str, check: str, text
         assert "health.retired_pages" in failed  # the lab's ECC fault leaves a pending remap
 
 
+@pytest.mark.parametrize("faults", [[], ["topo"]])
+def test_topology_is_shipped_raw_and_judged_by_the_controller(
+    lab_env: Any, faults: list[str]
+) -> None:
+    section = nr.query_topology(lab_env(faults))
+    assert section["error"] is None and section["raw_output"].startswith("\tGPU0\tGPU1")
+    rules = shipped_profile("lab").acceptance.topology
+    topo, error = read_section(section)
+    assert topo is not None and rules is not None, error
+    findings = {f.rule: f for f in judge_topology(topo, rules)}
+    assert set(findings) == {"gpu_link_same_numa", "nic_gpu_link", "numa_balanced"}
+    assert findings["nic_gpu_link"].ok and findings["numa_balanced"].ok
+    same_numa = findings["gpu_link_same_numa"]
+    assert same_numa.ok is not bool(faults), same_numa.message
+    if faults:
+        assert same_numa.message.endswith("SYS (rule: NODE or nearer)")
+    assert nr.query_topology(None) == {"raw_output": "", "error": "nvidia-smi not found"}
+
+
 def test_driver_mismatch_is_reported(lab_env: Any, tmp_path: Path) -> None:
     smi = lab_env([])
     loaded = Path(os.environ["GPUNODE_LAB_ROOT"]) / "var/lib/gpunode-lab/loaded-driver-version"
@@ -286,6 +307,7 @@ def test_run_node_with_gloo(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["gpus"]["ok"] is False and "nvidia-smi" in result["gpus"]["error"]
+    assert result["topology"] == {"raw_output": "", "error": "nvidia-smi not found"}
     assert result["state"] == {"state": "provisioned", "stack_id": "abc"}
     ar = result["allreduce"]
     assert ar["error"] is None and ar["engine"] == "torch-gloo" and ar["ranks"] == 2

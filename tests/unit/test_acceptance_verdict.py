@@ -538,3 +538,59 @@ def test_critical_xids_carry_their_sources() -> None:
     table = critical_xids()
     assert {48, 79, 119}.issubset(table) and not {13, 31, 43} & set(table)
     assert all(entry.sources and entry.name for entry in table.values())
+
+
+TOPO = (Path(__file__).parent / "data" / "topo" / "h100-sxm-8.txt").read_text()
+
+
+def _topology_spec(rules: object) -> AcceptanceSpec:
+    return AcceptanceSpec.model_validate({**SPEC.model_dump(), "topology": rules})
+
+
+def test_topology_checks_follow_the_profile_rules() -> None:
+    result = {**healthy(), "topology": {"raw_output": TOPO, "error": None}}
+    verdict = judge(result, EXPECT, _topology_spec({"gpu_link": "NV18", "numa_balanced": True}))
+    checks = {c.name: c for c in verdict.checks if c.name.startswith("topology.")}
+    assert set(checks) == {"topology.gpu_link", "topology.numa_balanced"}
+    assert all(c.ok for c in checks.values()) and verdict.ready
+    # No rules, no check (the section is kept for the report all the same).
+    assert not [c for c in judge(result, EXPECT, SPEC).checks if c.name.startswith("topology")]
+
+
+def test_topology_failure_names_the_pair_the_link_and_the_rule() -> None:
+    cut = TOPO.replace(
+        "GPU2    NV18    NV18     X      NV18    NV18    NV18    NV18    NV18",
+        "GPU2    NV18    NV18     X      NV18    NV18    NV18    SYS     NV18",
+    )
+    result = {**healthy(), "topology": {"raw_output": cut, "error": None}}
+    verdict = judge(result, EXPECT, _topology_spec({"gpu_link": "NV18"}))
+    [failed] = verdict.failed
+    assert failed.name == "topology.gpu_link"
+    assert failed.message == (
+        "1 of 28 GPU pairs farther than NV18: GPU2-GPU6 SYS (rule: NVLink with at least 18 links)"
+    )
+    assert failed.measured == [{"pair": ["GPU2", "GPU6"], "link": "SYS"}]
+    assert failed.floor == "NV18"
+    assert verdict.reasons() == [f"topology.gpu_link: {failed.message}"]
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        (None, "nvidia-smi topo -m was not run"),
+        ({"raw_output": "", "error": "exited 9"}, "nvidia-smi topo -m failed: exited 9"),
+        (
+            {"raw_output": "GPU0 GPU1\nGPU0 X NV18\n\nLegend:\n", "error": None},
+            "nvidia-smi topo -m output unreadable: line 1: the header names GPU1 but no such",
+        ),
+    ],
+)
+def test_topology_missing_or_unreadable_fails_when_rules_ask(
+    section: dict[str, Any] | None, message: str
+) -> None:
+    result = healthy()
+    if section is not None:
+        result["topology"] = section
+    verdict = judge(result, EXPECT, _topology_spec({"nic_gpu_link": "PXB"}))
+    [failed] = verdict.failed
+    assert failed.name == "topology.read" and failed.message.startswith(message), failed.message

@@ -499,6 +499,9 @@ def test_every_catalog_pci_id_is_one_models() -> None:
         ({"docker.io": "27.5.1-0ubuntu3~22.04.2"}, {"docker.io": "27.5.1-0ubuntu3~22.04.2"}),
         ({"docker.io": "26.1.3-*"}, {"docker.io": "26.1.3-*"}),  # gone: named by the check
         ({"runc": "1.2.5-*"}, {"runc": "1.2.5-*"}),
+        # A floor (Ubuntu moves Docker's upstream version within a release): the newest.
+        ({"docker.io": ">=27.5.1"}, {"docker.io": "28.2.2-0ubuntu1~22.04.1"}),
+        ({"docker.io": ">=29.0.0"}, {"docker.io": ">=29.0.0"}),
     ],
 )
 def test_pick_versions_of_upstream_requirements(
@@ -507,6 +510,12 @@ def test_pick_versions_of_upstream_requirements(
     offered = {"docker.io": ["28.2.2-0ubuntu1~22.04.1", "27.5.1-0ubuntu3~22.04.3",
                              "27.5.1-0ubuntu3~22.04.2"]}  # fmt: skip
     assert nf.pick_versions(pins, offered) == expected
+
+
+def test_a_floor_nothing_meets_is_named_as_a_floor() -> None:
+    offered = {"docker.io": ["27.5.1-0ubuntu3~22.04.2"]}
+    assert nf.missing_pins({"docker.io": ">=28.2.2"}, offered) == ["docker.io (>=28.2.2)"]
+    assert nf.missing_pins({"docker.io": "27.5.1-0ubuntu3~22.04.2"}, offered) == []
 
 
 # /etc/os-release and /etc/debian_version as the distributions ship them (Debian 12's

@@ -90,7 +90,7 @@ def test_json_round_trip_is_exact() -> None:
     assert text.endswith("\n")
     assert NodeHardware.from_json(text) == hw
     data = json.loads(text)
-    assert data["schema_version"] == SCHEMA_VERSION == 3
+    assert data["schema_version"] == SCHEMA_VERSION == 4
     assert data["faults"] == ["ecc", "xid"]
     assert data["gpus"][0]["pci_bus_id"] == "00000000:07:00.0"
 
@@ -250,3 +250,40 @@ def test_emulated_gpu_agrees_with_the_stack_catalog(key: str) -> None:
     assert known.model == key
     assert known.compute_capability == emulated.compute_cap
     assert known.architecture == emulated.architecture.split()[0].casefold()
+
+
+def test_nics_sit_on_the_pcie_switches_of_gpu_pairs() -> None:
+    hw = NodeHardware.for_node("H100", 8, True, seed="n", index=0)
+    assert [(g.numa_node, g.pcie_switch) for g in hw.gpus] == [
+        (0, 0), (0, 0), (0, 1), (0, 1), (1, 2), (1, 2), (1, 3), (1, 3)
+    ]  # fmt: skip
+    assert [(n.name, n.pcie_switch, n.numa_node) for n in hw.nics] == [
+        ("mlx5_0", 0, 0), ("mlx5_1", 1, 0), ("mlx5_2", 2, 1), ("mlx5_3", 3, 1)
+    ]  # fmt: skip
+    assert hw.topo_sys_pair is None
+    # A switch never spans the sockets, whatever the count.
+    for count in range(1, 9):
+        board = NodeHardware.for_node("L40S", count, False)
+        numa = {n.pcie_switch: n.numa_node for n in board.nics}
+        assert all(numa[g.pcie_switch] == g.numa_node for g in board.gpus), count
+
+
+def test_missing_gpu_leaves_its_nic() -> None:
+    hw = NodeHardware.for_node("H100", 8, True, ["missing-gpu"], seed="f", index=0)
+    assert len(hw.gpus) == 7 and len(hw.nics) == 4
+
+
+@pytest.mark.parametrize("model", ["H100", "H200", "A100", "L40S"])
+def test_fault_topo_picks_two_gpus_of_one_numa_node(model: str) -> None:
+    nvswitch = model != "L40S"
+    for index in range(4):
+        hw = NodeHardware.for_node(model, 8, nvswitch, ["topo"], seed="t", index=index)
+        assert hw.topo_sys_pair is not None
+        a, b = hw.topo_sys_pair
+        assert a < b and hw.gpus[a].numa_node == hw.gpus[b].numa_node
+
+
+def test_fault_topo_needs_two_gpus_on_one_numa_node() -> None:
+    with pytest.raises(ConfigError, match="lab fault 'topo' needs two GPUs on one NUMA node"):
+        NodeHardware.for_node("H100", 2, False, ["topo"])
+    assert NodeHardware.for_node("H100", 3, False, ["topo"]).topo_sys_pair == (1, 2)

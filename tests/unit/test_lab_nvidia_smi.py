@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.acceptance.thresholds import shipped_profile
+from toolkit.acceptance.topology import judge, parse_topo
 from toolkit.lab import catalog
-from toolkit.lab.hardware import NodeHardware
+from toolkit.lab.hardware import GPU_MODELS, NodeHardware
 
 V550 = "550.127.05"
 V550_UPGRADE = "550.144.03"
@@ -252,6 +254,52 @@ def test_topology_matrix(
     assert row0[0] == "GPU0"
     assert row0[1 : count + 1] == expected_row0
     assert "  NV#  = Connection traversing a bonded set of # NVLinks" in out
+
+
+@pytest.mark.parametrize("fault", [[], ["topo"]], ids=["healthy", "topo"])
+@pytest.mark.parametrize("model", ["H100", "H200", "A100", "L40S"])
+def test_topology_reads_back_through_the_parser(
+    tmp_path: Path, model: str, fault: list[str]
+) -> None:
+    """The matrix in the real layout (tabs, NIC rows and columns, affinities, both legends),
+    read by the acceptance parser; the lab profile's rules pass a healthy board and name the
+    pair of the `topo` fault."""
+    nvswitch = model != "L40S"
+    n = Node(tmp_path)
+    hw = n.hardware(NodeHardware.for_node(model, 8, nvswitch, fault, seed="t"))
+    n.load(V550)
+    rc, out = n.run("topo", "-m")
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0] == (
+        "\t"
+        + "\t".join([f"GPU{i}" for i in range(8)] + [f"NIC{j}" for j in range(4)])
+        + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+    )
+    assert lines[1].endswith("\t0-55,112-167\t0\t\tN/A")
+    assert lines[9].startswith("NIC0\tPIX\tPIX\tNODE\tNODE\tSYS")
+    assert out.endswith(
+        "\nNIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n  NIC2: mlx5_2\n  NIC3: mlx5_3\n"
+    )
+    topo = parse_topo(out)
+    assert [g.label for g in topo.gpus] == [f"GPU{i}" for i in range(8)]
+    assert [nic.name for nic in topo.nics] == [f"mlx5_{j}" for j in range(4)]
+    assert [g.numa_nodes for g in topo.gpus] == [(0,)] * 4 + [(1,)] * 4
+    nv = f"NV{GPU_MODELS[model].nvlinks}"
+    expected = nv if nvswitch else "NODE"
+    assert topo.link("GPU0", "GPU2") == expected
+    assert topo.link("GPU0", "GPU4") == (nv if nvswitch else "SYS")
+    rules = shipped_profile("lab").acceptance.topology
+    assert rules is not None
+    findings = {f.rule: f for f in judge(topo, rules)}
+    assert findings["nic_gpu_link"].ok and findings["numa_balanced"].ok
+    if not fault:
+        assert findings["gpu_link_same_numa"].ok, findings["gpu_link_same_numa"].message
+        return
+    a, b = hw.topo_sys_pair or (0, 0)
+    assert topo.link(f"GPU{a}", f"GPU{b}") == "SYS"
+    broken = findings["gpu_link_same_numa"]
+    assert not broken.ok and broken.pairs == ((f"GPU{a}", f"GPU{b}"),), broken.message
 
 
 def test_fault_missing_gpu(tmp_path: Path) -> None:

@@ -45,8 +45,11 @@ DEBIAN_DRIVER = (
     "firmware-nvidia-gsp", "nvidia-smi", "libnvidia-ml1", "libcuda1", "nvidia-driver-cuda",
     "nvidia-driver-libs", "nvidia-persistenced",
 )  # fmt: skip
+# The parts of a build that the named packages pin exactly (Debian's packaging): the stack
+# lock adds them (`needed_by`, toolkit/stack/lock.py).
+COMPANIONS = ("nvidia-alternative", "libgl1-nvidia-glvnd-glx", "nvidia-egl-icd")
 EXPECTED_VERSIONS = {
-    **{name: D550 | D580 for name in DEBIAN_DRIVER},
+    **{name: D550 | D580 for name in DEBIAN_DRIVER + COMPANIONS},
     "cuda-drivers-550": D550,
     "nvidia-fabricmanager-550": D550,
     "libnvidia-nscq-550": D550,
@@ -135,25 +138,38 @@ def test_every_dependency_resolves_within_the_catalog() -> None:
 @pytest.mark.parametrize(
     ("name", "version", "depends"),
     [
+        # Debian's packaging (deb.debian.org bookworm non-free, nvidia-graphics-drivers
+        # 535.261.03-1): one build pins itself through nvidia-alternative, reaches the module
+        # through alternatives and virtual names, and uses ranges for "this branch or later".
         (
             "nvidia-driver",
             "550.127.05-1",
             (
                 "nvidia-driver-libs (= 550.127.05-1)",
-                "nvidia-driver-cuda (= 550.127.05-1)",
-                "nvidia-kernel-support (= 550.127.05-1)",
-                "nvidia-kernel-dkms (= 550.127.05-1) | nvidia-open-kernel-dkms (= 550.127.05-1)",
-                "firmware-nvidia-gsp (= 550.127.05-1)",
+                "nvidia-alternative (= 550.127.05-1)",
+                "nvidia-kernel-dkms (= 550.127.05-1) | nvidia-kernel-550.127.05"
+                " | nvidia-open-kernel-550.127.05",
             ),
         ),
-        # Ranges where a part needs "this driver or later", not its exact build.
         (
             "nvidia-open-kernel-dkms",
             "580.105.08-1",
-            ("nvidia-kernel-support (= 580.105.08-1)", "firmware-nvidia-gsp (>= 580.105.08)"),
+            (
+                "firmware-nvidia-gsp (= 580.105.08) | firmware-nvidia-gsp-580.105.08",
+                "nvidia-kernel-support--v1",
+            ),
         ),
-        ("nvidia-kernel-dkms", "550.127.05-1", ("nvidia-kernel-support (= 550.127.05-1)",)),
-        ("libnvidia-ml1", "550.127.05-1", ("nvidia-kernel-support (>= 550.127.05)",)),
+        (
+            "nvidia-kernel-support",
+            "550.127.05-1",
+            ("nvidia-alternative (= 550.127.05-1)", "nvidia-alternative--kmod-alias"),
+        ),
+        ("libnvidia-ml1", "550.127.05-1", ("nvidia-alternative (= 550.127.05-1)",)),
+        (
+            "nvidia-driver-libs",
+            "580.95.05-1",
+            ("libgl1-nvidia-glvnd-glx (= 580.95.05-1)", "nvidia-egl-icd (= 580.95.05-1)"),
+        ),
         ("nvidia-persistenced", "580.95.05-1", ("libnvidia-ml1 (>= 580.95.05)",)),
         (
             "nvidia-driver-cuda",
@@ -161,7 +177,7 @@ def test_every_dependency_resolves_within_the_catalog() -> None:
             (
                 "libcuda1 (= 580.95.05-1)",
                 "nvidia-smi (= 580.95.05-1)",
-                "nvidia-persistenced (>= 580.95.05)",
+                "nvidia-persistenced (>= 580)",
             ),
         ),
         (
@@ -174,7 +190,11 @@ def test_every_dependency_resolves_within_the_catalog() -> None:
             "550.144.03-1",
             ("nvidia-driver (= 550.144.03-1)", "nvidia-kernel-dkms (= 550.144.03-1)"),
         ),
-        ("nvidia-smi", "550.127.05-1", ("python3", "libnvidia-ml1 (= 550.127.05-1)")),
+        (
+            "nvidia-smi",
+            "550.127.05-1",
+            ("nvidia-alternative (= 550.127.05-1)", "libnvidia-ml1 (= 550.127.05-1)", "python3"),
+        ),
         ("libnccl-dev", "2.21.5-1+cuda12.4", ("libnccl2 (= 2.21.5-1+cuda12.4)",)),
         ("libnccl-dev", "2.26.2-1+cuda12.8", ("libnccl2 (= 2.26.2-1+cuda12.8)",)),
         ("nvidia-fabricmanager-550", "550.127.05-1", ("python3",)),
@@ -192,6 +212,21 @@ def test_every_dependency_resolves_within_the_catalog() -> None:
 )
 def test_dependency_shapes(name: str, version: str, depends: tuple[str, ...]) -> None:
     assert _spec(name, version).depends == depends
+
+
+def test_provides_and_recommends_follow_debian() -> None:
+    gsp = _spec("firmware-nvidia-gsp", "550.127.05-1")
+    assert gsp.provides == ("firmware-nvidia-gsp (= 550.127.05)", "firmware-nvidia-gsp-550.127.05")
+    dkms = _spec("nvidia-kernel-dkms", "550.127.05-1")
+    assert "nvidia-kernel-550.127.05" in dkms.provides
+    assert (
+        "nvidia-open-kernel-550.127.05" in _spec("nvidia-open-kernel-dkms", "550.127.05-1").provides
+    )
+    libcuda = _spec("libcuda1", "580.95.05-1")
+    assert "nvidia-persistenced (>= 580)" in libcuda.recommends
+    assert "Recommends: " in libcuda.control() and "Provides: libcuda.so.1 (= 580.95.05)" in (
+        libcuda.control()
+    )
 
 
 def test_exclusive_packages_exclude_each_other_symmetrically() -> None:
@@ -490,10 +525,13 @@ def updated(built: RepoInfo, apt: Apt) -> Apt:
     return apt
 
 
-def _driver_set(branch: str, version: str, flavour: str = "open") -> list[str]:
-    """The driver packages the naming rules give debian12, at one version."""
+def _driver_set(
+    branch: str, version: str, flavour: str = "open", companions: bool = True
+) -> list[str]:
+    """The driver packages the naming rules give debian12 at one version, with the
+    companions the lock adds."""
     other = "nvidia-kernel-dkms" if flavour == "open" else "nvidia-open-kernel-dkms"
-    names = [name for name in DEBIAN_DRIVER if name != other]
+    names = [name for name in DEBIAN_DRIVER + COMPANIONS * companions if name != other]
     if branch == "580" and flavour == "open":
         names.insert(0, "nvidia-open")
     return [f"{name}={version}-1" for name in names]
@@ -517,6 +555,18 @@ def test_the_default_stack_installs(updated: Apt) -> None:
     assert "Inst nvidia-open-kernel-dkms (550.127.05-1" in done.stdout
     assert "Inst libnccl2 (2.21.5-1+cuda12.4" in done.stdout
     assert "Remv" not in done.stdout
+
+
+def test_without_the_companions_an_older_build_does_not_install(updated: Apt) -> None:
+    """Why the lock pins a build's companions: apt takes an automatic dependency at its
+    newest version, so an older driver's exact relations cannot be met."""
+    done = updated(
+        "apt-get", "-s", "-y", "install", *_driver_set("550", "550.127.05", companions=False)
+    )
+    assert done.returncode != 0
+    assert "Depends: nvidia-alternative (= 550.127.05-1) but 580.105.08-1 is to be installed" in (
+        done.stdout
+    )
 
 
 def _installed_550() -> list[PackageSpec]:

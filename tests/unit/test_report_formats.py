@@ -86,6 +86,64 @@ def test_html_has_table_plot_and_failures_escaped() -> None:
     assert "<script" not in html
 
 
+def _device(label: str, name: str, cpus: str | None, numa: str | None) -> dict[str, Any]:
+    kind = "GPU" if label.startswith("GPU") else "NIC"
+    shown = label if name == label else f"{label} ({name})"
+    return {
+        "label": label,
+        "kind": kind,
+        "name": name,
+        "shown": shown,
+        "cpu_affinity": cpus,
+        "numa_affinity": numa,
+    }
+
+
+TOPOLOGY = {
+    "devices": [
+        _device("GPU0", "GPU0", "0-47", "0"),
+        _device("GPU1", "GPU1", "0-47", "0"),
+        _device("NIC0", "mlx5_0", None, None),
+    ],
+    "matrix": [["X", "SYS", "PIX"], ["SYS", "X", "PIX"], ["PIX", "PIX", "X"]],
+    "failing": [["GPU0", "GPU1"]],
+    "error": None,
+}
+
+
+def test_html_draws_the_topology_of_every_node_with_failing_pairs_marked() -> None:
+    data = summary()
+    data["nodes"][0]["topology"] = {**TOPOLOGY, "failing": []}
+    data["nodes"][1]["topology"] = TOPOLOGY
+    html = render_html(data)
+    assert "<h2>Topology (nvidia-smi topo -m)</h2>" in html
+    assert html.count("<table class='topo'>") == 2
+    assert html.count("<td class='k-sys fail'>SYS</td>") == 2  # both cells of the pair
+    assert "<td class='k-sys'>SYS</td>" in html  # the ready node: coloured, not marked
+    assert "<th>NIC0 (mlx5_0)</th>" in html and "<td class='k-pix'>PIX</td>" in html
+    assert "Connection traversing a bonded set of # NVLinks" in html
+    data["nodes"][1]["topology"] = {"error": "nvidia-smi topo -m failed: exited 9"}
+    assert "nvidia-smi topo -m failed: exited 9" in render_html(data)
+
+
+def test_junit_carries_the_topology_checks() -> None:
+    data = summary()
+    data["nodes"][1]["checks"].append(
+        {
+            "name": "topology.gpu_link",
+            "ok": False,
+            "message": "1 of 28 GPU pairs farther than NV18: GPU2-GPU6 SYS",
+            "measured": [{"pair": ["GPU2", "GPU6"], "link": "SYS"}],
+            "floor": "NV18",
+            "unit": None,
+        }
+    )
+    root = ET.fromstring(render_junit(data))
+    failure = root.find(".//testcase[@name='topology.gpu_link']/failure")
+    assert failure is not None and "GPU2-GPU6 SYS" in failure.get("message", "")
+    assert "floor: 'NV18'" in (failure.text or "")
+
+
 def test_svg_points_follow_the_data() -> None:
     svg = render_svg(
         [{"size_bytes": 1 << 20, "busbw_gbps": 1.0}, {"size_bytes": 1 << 30, "busbw_gbps": 10.0}]

@@ -12,7 +12,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 ROLES = sorted(p for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
 # The project's own plugins (toolkit/ansible/plugins/action) have no collection.
-OWN_ACTIONS = {p.stem for p in (REPO / "toolkit/ansible/plugins/action").glob("*.py")}
+OWN_ACTIONS = {
+    p.stem
+    for folder in ("toolkit/ansible/plugins/action", "toolkit/ansible/plugins/modules")
+    for p in (REPO / folder).glob("*.py")
+}
 TASK_KEYWORDS = {
     "name",
     "when",

@@ -28,8 +28,8 @@ from test_stack_support import make
 
 from toolkit.errors import ConfigError, StackError
 from toolkit.stack import resolve
-from toolkit.stack.aptindex import compare_versions, key_fingerprints, satisfies
-from toolkit.stack.lock import LOCK_KEY, apply_lock, resolve_lock, verify_lock
+from toolkit.stack.aptindex import IndexEntry, compare_versions, key_fingerprints, satisfies
+from toolkit.stack.lock import LOCK_KEY, apply_lock, requirements, resolve_lock, verify_lock
 from toolkit.stack.targets import check_locks, load_targets, lock_inventory
 
 SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "sample"
@@ -78,15 +78,17 @@ def other_key() -> Iterator[Key]:
     yield from _make_key("other")
 
 
-def build_repo(root: Path, key: Key, packages: list[tuple[str, str, str]]) -> Path:
-    """A flat signed repository of (name, version, arch) entries; returns its directory."""
+def build_repo(root: Path, key: Key, packages: list[tuple[str, ...]]) -> Path:
+    """A flat signed repository of (name, version, arch[, depends]) entries; returns its
+    directory."""
     root.mkdir(parents=True, exist_ok=True)
     stanzas = []
-    for name, version, arch in packages:
+    for name, version, arch, *depends in packages:
         filename = f"./{name}_{version}_{arch}.deb"
         digest = hashlib.sha256(f"{name} {version} {arch}".encode()).hexdigest()
+        relations = f"Depends: {depends[0]}\n" if depends else ""
         stanzas.append(
-            f"Package: {name}\nVersion: {version}\nArchitecture: {arch}\n"
+            f"Package: {name}\nVersion: {version}\nArchitecture: {arch}\n{relations}"
             f"Filename: {filename}\nSize: 1\nSHA256: {digest}\nDescription: test\n"
         )
     text = "\n".join(stanzas).encode()
@@ -234,6 +236,10 @@ def test_dpkg_version_order(a: str, b: str, order: int) -> None:
         ("580.95.05-*", "1:580.95.05-1", False),
         ("1:4.2.3-*", "1:4.2.3-1", True),
         ("2.26.2-1+cuda12.8", "2.26.2-1+cuda12.9", False),
+        (">=27.5.1", "28.2.2-0ubuntu1~22.04.1", True),
+        (">=27.5.1", "27.5.1-0ubuntu3~22.04.2", True),
+        (">=27.5.1", "26.1.3-0ubuntu1~22.04.1", False),
+        (">=", "27.5.1-1", False),
     ],
 )
 def test_requirements(requirement: str, version: str, ok: bool) -> None:
@@ -395,3 +401,90 @@ def test_verify_lock_is_clean_for_a_fresh_lock(tmp_path: Path, key: Key) -> None
     resolved = resolve(stack, hardware, "ubuntu2204", repo_vars=_vars(key, cuda, ctk))
     lock = resolve_lock("g", resolved["stack_id"], {"ubuntu2204": resolved})[LOCK_KEY]
     assert verify_lock("g", lock, {"ubuntu2204": resolved}) == []
+
+
+# Debian's packaging of the driver (deb.debian.org bookworm non-free, nvidia-graphics-drivers
+# 535.261.03-1): the parts of one build pin each other through `nvidia-alternative (= V-1)`,
+# and nvidia-driver-libs pins its GL parts; the module is reached through alternatives.
+def _debian_build(version: str, names: list[str]) -> list[tuple[str, ...]]:
+    av = f"{version}-1"
+    alt = f"nvidia-alternative (= {av})"
+    depends = {
+        "nvidia-driver": f"nvidia-driver-libs (= {av}), {alt}, nvidia-kernel-dkms (= {av}) | "
+        f"nvidia-kernel-{version} | nvidia-open-kernel-{version}",
+        "nvidia-driver-libs": f"libgl1-nvidia-glvnd-glx (= {av}), nvidia-egl-icd (= {av})",
+        "libgl1-nvidia-glvnd-glx": alt,
+        "nvidia-egl-icd": alt,
+        "libcuda1": f"{alt}, libc6 (>= 2.34)",
+        "nvidia-persistenced": "libnvidia-ml1 (>= 535)",
+    }
+    extra = ["nvidia-alternative", "libgl1-nvidia-glvnd-glx", "nvidia-egl-icd"]
+    return [(n, av, "amd64", depends.get(n, alt)) for n in [*names, *extra]]
+
+
+def test_the_lock_pins_the_parts_a_locked_build_needs_exactly(tmp_path: Path, key: Key) -> None:
+    stack, hardware = make(
+        {"driver": {"version": "550.127.05"}, "cuda": "12.4.1", "nccl": "2.21.5-1+cuda12.4"}
+    )
+    vars_ = _vars(key, tmp_path / "cuda", tmp_path / "ctk")
+    resolved = resolve(stack, hardware, "debian12", repo_vars=vars_)
+    driver = [p for p in resolved["driver"]["packages"] if not p.startswith("cuda-drivers")]
+    others = [
+        (name, wanted.replace("-*", "-1"), "amd64")
+        for name, wanted in requirements(resolved).items()
+        if name not in driver
+    ]
+    # The repository also carries a later build: apt alone would take its companions.
+    cuda = build_repo(
+        tmp_path / "cuda",
+        key,
+        _debian_build("550.127.05", driver) + _debian_build("580.95.05", driver) + others,
+    )
+    build_repo(tmp_path / "ctk", key, CONTAINER_TOOLKIT)
+    lock = resolve_lock("g", resolved["stack_id"], {"debian12": resolved})[LOCK_KEY]
+    locked = lock["systems"]["debian12"]["packages"]
+    assert locked["nvidia-alternative"]["version"] == "550.127.05-1"
+    assert locked["nvidia-alternative"]["needed_by"] in driver
+    assert locked["libgl1-nvidia-glvnd-glx"] == {
+        **locked["libgl1-nvidia-glvnd-glx"],
+        "version": "550.127.05-1",
+        "needed_by": "nvidia-driver-libs",
+    }
+    assert "libc6" not in locked  # ranges and alternatives are left to apt
+    assert all("needed_by" not in locked[name] for name in driver)
+    # Provisioning installs and pins the companions with the driver.
+    applied = apply_lock(resolved, lock)
+    assert applied["driver"]["packages"]["nvidia-egl-icd"] == "550.127.05-1"
+    assert applied["driver"]["packages"]["nvidia-driver"] == "550.127.05-1"
+    assert verify_lock("g", lock, {"debian12": resolved}) == []
+    # A build whose exact companion the repository lacks is refused, both named.
+    build_repo(
+        tmp_path / "cuda",
+        key,
+        [e for e in _debian_build("550.127.05", driver) if e[0] != "nvidia-egl-icd"] + others,
+    )
+    with pytest.raises(StackError) as refused:
+        resolve_lock("g", resolved["stack_id"], {"debian12": resolved})
+    assert (
+        "nvidia-driver-libs=550.127.05-1 needs nvidia-egl-icd (= 550.127.05-1), which the "
+        "repositories do not carry" in refused.value.message
+    )
+    assert cuda.exists()
+
+
+@pytest.mark.parametrize(
+    ("depends", "exact"),
+    [
+        (
+            "nvidia-alternative (= 550.127.05-1), libc6 (>= 2.34)",
+            [("nvidia-alternative", "550.127.05-1")],
+        ),
+        ("a (= 1) | b, c:amd64 (= 2-1)", [("c", "2-1")]),
+        ("firmware-nvidia-gsp (= 535.261.03) | firmware-nvidia-gsp-535.261.03", []),
+        ("", []),
+        ("x (<< 2), y (=1:2.0-1ubuntu1)", [("y", "1:2.0-1ubuntu1")]),
+    ],
+)
+def test_exact_depends(depends: str, exact: list[tuple[str, str]]) -> None:
+    entry = IndexEntry("p", "1", "amd64", "", "", depends)
+    assert entry.exact_depends() == exact

@@ -1718,6 +1718,14 @@ def gpu_perf(torch: Any, ngpus: int, spec: dict[str, Any], smi: str | None) -> d
 # ---------------------------------------------------------------------------------------------
 
 
+def query_topology(smi: str | None) -> dict[str, Any]:
+    """`nvidia-smi topo -m` as printed: the controller parses and judges the matrix
+    (toolkit/acceptance/topology.py), as it does nccl-tests output."""
+    rc, stdout, stderr = sh([smi, "topo", "-m"]) if smi else (127, "", "nvidia-smi not found")
+    error = None if rc == 0 else (stderr or stdout).strip() or f"exited {rc}"
+    return {"raw_output": stdout, "error": error}
+
+
 def run_node(spec: dict[str, Any]) -> dict[str, Any]:
     """Every single-node check; returns the result document."""
     started = time.perf_counter()
@@ -1744,6 +1752,7 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
             "unsupported_fields": [],
         }
     result["versions"] = query_versions(smi, list(spec.get("packages", [])))
+    result["topology"] = query_topology(smi)
     result["kernel_log"] = read_kernel_log(
         spec.get("kernel_log_command") or DEFAULT_KERNEL_LOG_COMMAND
     )

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import docker.errors
 
 from toolkit import cert, nodestate, runs
+from toolkit.acceptance import topology
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
 from toolkit.acceptance.node_runner import DEFAULT_CONTAINER_OPTIONS, container_argv
@@ -155,6 +156,8 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
             for f in plan.spec.allreduce
         ],
         "training": training_summary(plan.result),
+        # The topology matrix and the pairs that broke a rule (None: no topology section).
+        "topology": topology.report((plan.result or {}).get("topology"), plan.spec.topology),
         "results_digest": digest(plan.result) if plan.result else None,
         "duration_s": (plan.result or {}).get("duration_s"),
         "error": plan.error,

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from toolkit.acceptance.topology import TopologySpec
 from toolkit.config import StrictModel, did_you_mean, parse_yaml
 from toolkit.errors import ConfigError, clip
 
@@ -133,6 +134,8 @@ class AcceptanceSpec(StrictModel):
     max_data_wait_share: float | None = Field(default=None, gt=0, lt=1)
     min_gpu_util_pct: float | None = Field(default=None, gt=0, le=100)
     min_scaling_efficiency: float | None = Field(default=None, gt=0, le=1)
+    # What `nvidia-smi topo -m` must show (toolkit/acceptance/topology.py); None: not judged.
+    topology: TopologySpec | None = None
 
     @field_validator("sweep_min_size", "data_test_size", "checkpoint_size", "train_sample_size")
     @classmethod

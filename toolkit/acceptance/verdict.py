@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from toolkit import nodestate
+from toolkit.acceptance import topology
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse_text
 from toolkit.acceptance.thresholds import AcceptanceSpec, BusbwFloor, critical_xids, format_size
 from toolkit.stack.aptindex import satisfies
@@ -277,6 +278,7 @@ def judge(
     checks += _perf_checks(result, spec)
     checks += _data_checks(result, spec)
     checks += training_checks(result, spec)
+    checks += _topology_checks(result, spec)
     checks.append(_stack_check(result, expect))
     checks.extend(extra or [])
     return Verdict(expect.host, checks)
@@ -828,6 +830,21 @@ def _loop_checks(train: dict[str, Any] | None, spec: AcceptanceSpec) -> list[Che
                 )
             )
     return checks
+
+
+def _topology_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
+    """The profile's topology rules (``topology.py`` holds them) against the node's
+    ``nvidia-smi topo -m``; no rules, no check."""
+    rules = spec.topology
+    if rules is None or not rules.has_rules:
+        return []
+    topo, error = topology.read_section(result.get("topology"))
+    if topo is None:
+        return [Check("topology.read", False, str(error))]
+    return [
+        Check(f"topology.{f.rule}", f.ok, f.message, measured=f.measured, floor=f.floor)
+        for f in topology.judge(topo, rules)
+    ]
 
 
 def _stack_check(result: dict[str, Any], expect: NodeExpectation) -> Check:

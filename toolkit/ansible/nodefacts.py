@@ -589,16 +589,18 @@ def parse_madison(text: str) -> dict[str, list[str]]:
 
 
 def missing_pins(pins: Mapping[str, str], offered: Mapping[str, Iterable[str]]) -> list[str]:
-    """``package=version`` of every pin the repositories do not carry, sorted."""
+    """``package=version`` (``package (>=V)`` for a floor) of every pin the repositories do not
+    carry, sorted."""
     return sorted(
-        f"{name}={version}"
+        f"{name} ({version})" if version.startswith(">=") else f"{name}={version}"
         for name, version in pins.items()
         if version not in set(offered.get(name, ()))
     )
 
 
 def pick_versions(pins: Mapping[str, str], offered: Mapping[str, Iterable[str]]) -> dict[str, str]:
-    """Exact versions for pins that may be requirements (``V-*``: any Debian revision of ``V``).
+    """Exact versions for pins that may be requirements (``V-*``: any Debian revision of ``V``;
+    ``>=V``: ``V`` or later, see :func:`toolkit.stack.aptindex.satisfies`).
 
     Each requirement becomes the highest offered version that satisfies it; an exact pin, or a
     requirement nothing satisfies, stays as it is (the availability check then names it).

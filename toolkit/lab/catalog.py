@@ -163,6 +163,7 @@ class PackageSpec:
     architecture: str = "amd64"
     source: str = ""
     depends: tuple[str, ...] = ()
+    recommends: tuple[str, ...] = ()
     conflicts: tuple[str, ...] = ()
     replaces: tuple[str, ...] = ()
     provides: tuple[str, ...] = ()
@@ -185,6 +186,7 @@ class PackageSpec:
             ("Maintainer", MAINTAINER),
             ("Installed-Size", str(size_kib)),
             ("Depends", ", ".join(self.depends)),
+            ("Recommends", ", ".join(self.recommends)),
             ("Conflicts", ", ".join(self.conflicts)),
             ("Replaces", ", ".join(self.replaces)),
             ("Provides", ", ".join(self.provides)),
@@ -272,6 +274,9 @@ def _families() -> dict[str, list[str]]:
 
 # Every driver package name of the debian12 shape (the version-lock package pins them all).
 DEBIAN_DRIVER_NAMES = (
+    "nvidia-alternative",
+    "libgl1-nvidia-glvnd-glx",
+    "nvidia-egl-icd",
     "nvidia-driver",
     "nvidia-kernel-dkms",
     "nvidia-open-kernel-dkms",
@@ -291,9 +296,25 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
     names = _driver_names(release)
     v, av, b = release.version, release.apt_version, release.branch
     pin = f"(= {av})"
-    # Parts of one driver built from one source pin each other exactly; packages that only
-    # need "this driver or later" (the tools, the firmware for the open module) use ranges.
+    # The relations follow Debian's own packaging of these packages, which NVIDIA's debian12
+    # repository carries under the same names. Source: the Packages index of
+    # deb.debian.org/debian bookworm non-free and non-free-firmware (amd64), source package
+    # nvidia-graphics-drivers 535.261.03-1:
+    # - the parts of one build pin each other exactly through `nvidia-alternative (= V-1)`;
+    # - the kernel module is reached through alternatives: `nvidia-kernel-dkms (= V-1) |
+    #   nvidia-kernel-V | nvidia-open-kernel-V`, and needs `firmware-nvidia-gsp (= V) |
+    #   firmware-nvidia-gsp-V` (the firmware provides itself at the upstream version) and
+    #   `nvidia-kernel-support--v1`;
+    # - what only needs "this branch or later" uses ranges: `nvidia-persistenced (>= 535)`;
+    # - Recommends (installed by default) reach the module, nvidia-smi and persistenced.
+    # Left out, because the lab's repository carries NVIDIA's packages only: relations on
+    # Debian's own packages (libc6, dkms, glx-alternative-nvidia, nvidia-kernel-common,
+    # nvidia-modprobe, nvidia-support) and the X/Vulkan/VDPAU parts of nvidia-driver.
+    # NVIDIA-only packages (nvidia-driver-cuda, the meta-packages) are modelled on these.
     at_least = f"(>= {v})"
+    branch_or_later = f"(>= {b})"
+    alternative = f"nvidia-alternative {pin}"
+    any_module = f"nvidia-kernel-dkms {pin} | nvidia-kernel-{v} | nvidia-open-kernel-{v}"
     source = "nvidia-graphics-drivers"
     nvml_major_minor = ".".join(v.split(".")[:2])
     lib_marker = (
@@ -312,6 +333,7 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
             source=source,
             section="non-free-firmware/kernel",
             description=f"NVIDIA GSP firmware\n The GPU System Processor firmware of driver {v}.",
+            provides=(f"firmware-nvidia-gsp (= {v})", f"firmware-nvidia-gsp-{v}"),
             files=(
                 FileSpec(
                     f"/lib/firmware/nvidia/{v}/gsp_ga10x.bin",
@@ -322,11 +344,41 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
     )
     out.append(
         PackageSpec(
+            name="nvidia-alternative",
+            version=av,
+            source=source,
+            section="non-free/libs",
+            description=f"allows the selection of NVIDIA as GLX provider\n Driver {v}.",
+            provides=(
+                "nvidia-alternative--kmod-alias",
+                f"nvidia-alternative-{v}",
+                "nvidia-alternative-any",
+            ),
+        )
+    )
+    for name, summary in (
+        ("libgl1-nvidia-glvnd-glx", "NVIDIA binary OpenGL/GLX library (GLVND variant)"),
+        ("nvidia-egl-icd", "NVIDIA EGL installable client driver (ICD)"),
+    ):
+        out.append(
+            PackageSpec(
+                name=name,
+                version=av,
+                source=source,
+                section="non-free/libs",
+                description=f"{summary}\n Driver {v}.",
+                depends=(alternative,),
+            )
+        )
+    out.append(
+        PackageSpec(
             name="nvidia-kernel-support",
             version=av,
             source=source,
             section="non-free/kernel",
             description=f"NVIDIA binary kernel module support files\n Driver {v}.",
+            depends=(alternative, "nvidia-alternative--kmod-alias"),
+            provides=("nvidia-kernel-support--v1", "nvidia-kernel-support-any"),
             files=(
                 FileSpec(
                     "/usr/lib/modprobe.d/blacklist-nvidia-nouveau.conf",
@@ -346,7 +398,8 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
             source=source,
             section="non-free/libs",
             description=f"NVIDIA Management Library (NVML) runtime library\n Driver {v}.",
-            depends=(f"nvidia-kernel-support {at_least}",),
+            depends=(alternative,),
+            provides=(f"libnvidia-ml.so.1 (= {v})",),
             files=(
                 FileSpec(
                     f"{LIBDIR}/libnvidia-ml.so.{v}",
@@ -363,7 +416,9 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
             source=source,
             section="non-free/libs",
             description=f"NVIDIA CUDA Driver Library\n libcuda of driver {v}.",
-            depends=(f"nvidia-kernel-support {at_least}",),
+            depends=(alternative,),
+            recommends=(any_module, "nvidia-smi", f"nvidia-persistenced {branch_or_later}"),
+            provides=(f"libcuda.so.1 (= {v})", "libcuda1-any"),
             files=(
                 FileSpec(f"{LIBDIR}/libcuda.so.{v}", lib_marker.format(lib="libcuda").encode()),
                 FileSpec(f"{LIBDIR}/libcuda.so.1", link=f"libcuda.so.{v}"),
@@ -381,7 +436,9 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
             source=source,
             section="non-free/utils",
             description=f"NVIDIA System Management Interface\n nvidia-smi of driver {v}.",
-            depends=("python3", f"libnvidia-ml1 {pin}"),
+            # python3: the lab's nvidia-smi is a Python stand-in.
+            depends=(alternative, f"libnvidia-ml1 {pin}", "python3"),
+            recommends=(any_module,),
             files=(FileSpec("/usr/bin/nvidia-smi", _script(smi), 0o755),),
         )
     )
@@ -403,9 +460,10 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
             "build_date": release.build_date,
         }
         other = "nvidia-kernel-dkms" if flavour == "open" else "nvidia-open-kernel-dkms"
-        # The open module runs on the GSP: it needs the firmware of its driver or later.
-        needs = (f"nvidia-kernel-support {pin}",) + (
-            (f"firmware-nvidia-gsp {at_least}",) if flavour == "open" else ()
+        kernel = "nvidia-open-kernel" if flavour == "open" else "nvidia-kernel"
+        needs = (
+            f"firmware-nvidia-gsp (= {v}) | firmware-nvidia-gsp-{v}",
+            "nvidia-kernel-support--v1",
         )
         out.append(
             PackageSpec(
@@ -418,9 +476,10 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
                     f" The {module_kind.lower()} of driver {v}; the lab emulates loading it."
                 ),
                 depends=needs,
+                recommends=(f"nvidia-driver {at_least} | libcuda1 {at_least}",),
                 conflicts=(other,),
                 replaces=(other,),
-                provides=(f"nvidia-kernel-dkms-any (= {av})",),
+                provides=(f"{kernel}-{v}", f"{dkms}-any (= {v})"),
                 files=(
                     FileSpec(
                         "/usr/lib/gpunode-lab/nvidia-module-load",
@@ -446,7 +505,7 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
             source=source,
             section="non-free/libs",
             description=f"NVIDIA metapackage (libraries)\n The user-space libraries of {v}.",
-            depends=(f"libcuda1 {pin}", f"libnvidia-ml1 {pin}"),
+            depends=(f"libgl1-nvidia-glvnd-glx {pin}", f"nvidia-egl-icd {pin}"),
         )
     )
     out.append(
@@ -456,7 +515,11 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
             source=source,
             section="non-free/libs",
             description=f"NVIDIA driver CUDA integration components\n Driver {v}.",
-            depends=(f"libcuda1 {pin}", f"nvidia-smi {pin}", f"nvidia-persistenced {at_least}"),
+            depends=(
+                f"libcuda1 {pin}",
+                f"nvidia-smi {pin}",
+                f"nvidia-persistenced {branch_or_later}",
+            ),
         )
     )
     out.append(
@@ -466,13 +529,8 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
             source=source,
             section="non-free/metapackages",
             description=f"NVIDIA metapackage\n Driver {v} with either kernel module flavour.",
-            depends=(
-                f"nvidia-driver-libs {pin}",
-                f"nvidia-driver-cuda {pin}",
-                f"nvidia-kernel-support {pin}",
-                f"nvidia-kernel-dkms {pin} | nvidia-open-kernel-dkms {pin}",
-                f"firmware-nvidia-gsp {pin}",
-            ),
+            depends=(f"nvidia-driver-libs {pin}", alternative, any_module),
+            recommends=(f"nvidia-persistenced {branch_or_later}",),
         )
     )
     out.append(

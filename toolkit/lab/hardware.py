@@ -22,7 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from toolkit.errors import ConfigError
 
-SCHEMA_VERSION = 3  # 2: the GPU and host maximum link generation, the idle link; 3: `system`
+# 2: the GPU and host maximum link generation, the idle link; 3: `system`; 4: PCIe switches,
+# NICs and the `topo` fault's GPU pair (what `nvidia-smi topo -m` shows)
+SCHEMA_VERSION = 4
 
 FaultName = Literal[
     "missing-gpu",
@@ -35,6 +37,7 @@ FaultName = Literal[
     "slow-data",
     "keyring",
     "swapped-gpu",
+    "topo",
 ]
 
 # Faults the lab can inject. `slow-net` is traffic shaping on the node's interface (done by
@@ -52,8 +55,12 @@ FAULTS: dict[str, str] = {
     "slow-net": "the node's network interface is shaped to a slow link (not in this file)",
     "slow-data": "reads of the node's data disks are throttled (blkio), as on a failing disk or a "
     "congested network file system (not in this file)",
-    "keyring": "NVIDIA's repository is already configured the way cuda-keyring does it",
+    "keyring": "NVIDIA's repositories are already there (cuda-keyring's list, a deb822 source)",
     "swapped-gpu": ("one GPU board was replaced (a repair): same slot, another serial and UUID"),
+    "topo": (
+        "one pair of GPUs on the same NUMA node reads SYS in `nvidia-smi topo -m` (their "
+        "NVLinks, if any, down): the path crosses the sockets"
+    ),
 }
 
 # The link a `pcie` fault leaves: a real downtrained slot (a riser or retimer problem); the
@@ -279,6 +286,8 @@ class Gpu(_Strict):
     # `pcie.link.gen.gpumax` (the card) and `hostmax` (its root port); `gen.max` is the lower.
     pcie_gen_gpu_max: int = Field(ge=1, le=6)
     pcie_gen_host_max: int = Field(ge=1, le=6)
+    # The PCIe switch of the GPU's slot: each pair of slots shares one, with one NIC on it.
+    pcie_switch: int = Field(ge=0)
     # The generation the link drops to while no work runs on the GPU (None: it stays up).
     # `pcie_gen_current` is the link under load; the stand-in nvidia-smi reports the idle one
     # unless the GPU is busy (see toolkit/lab/standins/nvidia_smi.py, `busy`).
@@ -326,6 +335,14 @@ class System(_Strict):
     board_serial: str
 
 
+class Nic(_Strict):
+    """One RDMA NIC, as ``nvidia-smi topo -m`` lists it (a ConnectX port: ``mlx5_<n>``)."""
+
+    name: str = Field(pattern=r"^mlx5_[0-9]+$")
+    pcie_switch: int = Field(ge=0)
+    numa_node: int = Field(ge=0)
+
+
 class XidEvent(_Strict):
     """A kernel-log XID event (the lab injects `kernel_line` into the node's journal)."""
 
@@ -352,6 +369,9 @@ class NodeHardware(_Strict):
     gpus: tuple[Gpu, ...]
     xid_events: tuple[XidEvent, ...] = ()
     missing_pci_bus_ids: tuple[str, ...] = ()
+    nics: tuple[Nic, ...] = ()
+    # The `topo` fault: the indices of the two GPUs whose link reads SYS.
+    topo_sys_pair: tuple[int, int] | None = None
 
     @model_validator(mode="after")
     def _coherent(self) -> NodeHardware:
@@ -415,6 +435,13 @@ class NodeHardware(_Strict):
             raise ConfigError("lab fault 'missing-gpu' needs at least 2 GPUs per node")
 
         gpus = [_make_gpu(gpu_model, i, count, seed, index) for i in range(count)]
+        # One NIC per PCIe switch, on the NUMA node of the switch's slots; a GPU that falls
+        # off the bus leaves its NIC behind.
+        nics = [
+            {"name": f"mlx5_{switch}", "pcie_switch": switch, "numa_node": gpus[slot]["numa_node"]}
+            for switch, slot in {g["pcie_switch"]: g["index"] for g in reversed(gpus)}.items()
+        ]
+        nics.sort(key=lambda n: n["pcie_switch"])
         missing: list[str] = []
         if "missing-gpu" in fault_list:
             gone = _pick(seed, index, "missing-gpu", count)
@@ -453,6 +480,7 @@ class NodeHardware(_Strict):
         if "pcie-idle" in fault_list:
             for gpu in gpus:
                 gpu["pcie_gen_idle"] = IDLE_PCIE_GEN
+        sys_pair = _topo_pair(gpus, seed, index) if "topo" in fault_list else None
         events: list[dict[str, Any]] = []
         for fault in ("old-xid", "xid"):
             if fault not in fault_list:
@@ -484,6 +512,8 @@ class NodeHardware(_Strict):
                     "gpus": tuple(Gpu.model_validate(gpu) for gpu in gpus),
                     "xid_events": tuple(XidEvent.model_validate(e) for e in events),
                     "missing_pci_bus_ids": tuple(missing),
+                    "nics": tuple(Nic.model_validate(n) for n in nics),
+                    "topo_sys_pair": sys_pair,
                 }
             )
         except ValidationError as err:  # a bug in the tables above, not user input
@@ -525,6 +555,25 @@ def _pick(seed: str, node: int, fault: str, count: int) -> int:
     return int.from_bytes(_digest(seed, node, fault)[:4], "big") % count
 
 
+def _topo_pair(gpus: list[dict[str, Any]], seed: str, node: int) -> tuple[int, int]:
+    """The two GPUs of the `topo` fault: on one NUMA node, so that SYS is wrong for them.
+
+    Raises:
+        ConfigError: No NUMA node holds two GPUs.
+    """
+    by_numa: dict[int, list[int]] = {}
+    for gpu in gpus:
+        by_numa.setdefault(gpu["numa_node"], []).append(gpu["index"])
+    groups = [members for _numa, members in sorted(by_numa.items()) if len(members) >= 2]
+    if not groups:
+        raise ConfigError("lab fault 'topo' needs two GPUs on one NUMA node (3 GPUs or more)")
+    members = groups[_pick(seed, node, "topo", len(groups))]
+    first = _pick(seed, node, "topo/a", len(members))
+    second = (first + 1 + _pick(seed, node, "topo/b", len(members) - 1)) % len(members)
+    a, b = sorted((members[first], members[second]))
+    return a, b
+
+
 def _system(model: GpuModel, seed: str, node: int) -> dict[str, str]:
     """A lab node's DMI strings: stable per (lab, node), honest about being emulated."""
     tag = _digest(seed, node, "system").hex().upper()
@@ -546,8 +595,11 @@ def _make_gpu(model: GpuModel, i: int, count: int, seed: str, node: int) -> dict
         bus = model.bus_ids_8[i * len(model.bus_ids_8) // count]
     else:  # pragma: no cover - count is capped at 8 by for_node
         bus = i + 1
-    # Two sockets: the first half of the GPUs on NUMA node 0, the second on node 1.
-    numa = 0 if i < max(1, count // 2) else 1
+    # Two sockets: the first half of the GPUs on NUMA node 0, the second on node 1; within a
+    # socket each pair of slots shares a PCIe switch.
+    half = max(1, count // 2)
+    numa = 0 if i < half else 1
+    switch = (i - numa * half) // 2 + numa * ((half + 1) // 2)
     return {
         "index": i,
         "minor_number": i,
@@ -563,6 +615,7 @@ def _make_gpu(model: GpuModel, i: int, count: int, seed: str, node: int) -> dict
         "board_part_number": model.board_part_number,
         "numa_node": numa,
         "cpu_affinity": "0-55,112-167" if numa == 0 else "56-111,168-223",
+        "pcie_switch": switch,
         "memory_total_mib": model.memory_total_mib,
         "memory_reserved_mib": model.memory_reserved_mib,
         "memory_used_mib": 0,

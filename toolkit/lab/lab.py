@@ -42,6 +42,9 @@ from toolkit.stack.targets import lock_inventory
 
 Progress = Callable[[str], None]
 DEFAULT_NAME = "gpunode"
+# Where the `keyring` fault puts NVIDIA's own sources (see _nvidia_sources_files).
+CUDA_KEYRING_LIST = "/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
+CONTAINER_TOOLKIT_SOURCES = "/etc/apt/sources.list.d/nvidia-container-toolkit.sources"
 
 
 def _quiet(_message: str) -> None:
@@ -217,8 +220,12 @@ def up(
         if "keyring" in spec.node_faults(node.index):
             container = nodes.get_container(client, node.name)
             if container is not None:
-                url = str(repo_vars["gpunode_nvidia_repo_url"])
-                nodes.put_files(container, _cuda_keyring_files(url, repo.public_key))
+                files = _nvidia_sources_files(
+                    str(repo_vars["gpunode_nvidia_repo_url"]),
+                    str(repo_vars["gpunode_container_toolkit_repo_url"]),
+                    repo.public_key,
+                )
+                nodes.put_files(container, files)
     inventory_files = inventory.render(
         spec=spec,
         nodes=state.nodes,
@@ -355,21 +362,37 @@ def _apply_faults(container: Container, spec: LabSpec, node: NodeState, hw: Node
     node.faults = list(spec.node_faults(node.index))
 
 
-def _cuda_keyring_files(repo_url: str, keyring: Path) -> dict[str, nodes.NodeFile]:
-    """The ``keyring`` fault: NVIDIA's repository configured the way ``cuda-keyring`` does it.
+def _nvidia_sources_files(
+    cuda_url: str, toolkit_url: str, keyring: Path
+) -> dict[str, nodes.NodeFile]:
+    """The ``keyring`` fault: NVIDIA's repositories already configured on the node.
 
-    Source: the cuda-keyring_1.1-1_all.deb of NVIDIA's repositories installs
-    /usr/share/keyrings/cuda-archive-keyring.gpg and
-    /etc/apt/sources.list.d/cuda-<distro>-<arch>.list with
-    ``deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] <repository> /``; cloud and
-    OEM images ship it. A second source of the same repository with another signed-by makes
-    every `apt update` fail ("Conflicting values set for option Signed-By",
-    NVIDIA/cuda-repo-management#4).
+    - CUDA, the way ``cuda-keyring`` does it. Source: the cuda-keyring_1.1-1_all.deb of
+      NVIDIA's repositories installs /usr/share/keyrings/cuda-archive-keyring.gpg and
+      /etc/apt/sources.list.d/cuda-<distro>-<arch>.list with
+      ``deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] <repository> /``; cloud
+      and OEM images ship it.
+    - The container toolkit, with the keyring path of NVIDIA's install guide
+      (/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg), in the deb822 format
+      (sources.list(5)) that Ubuntu 24.04 and Debian 13 write their own sources in and that
+      Ansible's deb822_repository module writes: both formats must be handled.
+
+    A second source of the same repository with another signed-by makes every `apt update`
+    fail ("Conflicting values set for option Signed-By", NVIDIA/cuda-repo-management#4).
     """
-    line = f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {repo_url} /\n"
+    cuda = f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {cuda_url} /\n"
+    toolkit = (
+        "Types: deb\n"
+        f"URIs: {toolkit_url}\n"
+        "Suites: /\n"
+        "Signed-By: /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg\n"
+    )
+    key = keyring.read_bytes()
     return {
-        "/usr/share/keyrings/cuda-archive-keyring.gpg": nodes.NodeFile(keyring.read_bytes()),
-        "/etc/apt/sources.list.d/cuda-debian12-x86_64.list": nodes.NodeFile(line.encode()),
+        "/usr/share/keyrings/cuda-archive-keyring.gpg": nodes.NodeFile(key),
+        CUDA_KEYRING_LIST: nodes.NodeFile(cuda.encode()),
+        "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg": nodes.NodeFile(key),
+        CONTAINER_TOOLKIT_SOURCES: nodes.NodeFile(toolkit.encode()),
     }
 
 
@@ -435,9 +458,14 @@ def set_faults(name: str, ref: str | int, faults: list[str]) -> NodeState:
     if "keyring" in faults and state.inventory_dir is not None:
         from toolkit.inventory import load_inventory
 
-        url = str(load_inventory(state.inventory_dir).groups["all"].vars["gpunode_nvidia_repo_url"])
+        group_vars = load_inventory(state.inventory_dir).groups["all"].vars
         keyring = build_repository(paths.cache_dir() / "repo").public_key
-        nodes.put_files(container, _cuda_keyring_files(url, keyring))
+        files = _nvidia_sources_files(
+            str(group_vars["gpunode_nvidia_repo_url"]),
+            str(group_vars["gpunode_container_toolkit_repo_url"]),
+            keyring,
+        )
+        nodes.put_files(container, files)
     state.spec = spec
     lab_state.save(state)
     return node

@@ -1,11 +1,14 @@
-"""The HTML report: a table of nodes, busbw against message size per node (inline SVG), and
-every failed check. One self-contained file: no scripts, no external assets."""
+"""The HTML report: a table of nodes, busbw against message size per node (inline SVG), the
+topology matrix per node, and every failed check. One self-contained file: no scripts, no
+external assets."""
 
 from __future__ import annotations
 
 import math
 from html import escape
 from typing import Any
+
+from toolkit.acceptance.topology import LEGEND
 
 PLOT_W, PLOT_H = 520, 260
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 60, 20, 20, 40
@@ -16,7 +19,16 @@ table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:
 th{background:#f3f3f3}.ready{color:#116611;font-weight:bold}
 .not-ready{color:#aa1111;font-weight:bold}.plots{display:flex;flex-wrap:wrap;gap:1em}
 figure{margin:0}figcaption{font-weight:bold}
+table.topo td{text-align:center;font-family:monospace;padding:2px 5px}
+table.topo td.fail{outline:3px solid #d00;outline-offset:-3px;font-weight:bold}
+.k-nv{background:#9fd89f}.k-pix{background:#cdeccd}.k-pxb{background:#eef5b8}
+.k-phb{background:#fbe3a6}.k-node{background:#f9c98d}.k-sys{background:#f29a8e}
+.k-self{background:#ddd}
 """
+
+# The colour class of each link kind (nearest green, farthest red); the legend under the
+# matrices repeats nvidia-smi's own meanings.
+_KIND_CLASS = {"PIX": "k-pix", "PXB": "k-pxb", "PHB": "k-phb", "NODE": "k-node", "SYS": "k-sys"}
 
 
 def _size_label(size: int) -> str:
@@ -311,6 +323,45 @@ def _training_section(summary: dict[str, Any]) -> list[str]:
     return out
 
 
+def _kind_class(link: str) -> str:
+    if link == "X":
+        return "k-self"
+    return "k-nv" if link.startswith("NV") else _KIND_CLASS.get(link, "")
+
+
+def render_topology(topo: dict[str, Any]) -> str:
+    """One node's ``nvidia-smi topo -m`` as a coloured table; pairs that broke a rule are
+    outlined in red (both cells of the pair).
+
+    Args:
+        topo: The node summary's ``topology`` (``toolkit.acceptance.topology.report``).
+
+    Returns:
+        The ``<table>`` (or a note saying why there is no matrix).
+    """
+    if topo.get("error"):
+        return f"<p class='not-ready'>{escape(str(topo['error']))}</p>"
+    devices = topo.get("devices") or []
+    labels = [str(d["label"]) for d in devices]
+    failing = {tuple(p) for p in topo.get("failing") or []}
+    failing |= {(b, a) for a, b in failing}
+    out = ["<table class='topo'><tr><th></th>"]
+    out += [f"<th>{escape(label)}</th>" for label in labels]
+    out.append("<th>CPU affinity</th><th>NUMA</th></tr>")
+    for device, row in zip(devices, topo.get("matrix") or [], strict=False):
+        label = str(device["label"])
+        out.append(f"<tr><th>{escape(str(device.get('shown') or label))}</th>")
+        for column, link in zip(labels, row, strict=False):
+            classes = _kind_class(str(link)) + (" fail" if (label, column) in failing else "")
+            out.append(f"<td class='{classes.strip()}'>{escape(str(link))}</td>")
+        out.append(
+            f"<td>{escape(str(device.get('cpu_affinity') or '-'))}</td>"
+            f"<td>{escape(str(device.get('numa_affinity') or '-'))}</td></tr>"
+        )
+    out.append("</table>")
+    return "".join(out)
+
+
 def render_html(summary: dict[str, Any]) -> str:
     """The run as one HTML page.
 
@@ -353,6 +404,22 @@ def render_html(summary: dict[str, Any]) -> str:
         )
     out.append("</div>")
     out += _training_section(summary)
+    topologies = [n for n in summary["nodes"] if n.get("topology") is not None]
+    if topologies:
+        out.append("<h2>Topology (nvidia-smi topo -m)</h2><div class='plots'>")
+        for node in topologies:
+            out.append(
+                f"<figure><figcaption>{escape(node['host'])} "
+                f"<span class='{escape(str(node['verdict']))}'>{escape(str(node['verdict']))}"
+                f"</span></figcaption>{render_topology(node['topology'])}</figure>"
+            )
+        out.append("</div><p>")
+        out += [
+            f"<span class='{_kind_class(k.replace('#', '1'))}'>{escape(k)}</span> "
+            f"{escape(text)}<br>"
+            for k, text in LEGEND.items()
+        ]
+        out.append("Outlined in red: a pair that breaks the profile's topology rules.</p>")
     out.append("<h2>Failed checks</h2>")
     failed_any = False
     for node in summary["nodes"]:

@@ -212,7 +212,15 @@ def compare_versions(a: str, b: str) -> int:
 
 
 def satisfies(requirement: str, version: str) -> bool:
-    """Whether a Debian version meets a requirement: exact, or ``[E:]V-*`` (any revision)."""
+    """Whether a Debian version meets a requirement.
+
+    Three forms: an exact version; ``[E:]V-*``, any Debian revision of upstream version ``V``;
+    ``>=V``, ``V`` or any later version (a floor, for archives that move a package to new
+    upstream versions within a release, as Ubuntu does with Docker).
+    """
+    if requirement.startswith(">="):
+        floor = requirement[2:].strip()
+        return bool(floor and version) and compare_versions(version, floor) >= 0
     if not requirement.endswith("-*"):
         return requirement == version
     wanted = requirement[:-2]
@@ -234,6 +242,29 @@ class IndexEntry:
     architecture: str
     sha256: str
     filename: str
+    depends: str = ""  # the Depends field as the index writes it
+
+    def exact_depends(self) -> list[tuple[str, str]]:
+        """(package, version) of every unconditional ``name (= version)`` dependency.
+
+        These are the parts of one build that pin each other (Debian's nvidia-graphics-drivers:
+        ``nvidia-driver-libs (= V-1)``, ``nvidia-alternative (= V-1)``); a relation with
+        alternatives (``a (= V) | b``) or a range is left to apt.
+        """
+        out = []
+        for relation in self.depends.split(","):
+            if "|" in relation:
+                continue
+            match = _EXACT_RELATION.match(relation)
+            if match:
+                out.append((match.group(1), match.group(2)))
+        return out
+
+
+# `name[:arch] (= version)` (deb-control(5), "Syntax of relationship fields").
+_EXACT_RELATION = re.compile(
+    r"^\s*([a-z0-9][a-z0-9.+-]*)(?::[a-z0-9]+)?\s*\(\s*=\s*([^)\s]+)\s*\)\s*\Z"
+)
 
 
 def read_index(uri: str, key: bytes, fetch: Fetch = fetch_url) -> list[IndexEntry]:
@@ -283,6 +314,7 @@ def read_index(uri: str, key: bytes, fetch: Fetch = fetch_url) -> list[IndexEntr
             architecture=p.get("Architecture", ""),
             sha256=p.get("SHA256", ""),
             filename=p.get("Filename", ""),
+            depends=p.get("Depends", ""),
         )
         for p in paragraphs(data.decode("utf-8"))
         if "Package" in p and "Version" in p

@@ -32,6 +32,7 @@ from toolkit.stack.aptindex import (
     satisfies,
 )
 from toolkit.stack.models import SUPPORTED_OS
+from toolkit.stack.resolve import DEB_ARCH
 
 LOCK_FILE = "stack.lock.yml"
 LOCK_KEY = "stack_lock"
@@ -102,13 +103,35 @@ class _Indexes:
         return self.cache[key]
 
 
+def _entry(entry: IndexEntry, repo_name: str, needed_by: str | None = None) -> dict[str, str]:
+    out = {
+        "version": entry.version,
+        "architecture": entry.architecture,
+        "sha256": entry.sha256,
+        "repository": repo_name,
+        "filename": entry.filename,
+    }
+    if needed_by:
+        out["needed_by"] = needed_by
+    return out
+
+
 def _locate(
     resolved: Mapping[str, Any], indexes: _Indexes
 ) -> tuple[dict[str, dict[str, str]], list[str]]:
-    """(package -> lock entry, problems) for one resolved OS."""
-    deb_arch = {"x86_64": "amd64", "sbsa": "arm64"}[resolved["arch"]]
+    """(package -> lock entry, problems) for one resolved OS.
+
+    Every package the stack names gets the newest version its requirement allows. Then the
+    parts of each package's build that it pins exactly (``Depends: x (= V)``) are locked too,
+    transitively, each with ``needed_by``: apt takes an automatic dependency at its newest
+    version, so installing ``nvidia-driver=550.127.05-1`` where 580 is also published fails
+    ("Depends: nvidia-alternative (= 550.127.05-1) but 580... is to be installed") unless
+    those parts are pinned as well.
+    """
+    deb_arch = DEB_ARCH[resolved["arch"]]
     archs = (deb_arch, "all")
     found: dict[str, dict[str, str]] = {}
+    chosen: dict[str, IndexEntry] = {}
     problems: list[str] = []
     repos = resolved["repositories"]
     for package, wanted in requirements(resolved).items():
@@ -130,14 +153,39 @@ def _locate(
                 f"(they carry: {have})"
             )
             continue
-        entry, repo_name = best
-        found[package] = {
-            "version": entry.version,
-            "architecture": entry.architecture,
-            "sha256": entry.sha256,
-            "repository": repo_name,
-            "filename": entry.filename,
-        }
+        found[package] = _entry(*best)
+        chosen[package] = best[0]
+    pending = sorted(chosen)
+    while pending:
+        parent = pending.pop(0)
+        for name, version in chosen[parent].exact_depends():
+            if name in chosen:
+                if chosen[name].version != version:
+                    problems.append(
+                        f"{resolved['os']}: {parent}={chosen[parent].version} needs "
+                        f"{name} (= {version}), but the stack locks {name}={chosen[name].version}"
+                    )
+                continue
+            match = next(
+                (
+                    (entry, repo["name"])
+                    for repo in repos
+                    for entry in indexes.entries(repo)
+                    if entry.package == name
+                    and entry.version == version
+                    and entry.architecture in archs
+                ),
+                None,
+            )
+            if match is None:
+                problems.append(
+                    f"{resolved['os']}: {parent}={chosen[parent].version} needs {name} "
+                    f"(= {version}), which the repositories do not carry"
+                )
+                continue
+            found[name] = _entry(*match, needed_by=parent)
+            chosen[name] = match[0]
+            pending.append(name)
     return found, problems
 
 
@@ -239,7 +287,30 @@ def apply_lock(resolved: Mapping[str, Any], lock: Mapping[str, Any] | None) -> d
             f"the stack lock of {os_id} lacks {', '.join(sorted(missing))}: run "
             "`gpunode stack lock` again"
         )
+    _add_companions(out, locked)
     return out
+
+
+def _add_companions(resolved: dict[str, Any], locked: Mapping[str, Any]) -> None:
+    """Each locked companion (``needed_by``) joins the packages of the section that needs it."""
+    sections = {
+        package: section
+        for section in resolved.values()
+        if isinstance(section, dict)
+        for key in _PACKAGE_KEYS
+        for package in section.get(key) or {}
+    }
+    for package, entry in sorted(locked.items()):
+        root, seen = package, set()
+        while root not in sections and isinstance(locked.get(root), Mapping):
+            parent = locked[root].get("needed_by")
+            if not parent or root in seen:
+                break
+            seen.add(root)
+            root = str(parent)
+        if package not in sections and root in sections:
+            section = sections[root]
+            section.setdefault("packages", {})[package] = str(entry["version"])
 
 
 def verify_lock(

@@ -1,0 +1,605 @@
+"""A node's GPU and NIC topology: ``nvidia-smi topo -m`` read into a model, and the hardware
+profile's topology rules held against it.
+
+The one owner of the concept: the link kinds and their order, the parser, the rules
+(:class:`TopologySpec`, the ``topology`` key of ``hardware.acceptance``) and what the report
+draws. The node runner ships the command's text raw; the controller parses it here.
+
+What the output looks like (nvidia-smi's own ``Legend:`` block, and public captures of
+8x H100 SXM and PCIe nodes in ``tests/unit/data/topo/`` with their sources):
+
+- a header row of device columns (``GPU0`` ..., ``NIC0`` ..., or on older drivers the RDMA
+  devices themselves, ``mlx5_0`` ...), then ``CPU Affinity``, ``NUMA Affinity`` and, on newer
+  drivers, ``GPU NUMA ID``;
+- one row per device: its link to every column, and for GPUs the affinity values (``N/A`` or
+  empty where the system does not tell);
+- ``Legend:`` with the link kinds, and ``NIC Legend:`` mapping ``NIC<n>`` to its RDMA device.
+
+nvidia-smi separates the cells with tabs (and pads one empty field before ``GPU NUMA ID``);
+captures pasted into web pages often carry spaces instead, and terminal captures ANSI colour
+codes. Both are read; anything else that does not fit is an error naming the line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from toolkit.config import StrictModel
+from toolkit.errors import AcceptanceError, clip
+
+# What each link kind means: nvidia-smi's `Legend:` block, word for word.
+LEGEND: dict[str, str] = {
+    "X": "Self",
+    "SYS": "Connection traversing PCIe as well as the SMP interconnect between NUMA nodes "
+    "(e.g., QPI/UPI)",
+    "NODE": "Connection traversing PCIe as well as the interconnect between PCIe Host Bridges "
+    "within a NUMA node",
+    "PHB": "Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
+    "PXB": "Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
+    "PIX": "Connection traversing at most a single PCIe bridge",
+    "NV#": "Connection traversing a bonded set of # NVLinks",
+}
+# The PCIe path kinds, nearest first, with NVML's levels (`nvmlGpuTopologyLevel_t`: SINGLE 10,
+# MULTIPLE 20, HOSTBRIDGE 30, NODE 40, SYSTEM 50), which `topo -m` prints as these names.
+PCIE_LEVELS: dict[str, int] = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
+SELF = "X"
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_NVLINK = re.compile(r"^NV([1-9][0-9]{0,2})$")
+_GPU = re.compile(r"^GPU([0-9]+)$")
+_NIC_LABEL = re.compile(r"^NIC([0-9]+)$")
+# An RDMA device as older drivers name the NIC columns (mlx5_0, bnxt_re0, irdma0, ...).
+_DEVICE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")
+_NIC_LEGEND = re.compile(r"^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$")
+_NUMA = re.compile(r"^[0-9]+(?:[-,][0-9]+)*$")
+AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+_UNKNOWN = {"", "N/A"}
+
+RULE_PATTERN = r"^(NV[1-9][0-9]{0,2}|PIX|PXB|PHB|NODE|SYS)$"
+
+
+class TopologyUnreadable(AcceptanceError):
+    """The text is not an ``nvidia-smi topo -m`` matrix (the message names the line)."""
+
+
+def link_rank(link: str) -> tuple[int, int]:
+    """Order links nearest first: NVLink (more links nearer), then PIX ... SYS.
+
+    Raises:
+        ValueError: Not a link kind.
+    """
+    nv = _NVLINK.match(link)
+    if nv:
+        return (0, -int(nv.group(1)))
+    if link in PCIE_LEVELS:
+        return (1, PCIE_LEVELS[link])
+    raise ValueError(f"{clip(repr(link))} is not a link kind (NV<n>, PIX, PXB, PHB, NODE, SYS)")
+
+
+def meets(link: str, rule: str) -> bool:
+    """Whether ``link`` is at least as near as ``rule`` allows.
+
+    ``NV<n>`` asks for NVLink with at least n links; a PCIe kind asks for that path or a
+    nearer one (NVLink is nearer than any PCIe path).
+    """
+    return link != SELF and link_rank(link) <= link_rank(rule)
+
+
+def describe_rule(rule: str) -> str:
+    """A rule in words: ``NVLink with at least 18 links`` or ``PXB or nearer``."""
+    nv = _NVLINK.match(rule)
+    if nv:
+        return f"NVLink with at least {nv.group(1)} links"
+    return f"{rule} or nearer"
+
+
+# --- the model ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Device:
+    """One row and column of the matrix."""
+
+    label: str  # the column label: GPU0, NIC0, or (older drivers) mlx5_0
+    kind: Literal["GPU", "NIC"]
+    name: str  # a NIC's RDMA device (NIC Legend), else the label
+    cpu_affinity: str | None = None  # as printed, e.g. "0-47,96-143"; None: N/A or empty
+    numa_affinity: str | None = None  # e.g. "0"; None: N/A or empty
+    gpu_numa_id: str | None = None
+
+    @property
+    def numa_nodes(self) -> tuple[int, ...]:
+        """The NUMA nodes of a device's affinity (``0-1,3`` gives 0, 1, 3); () when unknown."""
+        if self.numa_affinity is None:
+            return ()
+        nodes: list[int] = []
+        for part in self.numa_affinity.split(","):
+            lo, _, hi = part.partition("-")
+            nodes.extend(range(int(lo), int(hi or lo) + 1))
+        return tuple(nodes)
+
+    @property
+    def shown(self) -> str:
+        """How the report names it: ``GPU0``, ``NIC0 (mlx5_0)``."""
+        return self.label if self.name == self.label else f"{self.label} ({self.name})"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The matrix of one node: devices in column order and the link of every pair."""
+
+    devices: tuple[Device, ...]
+    cells: dict[tuple[str, str], str] = field(repr=False)
+
+    @property
+    def gpus(self) -> list[Device]:
+        """The GPUs, in column order."""
+        return [d for d in self.devices if d.kind == "GPU"]
+
+    @property
+    def nics(self) -> list[Device]:
+        """The NICs, in column order."""
+        return [d for d in self.devices if d.kind == "NIC"]
+
+    def link(self, a: str, b: str) -> str:
+        """The link between two devices (by label); the farther of the two directions."""
+        if a == b:
+            return SELF
+        return max(self.cells[(a, b)], self.cells[(b, a)], key=link_rank)
+
+    def device(self, label: str) -> Device:
+        """A device by its label."""
+        return next(d for d in self.devices if d.label == label)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: devices and the matrix in column order."""
+        labels = [d.label for d in self.devices]
+        return {
+            "devices": [
+                {
+                    "label": d.label,
+                    "kind": d.kind,
+                    "name": d.name,
+                    "shown": d.shown,
+                    "cpu_affinity": d.cpu_affinity,
+                    "numa_affinity": d.numa_affinity,
+                    "gpu_numa_id": d.gpu_numa_id,
+                }
+                for d in self.devices
+            ],
+            "matrix": [[self.cells[(a, b)] for b in labels] for a in labels],
+        }
+
+
+# --- the parser ---------------------------------------------------------------------------------
+
+
+def _fields(line: str) -> list[str]:
+    """A line's fields: tab-separated as nvidia-smi prints it, else by runs of whitespace."""
+    if "\t" in line:
+        return [f.strip() for f in line.rstrip().split("\t")]
+    return line.split()
+
+
+def _is_header(line: str) -> bool:
+    """The header row: its first name is GPU0 (a data row's second field is X)."""
+    tokens = line.split()
+    return bool(tokens) and tokens[0] == "GPU0" and (len(tokens) == 1 or tokens[1] != SELF)
+
+
+def _header(line: str, number: int) -> tuple[list[str], list[str]]:
+    """The device columns and the affinity columns of the header row.
+
+    Read by words, not by field separators: pasted captures put a single space between
+    wide names (``mlx5_10 mlx5_11``), and the affinity names have spaces of their own.
+    """
+    tokens = line.split()
+    multiword = {tuple(name.split()): name for name in AFFINITY_COLUMNS}
+    devices: list[str] = []
+    trailing: list[str] = []
+    i = 0
+    while i < len(tokens):
+        for words, name in multiword.items():
+            if tuple(tokens[i : i + len(words)]) == words:
+                trailing.append(name)
+                i += len(words)
+                break
+        else:
+            name = tokens[i]
+            i += 1
+            if trailing:
+                raise TopologyUnreadable(
+                    f"line {number}: device column {clip(repr(name))} after the affinity columns"
+                )
+            if not (_GPU.match(name) or _DEVICE.match(name)):
+                raise TopologyUnreadable(
+                    f"line {number}: {clip(repr(name))} is not a device column"
+                )
+            devices.append(name)
+    if len(set(devices)) != len(devices):
+        raise TopologyUnreadable(f"line {number}: a device column is named twice")
+    if trailing != list(AFFINITY_COLUMNS[: len(trailing)]):
+        raise TopologyUnreadable(
+            f"line {number}: affinity columns {trailing} are not in nvidia-smi's order "
+            f"{list(AFFINITY_COLUMNS)}"
+        )
+    return devices, trailing
+
+
+def _affinity(values: list[str], columns: list[str], number: int, tabbed: bool) -> list[str]:
+    """A GPU row's affinity values, one per affinity column.
+
+    nvidia-smi pads the field before ``GPU NUMA ID`` with an extra tab; an empty field that is
+    a real (unknown) value sits first. With spaces an empty value cannot be seen, so the count
+    must match.
+    """
+    values = list(values)
+    if tabbed:
+        while len(values) > len(columns) and "" in values[1:]:
+            last = max(i for i, v in enumerate(values) if v == "" and i > 0)
+            del values[last]
+    if len(values) != len(columns):
+        raise TopologyUnreadable(
+            f"line {number}: expected {len(columns)} value(s) for the column(s) "
+            f"{', '.join(columns) or '(none)'}, found {len(values)}: {clip(repr(values))}"
+        )
+    return values
+
+
+def _value(text: str) -> str | None:
+    return None if text.strip() in _UNKNOWN else text.strip()
+
+
+def parse_topo(text: str) -> Topology:
+    """Read ``nvidia-smi topo -m`` output.
+
+    Args:
+        text: The command's stdout (ANSI colour codes and a leading prompt line are tolerated).
+
+    Returns:
+        The topology, devices in column order.
+
+    Raises:
+        TopologyUnreadable: The text is not such a matrix; the message names the line.
+    """
+    lines = [_ANSI.sub("", line) for line in text.splitlines()]
+    start = next((i for i, line in enumerate(lines) if _is_header(line)), None)
+    if start is None:
+        raise TopologyUnreadable("no header row with a GPU0 column: not `nvidia-smi topo -m`")
+    labels, trailing = _header(lines[start], start + 1)
+    rows: dict[str, tuple[list[str], list[str], bool]] = {}
+    numbers: dict[str, int] = {}
+    end = len(lines)
+    for i in range(start + 1, len(lines)):
+        line = lines[i]
+        number = i + 1
+        if not line.strip():
+            end = i
+            break
+        if line.strip().startswith("Legend"):
+            end = i
+            break
+        fields = _fields(line)
+        label = fields[0]
+        if label not in labels:
+            raise TopologyUnreadable(
+                f"line {number}: row {clip(repr(label))} is not one of the header's columns"
+            )
+        if label in rows:
+            raise TopologyUnreadable(f"line {number}: a second row for {label}")
+        cells = fields[1 : 1 + len(labels)]
+        if len(cells) < len(labels):
+            raise TopologyUnreadable(
+                f"line {number}: {label} has {len(cells)} fields for {len(labels)} link columns"
+            )
+        rest = fields[1 + len(labels) :]
+        rows[label] = (cells, rest, "\t" in line)
+        numbers[label] = number
+        for column, cell in zip(labels, cells, strict=True):
+            want_self = column == label
+            if want_self != (cell == SELF):
+                raise TopologyUnreadable(
+                    f"line {number}: {label} to {column} reads {clip(repr(cell))}; "
+                    + ("expected X (self)" if want_self else "X is only the diagonal")
+                )
+            if not want_self:
+                try:
+                    link_rank(cell)
+                except ValueError as err:
+                    raise TopologyUnreadable(f"line {number}: {label} to {column}: {err}") from err
+    missing = [label for label in labels if label not in rows]
+    if missing:
+        raise TopologyUnreadable(
+            f"line {start + 1}: the header names {', '.join(missing)} but no such row follows"
+        )
+    # nvidia-smi always prints the Legend after the matrix: without it the text was cut, and
+    # the last row may be cut with it.
+    if not any(line.strip() == "Legend:" for line in lines[end:]):
+        raise TopologyUnreadable(
+            f"line {end + 1}: no `Legend:` block after the matrix: the output is cut short"
+        )
+    legend = _nic_legend(lines[end:], end)
+    known = {label for label in labels if _NIC_LABEL.match(label)}
+    stray = sorted(set(legend) - known)
+    if stray:
+        raise TopologyUnreadable(f"NIC Legend names {', '.join(stray)}, which no column shows")
+    if legend and known - set(legend):
+        raise TopologyUnreadable(
+            f"NIC Legend does not name {', '.join(sorted(known - set(legend)))}"
+        )
+    devices = []
+    for label in labels:
+        _cells, rest, tabbed = rows[label]
+        number = numbers[label]
+        if _GPU.match(label):
+            values = _affinity(rest, trailing, number, tabbed)
+            named = dict(zip(trailing, values, strict=True))
+            numa = _value(named.get("NUMA Affinity", ""))
+            if numa is not None and not _NUMA.match(numa):
+                raise TopologyUnreadable(
+                    f"line {number}: NUMA Affinity {clip(repr(numa))} is not a NUMA node list"
+                )
+            numa_id = _value(named.get("GPU NUMA ID", ""))
+            if numa_id is not None and not numa_id.isdigit():
+                raise TopologyUnreadable(
+                    f"line {number}: GPU NUMA ID {clip(repr(numa_id))} is not a NUMA node"
+                )
+            devices.append(
+                Device(
+                    label=label,
+                    kind="GPU",
+                    name=label,
+                    cpu_affinity=_value(named.get("CPU Affinity", "")),
+                    numa_affinity=numa,
+                    gpu_numa_id=numa_id,
+                )
+            )
+        else:
+            if any(v for v in rest):
+                raise TopologyUnreadable(
+                    f"line {number}: {label} carries values past its link cells: "
+                    f"{clip(repr([v for v in rest if v]))}"
+                )
+            devices.append(Device(label=label, kind="NIC", name=legend.get(label, label)))
+    matrix = {
+        (label, column): rows[label][0][j] for label in labels for j, column in enumerate(labels)
+    }
+    return Topology(devices=tuple(devices), cells=matrix)
+
+
+def _nic_legend(lines: list[str], offset: int) -> dict[str, str]:
+    """``NIC<n> -> device`` from the ``NIC Legend:`` block (empty when there is none).
+
+    The block is its entries up to the first blank line after them; what follows (a prompt
+    in a pasted capture) is not nvidia-smi's.
+    """
+    legend: dict[str, str] = {}
+    inside = False
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped == "NIC Legend:":
+            inside = True
+            continue
+        if inside and not stripped and legend:
+            break
+        if not inside or not stripped:
+            continue
+        match = _NIC_LEGEND.match(line)
+        if not match:
+            raise TopologyUnreadable(
+                f"line {offset + i + 1}: {clip(repr(stripped))} is not a NIC Legend entry "
+                "(NIC<n>: <device>)"
+            )
+        if match.group(1) in legend:
+            raise TopologyUnreadable(f"line {offset + i + 1}: {match.group(1)} named twice")
+        legend[match.group(1)] = match.group(2)
+    return legend
+
+
+# --- the rules ----------------------------------------------------------------------------------
+
+
+class TopologySpec(StrictModel):
+    """What the node's ``nvidia-smi topo -m`` must show (every rule is optional).
+
+    Link rules name the farthest link allowed: ``NV<n>`` (NVLink with at least n links) or a
+    PCIe path kind, ``PIX`` < ``PXB`` < ``PHB`` < ``NODE`` < ``SYS`` (NVLink is nearer than
+    any of them).
+    """
+
+    gpu_link: str | None = Field(default=None, description="Every GPU pair.")
+    gpu_link_same_numa: str | None = Field(
+        default=None, description="Every pair of GPUs on the same NUMA node."
+    )
+    nic_gpu_link: str | None = Field(
+        default=None, description="Each NIC to its nearest GPU (PXB: on a GPU's PCIe switch)."
+    )
+    nics: list[str] | None = Field(
+        default=None,
+        description="The NICs nic_gpu_link covers, by RDMA device (mlx5_0); None: every NIC.",
+    )
+    numa_balanced: bool = Field(
+        default=False,
+        description="GPUs split evenly (give or take one) over the NUMA nodes that hold them.",
+    )
+    source: str | None = Field(default=None, description="Where the rules come from.")
+
+    @field_validator("gpu_link", "gpu_link_same_numa", "nic_gpu_link")
+    @classmethod
+    def _rule(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(RULE_PATTERN, value):
+            raise ValueError(
+                f"{clip(repr(value))} is not a link rule: NV<n> (NVLink with at least n links) "
+                "or one of PIX, PXB, PHB, NODE, SYS"
+            )
+        return value
+
+    @property
+    def has_rules(self) -> bool:
+        """Whether any rule is set."""
+        return bool(
+            self.gpu_link or self.gpu_link_same_numa or self.nic_gpu_link or self.numa_balanced
+        )
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule held against one topology."""
+
+    rule: str  # the TopologySpec key
+    ok: bool
+    message: str
+    measured: Any = None
+    floor: Any = None
+    # Device pairs (labels) that broke the rule, for the report to mark.
+    pairs: tuple[tuple[str, str], ...] = ()
+
+
+def _some(items: list[str], limit: int = 6) -> str:
+    more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
+    return "; ".join(items[:limit]) + more
+
+
+def _pair_rule(topo: Topology, rule_key: str, rule: str, same_numa: bool) -> Finding:
+    gpus = topo.gpus
+    bad: list[tuple[str, str, str]] = []
+    judged = 0
+    for i, a in enumerate(gpus):
+        for b in gpus[i + 1 :]:
+            if same_numa and (not a.numa_nodes or set(a.numa_nodes) != set(b.numa_nodes)):
+                continue
+            judged += 1
+            link = topo.link(a.label, b.label)
+            if not meets(link, rule):
+                bad.append((a.label, b.label, link))
+    scope = "GPU pairs on one NUMA node" if same_numa else "GPU pairs"
+    if bad:
+        message = (
+            f"{len(bad)} of {judged} {scope} farther than {rule}: "
+            + _some([f"{a}-{b} {link}" for a, b, link in bad])
+            + f" (rule: {describe_rule(rule)})"
+        )
+    else:
+        message = f"every one of {judged} {scope} at {describe_rule(rule)}"
+    return Finding(
+        rule=rule_key,
+        ok=not bad,
+        message=message,
+        measured=[{"pair": [a, b], "link": link} for a, b, link in bad],
+        floor=rule,
+        pairs=tuple((a, b) for a, b, _ in bad),
+    )
+
+
+def _nic_rule(topo: Topology, rule: str, names: list[str] | None) -> Finding:
+    nics = topo.nics
+    if names is not None:
+        known = {n.name for n in nics}
+        absent = [n for n in names if n not in known]
+        if absent:
+            return Finding(
+                "nic_gpu_link",
+                False,
+                f"NIC(s) {', '.join(absent)} not in the topology (it shows "
+                f"{', '.join(sorted(known)) or 'no NIC'})",
+                measured=sorted(known),
+                floor=names,
+            )
+        nics = [n for n in nics if n.name in names]
+    if not nics:
+        return Finding("nic_gpu_link", False, "the topology shows no NIC", measured=[], floor=rule)
+    bad: list[str] = []
+    pairs: list[tuple[str, str]] = []
+    measured = []
+    for nic in nics:
+        nearest = min(topo.gpus, key=lambda g: link_rank(topo.link(nic.label, g.label)))
+        link = topo.link(nic.label, nearest.label)
+        measured.append({"nic": nic.name, "gpu": nearest.label, "link": link})
+        if not meets(link, rule):
+            bad.append(f"{nic.shown}: nearest GPU {nearest.label} at {link}")
+            pairs.append((nic.label, nearest.label))
+    message = (
+        f"{len(bad)} of {len(nics)} NICs farther than {rule} from every GPU: "
+        + _some(bad)
+        + f" (rule: {describe_rule(rule)})"
+        if bad
+        else f"every one of {len(nics)} NICs at {describe_rule(rule)} to a GPU"
+    )
+    return Finding("nic_gpu_link", not bad, message, measured, rule, tuple(pairs))
+
+
+def _numa_rule(topo: Topology) -> Finding:
+    unknown = [g.label for g in topo.gpus if len(g.numa_nodes) != 1]
+    if unknown:
+        return Finding(
+            "numa_balanced",
+            False,
+            f"NUMA node not known for {', '.join(unknown)} (NUMA Affinity N/A, empty or more "
+            "than one node)",
+            measured=unknown,
+            floor="balanced",
+        )
+    counts: dict[int, list[str]] = {}
+    for gpu in topo.gpus:
+        counts.setdefault(gpu.numa_nodes[0], []).append(gpu.label)
+    spread = {f"NUMA {node}": len(labels) for node, labels in sorted(counts.items())}
+    ok = max(spread.values()) - min(spread.values()) <= 1
+    text = ", ".join(f"{n} GPUs on {k}" for k, n in spread.items())
+    return Finding(
+        "numa_balanced",
+        ok,
+        f"{text}: " + ("balanced" if ok else "uneven (counts differ by more than one)"),
+        measured=spread,
+        floor="counts differ by at most one",
+    )
+
+
+def judge(topo: Topology, spec: TopologySpec) -> list[Finding]:
+    """Every rule of ``spec`` held against ``topo``, in the spec's key order."""
+    findings = []
+    if spec.gpu_link:
+        findings.append(_pair_rule(topo, "gpu_link", spec.gpu_link, same_numa=False))
+    if spec.gpu_link_same_numa:
+        findings.append(
+            _pair_rule(topo, "gpu_link_same_numa", spec.gpu_link_same_numa, same_numa=True)
+        )
+    if spec.nic_gpu_link:
+        findings.append(_nic_rule(topo, spec.nic_gpu_link, spec.nics))
+    if spec.numa_balanced:
+        findings.append(_numa_rule(topo))
+    return findings
+
+
+def read_section(section: dict[str, Any] | None) -> tuple[Topology | None, str | None]:
+    """The runner's ``topology`` section (raw ``nvidia-smi topo -m`` text) parsed.
+
+    Returns:
+        The topology, or None and why there is none.
+    """
+    if not section:
+        return None, "nvidia-smi topo -m was not run"
+    if section.get("error"):
+        return None, f"nvidia-smi topo -m failed: {section['error']}"
+    try:
+        return parse_topo(str(section.get("raw_output") or "")), None
+    except TopologyUnreadable as err:
+        return None, f"nvidia-smi topo -m output unreadable: {err.message}"
+
+
+def report(section: dict[str, Any] | None, spec: TopologySpec | None) -> dict[str, Any] | None:
+    """What the report draws for one node: the matrix, and the pairs that broke a rule.
+
+    None when the node's result has no topology section at all (an older runner).
+    """
+    if section is None:
+        return None
+    topo, error = read_section(section)
+    if topo is None:
+        return {"error": error, "devices": [], "matrix": [], "failing": []}
+    findings = judge(topo, spec) if spec is not None else []
+    failing = sorted({pair for f in findings if not f.ok for pair in f.pairs})
+    return {**topo.to_dict(), "error": None, "failing": [list(p) for p in failing]}
