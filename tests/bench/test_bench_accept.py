@@ -197,23 +197,30 @@ def test_bench_time_to_verdict(tmp_path: Path) -> None:
     # The training-shaped checks (issue 13) as the runner timed them: the data set, random
     # reads and checkpoint write in the framework process, then the restore, the loop and the
     # scaling points in the all-reduce's ranks (torch already imported there).
-    print("time the training-shaped checks add, per node (framework + ranks = added):")
+    # The topology check (one `nvidia-smi topo -m`, parsed on the controller) as the runner
+    # timed it.
+    print("time issue 13's checks add, per node (topology + framework + ranks = added):")
     for label, nodes in added.items():
         for i, t in enumerate(nodes, 1):
-            total = (t["storage"] or 0.0) + (t["ranks"] or 0.0)
+            total = sum(v or 0.0 for v in t.values())
             print(
-                f"  {label}, node {i}: storage+checkpoint write {_s(t['storage'])}, "
-                f"restore+loop+scaling {_s(t['ranks'])} = {total:.2f}s"
+                f"  {label}, node {i}: topology {_s(t['topology'])}, storage+checkpoint write "
+                f"{_s(t['storage'])}, restore+loop+scaling {_s(t['ranks'])} = {total:.2f}s"
             )
     for nodes in added.values():
-        assert all(t["storage"] is not None and t["ranks"] is not None for t in nodes), added
+        assert all(None not in t.values() for t in nodes), added
 
 
 def _training_seconds(result: dict[str, object]) -> dict[str, float | None]:
+    topology = result.get("topology") or {}
     storage = result.get("storage") or {}
     train = result.get("train") or {}
-    assert isinstance(storage, dict) and isinstance(train, dict)
-    return {"storage": storage.get("duration_s"), "ranks": train.get("duration_s")}
+    assert isinstance(topology, dict) and isinstance(storage, dict) and isinstance(train, dict)
+    return {
+        "topology": topology.get("duration_s"),
+        "storage": storage.get("duration_s"),
+        "ranks": train.get("duration_s"),
+    }
 
 
 def _s(value: float | None) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
+import browser
 import pytest
 import yaml
 
@@ -28,6 +29,7 @@ from toolkit.acceptance.hooks import NodeMark, SlurmHook, local_runner, parse_sc
 from toolkit.acceptance.orchestrate import AcceptanceRun, AcceptOptions, run_acceptance
 from toolkit.inventory import load_inventory
 from toolkit.remote import open_node
+from toolkit.report.html import LINK_COLOURS, SERIES_COLOUR
 
 LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test")  # tests/integration/conftest.py
 # The ranks run in the lab group's training image (built once per session).
@@ -45,6 +47,8 @@ TRAINING_CHECKS = {
     "train.gpu_util",
     "scaling.efficiency",
 }
+# The topology matrix's link colours (X, the device itself, excluded).
+LINK_INK = {colour for kind, colour in LINK_COLOURS.items() if kind != "X"}
 
 # The handover certificate of the first node from the healthy run (compared after a swap).
 HANDOVER: dict[str, Path] = {}
@@ -192,6 +196,17 @@ def test_two_healthy_nodes_are_ready(
         )
     html = (run.run_dir / "report.html").read_text()
     assert html.count("read latency distribution") == len(names)
+    # The report in a real browser (headless Chromium, tests/browser.py): per node the
+    # all-reduce curve, the read-latency histogram, the scaling curve and the topology matrix
+    # are laid out and drawn in their colours on the screenshot.
+    shot = browser.render(run.run_dir / "report.html")
+    (tmp_path / "report.png").write_bytes(shot.png)
+    assert sorted(str(f.kind) for f in shot.figures) == ["svg"] * 3 * len(names) + ["table"] * len(
+        names
+    ), shot.figures
+    for figure in shot.figures:
+        colours = LINK_INK if figure.kind == "table" else {SERIES_COLOUR}
+        assert browser.ink(shot.png, figure.box, colours) > 150, figure
     assert html.count("training loop throughput against ranks") == len(names)
     # The topology check: the lab profile's rules, passed, in run.json with the matrix, in the
     # JUnit file and drawn in the report.

@@ -1721,9 +1721,14 @@ def gpu_perf(torch: Any, ngpus: int, spec: dict[str, Any], smi: str | None) -> d
 def query_topology(smi: str | None) -> dict[str, Any]:
     """`nvidia-smi topo -m` as printed: the controller parses and judges the matrix
     (toolkit/acceptance/topology.py), as it does nccl-tests output."""
+    started = time.perf_counter()
     rc, stdout, stderr = sh([smi, "topo", "-m"]) if smi else (127, "", "nvidia-smi not found")
     error = None if rc == 0 else (stderr or stdout).strip() or f"exited {rc}"
-    return {"raw_output": stdout, "error": error}
+    return {
+        "raw_output": stdout,
+        "error": error,
+        "duration_s": round(time.perf_counter() - started, 3),
+    }
 
 
 def run_node(spec: dict[str, Any]) -> dict[str, Any]:

@@ -13,22 +13,42 @@ from toolkit.acceptance.topology import LEGEND
 PLOT_W, PLOT_H = 520, 260
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 60, 20, 20, 40
 
-STYLE = """
+# The colour of every plot's data series, and of the floors a series is held against.
+SERIES_COLOUR = "#1f77b4"
+FLOOR_COLOUR = "#d62728"
+# The background of each link kind in the topology matrix: nearest green, farthest red (the
+# legend under the matrices repeats nvidia-smi's own meanings); X is the device itself.
+LINK_COLOURS = {
+    "NV": "#9fd89f",
+    "PIX": "#cdeccd",
+    "PXB": "#eef5b8",
+    "PHB": "#fbe3a6",
+    "NODE": "#f9c98d",
+    "SYS": "#f29a8e",
+    "X": "#dddddd",
+}
+FAIL_OUTLINE = "#dd0000"
+
+STYLE = (
+    """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px}
 th{background:#f3f3f3}.ready{color:#116611;font-weight:bold}
 .not-ready{color:#aa1111;font-weight:bold}.plots{display:flex;flex-wrap:wrap;gap:1em}
 figure{margin:0}figcaption{font-weight:bold}
 table.topo td{text-align:center;font-family:monospace;padding:2px 5px}
-table.topo td.fail{outline:3px solid #d00;outline-offset:-3px;font-weight:bold}
-.k-nv{background:#9fd89f}.k-pix{background:#cdeccd}.k-pxb{background:#eef5b8}
-.k-phb{background:#fbe3a6}.k-node{background:#f9c98d}.k-sys{background:#f29a8e}
-.k-self{background:#ddd}
 """
+    + f"table.topo td.fail{{outline:3px solid {FAIL_OUTLINE};outline-offset:-3px;"
+    + "font-weight:bold}\n"
+    + "".join(f".k-{kind.lower()}{{background:{colour}}}" for kind, colour in LINK_COLOURS.items())
+    + "\n"
+)
 
-# The colour class of each link kind (nearest green, farthest red); the legend under the
-# matrices repeats nvidia-smi's own meanings.
-_KIND_CLASS = {"PIX": "k-pix", "PXB": "k-pxb", "PHB": "k-phb", "NODE": "k-node", "SYS": "k-sys"}
+
+def _kind_class(link: str) -> str:
+    """The colour class of a matrix cell (``X``, ``NV#`` or a PCIe kind)."""
+    kind = "NV" if link.startswith("NV") else link
+    return f"k-{kind.lower()}" if kind in LINK_COLOURS else ""
 
 
 def _size_label(size: int) -> str:
@@ -78,16 +98,18 @@ def render_svg(rows: list[dict[str, Any]], floors: list[dict[str, Any]] | None =
         return MARGIN_T + inner_h - value / top * inner_h
 
     path = " ".join(f"{x(s):.1f},{y(v):.1f}" for s, v in points)
-    parts.append(f'<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="{path}"/>')
+    parts.append(
+        f'<polyline fill="none" stroke="{SERIES_COLOUR}" stroke-width="2" points="{path}"/>'
+    )
     for s, v in points:
         parts.append(
-            f'<circle cx="{x(s):.1f}" cy="{y(v):.1f}" r="3" fill="#1f77b4">'
+            f'<circle cx="{x(s):.1f}" cy="{y(v):.1f}" r="3" fill="{SERIES_COLOUR}">'
             f"<title>{_size_label(s)}: {v:.3f} GB/s</title></circle>"
         )
     for s, v in floor_points:
         parts.append(
             f'<line x1="{x(s) - 8:.1f}" x2="{x(s) + 8:.1f}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
-            f'stroke="#d62728" stroke-width="3"><title>floor {v:g} GB/s at {_size_label(s)}'
+            f'stroke="{FLOOR_COLOUR}" stroke-width="3"><title>floor {v:g} GB/s at {_size_label(s)}'
             "</title></line>"
         )
     for s, _v in points[:: max(1, len(points) // 6)]:
@@ -160,7 +182,7 @@ def render_latency_svg(histogram: list[dict[str, Any]], limit_ms: float | None =
         x = MARGIN_L + i * width
         parts.append(
             f'<rect x="{x + 1:.1f}" y="{MARGIN_T + inner_h - height:.1f}" '
-            f'width="{width - 2:.1f}" height="{height:.1f}" fill="#1f77b4">'
+            f'width="{width - 2:.1f}" height="{height:.1f}" fill="{SERIES_COLOUR}">'
             f"<title>{escape(name)}: {count} reads</title></rect>"
             f'<text x="{x + width / 2:.1f}" y="{PLOT_H - MARGIN_B + 14}" font-size="9" '
             f'text-anchor="middle">{escape(f"{bound:g}" if bound is not None else "more")}</text>'
@@ -168,7 +190,7 @@ def render_latency_svg(histogram: list[dict[str, Any]], limit_ms: float | None =
         if limit_ms is not None and lower < limit_ms <= (bound if bound is not None else 1e18):
             parts.append(
                 f'<line x1="{x + width / 2:.1f}" x2="{x + width / 2:.1f}" y1="{MARGIN_T}" '
-                f'y2="{MARGIN_T + inner_h}" stroke="#d62728" stroke-width="2" '
+                f'y2="{MARGIN_T + inner_h}" stroke="{FLOOR_COLOUR}" stroke-width="2" '
                 f'stroke-dasharray="4 3"><title>p99 limit {limit_ms:g} ms</title></line>'
             )
         lower = float(bound) if bound is not None else lower
@@ -212,12 +234,14 @@ def render_scaling_svg(points: list[dict[str, Any]], floor: float | None = None)
         "<title>linear scaling from 1 rank</title></polyline>"
     )
     line = " ".join(f"{x(r):.1f},{y(v):.1f}" for r, v in measured)
-    parts.append(f'<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="{line}"/>')
+    parts.append(
+        f'<polyline fill="none" stroke="{SERIES_COLOUR}" stroke-width="2" points="{line}"/>'
+    )
     by_ranks = {int(p["ranks"]): p for p in points}
     for r, v in measured:
         eff = by_ranks[r].get("efficiency")
         low = floor is not None and eff is not None and r > 1 and eff < floor
-        color = "#d62728" if low else "#1f77b4"
+        color = FLOOR_COLOUR if low else SERIES_COLOUR
         parts.append(
             f'<circle cx="{x(r):.1f}" cy="{y(v):.1f}" r="4" fill="{color}">'
             f"<title>{r} ranks: {v:.1f} samples/s, efficiency "
@@ -321,12 +345,6 @@ def _training_section(summary: dict[str, Any]) -> list[str]:
             )
         out.append("</table>")
     return out
-
-
-def _kind_class(link: str) -> str:
-    if link == "X":
-        return "k-self"
-    return "k-nv" if link.startswith("NV") else _KIND_CLASS.get(link, "")
 
 
 def render_topology(topo: dict[str, Any]) -> str:

@@ -1,0 +1,59 @@
+"""The HTML report looked at in a real browser: headless Chromium lays it out, and a full-page
+screenshot must show every figure drawn in its colours (the all-reduce curve, the read-latency
+histogram, the scaling curve, the topology matrix), for a node that passed and one that did
+not. The topology is a real public capture (tests/unit/data/topo/SOURCES.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import browser
+import pytest
+from test_report_training import _result, _summary
+
+from toolkit.acceptance.thresholds import AcceptanceSpec, effective
+from toolkit.acceptance.topology import report as topology_report
+from toolkit.report import render_html
+from toolkit.report.html import FAIL_OUTLINE, LINK_COLOURS, SERIES_COLOUR
+
+CAPTURE = Path(__file__).parent / "data" / "topo" / "h100-sxm-8.txt"
+PLOT_INK = {SERIES_COLOUR}
+LINK_INK = {c for kind, c in LINK_COLOURS.items() if kind != "X"}
+
+pytestmark = pytest.mark.skipif(
+    browser.chromium() is None and not os.environ.get("CI"),
+    reason="no Chromium here (scripts/setup-host installs it; CI requires it)",
+)
+
+
+def test_every_figure_of_the_report_renders_in_chromium(tmp_path: Path) -> None:
+    spec = effective(AcceptanceSpec(profile="h100-sxm-8")).topology
+    healthy = topology_report({"raw_output": CAPTURE.read_text(), "error": None}, spec)
+    # The same node with one NVLink pair fallen to SYS (what the lab's `topo` fault shows).
+    broken_text = CAPTURE.read_text().replace("NV18", "SYS", 1)
+    broken = topology_report({"raw_output": broken_text, "error": None}, spec)
+    assert healthy and broken and healthy["failing"] == [] and broken["failing"]
+    summary = _summary(_result(), _result(p99=205.0, latencies=[205.0] * 20))
+    for node, topo in zip(summary["nodes"], (healthy, broken), strict=True):
+        node["topology"] = topo
+        node["allreduce_rows"] = [
+            {"size_bytes": 1 << s, "busbw_gbps": 0.1 * s} for s in range(18, 25, 2)
+        ]
+    page = tmp_path / "report.html"
+    page.write_text(render_html(summary))
+
+    shot = browser.render(page)
+    (tmp_path / "report.png").write_bytes(shot.png)
+    kinds = [(f.kind, f.caption.split(",")[0]) for f in shot.figures]
+    assert len(kinds) == 8, kinds  # per node: all-reduce, latency, scaling, topology
+    assert sum(k == "table" for k, _ in kinds) == 2
+    for figure in shot.figures:
+        _x, y, width, height = figure.box
+        assert width > 100 and height > 50 and y + height <= shot.size[1], figure
+        ink = browser.ink(shot.png, figure.box, LINK_INK if figure.kind == "table" else PLOT_INK)
+        assert ink > 150, f"{figure.caption}: {ink} pixels of its colours on the screenshot"
+    # The broken pair is outlined in red in the second matrix only.
+    tables = [f for f in shot.figures if f.kind == "table"]
+    red = [browser.ink(shot.png, t.box, {FAIL_OUTLINE}) for t in tables]
+    assert red[0] == 0 and red[1] > 20, red
