@@ -217,6 +217,14 @@ def _floor_check(name: str, value: float | None, floor: float | None, unit: str)
     )
 
 
+def _floor_checks(
+    values: dict[str, Any], floors: tuple[tuple[str, str, float | None], ...], unit: str
+) -> list[Check]:
+    """One floor check per ``(check name, key of values, floor)`` whose floor is set."""
+    checks = (_floor_check(name, values.get(key), floor, unit) for name, key, floor in floors)
+    return [check for check in checks if check is not None]
+
+
 def _per_gpu(
     kind: str,
     entries: list[dict[str, Any]],
@@ -631,15 +639,14 @@ def _data_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
         return []
     if not data or data.get("error"):
         return [Check("data.run", False, (data or {}).get("error") or "not measured")]
-    checks = []
-    for name, key, floor in (
-        ("data.write", "write_mbps", spec.min_data_write_mbps),
-        ("data.read", "read_mbps", spec.min_data_read_mbps),
-    ):
-        check = _floor_check(name, data.get(key), floor, "MB/s")
-        if check is not None:
-            checks.append(check)
-    return checks
+    return _floor_checks(
+        data,
+        (
+            ("data.write", "write_mbps", spec.min_data_write_mbps),
+            ("data.read", "read_mbps", spec.min_data_read_mbps),
+        ),
+        "MB/s",
+    )
 
 
 def _ceiling_check(
@@ -740,14 +747,11 @@ def _checkpoint_checks(ckpt: dict[str, Any] | None, spec: AcceptanceSpec) -> lis
             floor=[],
         )
     ]
-    for name, key, floor in (
+    floors = (
         ("checkpoint.write", "write_mbps", spec.min_checkpoint_write_mbps),
         ("checkpoint.restore", "restore_mbps", spec.min_checkpoint_restore_mbps),
-    ):
-        check = _floor_check(name, ckpt.get(key), floor, "MB/s")
-        if check is not None:
-            checks.append(check)
-    return checks
+    )
+    return checks + _floor_checks(ckpt, floors, "MB/s")
 
 
 def _loop_checks(train: dict[str, Any] | None, spec: AcceptanceSpec) -> list[Check]:
