@@ -173,6 +173,13 @@ def test_two_healthy_nodes_are_ready(
     assert ring["ok"] and sorted(ring["hosts"]) == sorted(names)
     assert ring["p2p_gbps"]["0->1"] > 0 and ring["p2p_gbps"]["1->0"] > 0
     assert all(r["wrong"] == 0 for r in ring["rows"])
+    # The training loop across both nodes: 1 rank, then 2 ranks on 2 nodes, judged.
+    assert [(p["ranks"], p["nodes"]) for p in ring["scaling"]] == [(1, 1), (2, 2)], ring
+    scaling = next(c for c in ring["checks"] if c["name"] == "multinode.scaling")
+    assert scaling["ok"] and scaling["floor"] == 0.05 and scaling["measured"] > 0.05, scaling
+    print(f"\nscaling across 2 nodes: {scaling['message']}")
+    for host in names:
+        assert "multinode.scaling" in {c["name"] for c in _node(run, host)["checks"] if c["ok"]}
     assert run.all_ready
     for name in ("run.json", "report.html", "junit.xml"):
         assert (run.run_dir / name).is_file()
@@ -201,9 +208,9 @@ def test_two_healthy_nodes_are_ready(
     # are laid out and drawn in their colours on the screenshot.
     shot = browser.render(run.run_dir / "report.html")
     (tmp_path / "report.png").write_bytes(shot.png)
-    assert sorted(str(f.kind) for f in shot.figures) == ["svg"] * 3 * len(names) + ["table"] * len(
-        names
-    ), shot.figures
+    # Per node 3 plots and the matrix, and the scaling across the two nodes.
+    kinds = ["svg"] * (3 * len(names) + 1) + ["table"] * len(names)
+    assert sorted(str(f.kind) for f in shot.figures) == kinds, shot.figures
     for figure in shot.figures:
         colours = LINK_INK if figure.kind == "table" else {SERIES_COLOUR}
         assert browser.ink(shot.png, figure.box, colours) > 150, figure

@@ -13,6 +13,8 @@ import pytest
 
 from toolkit.acceptance.multinode import pairs, run_multi_node
 from toolkit.acceptance.thresholds import BusbwFloor
+from toolkit.report import render_html
+from toolkit.report.html import FLOOR_COLOUR
 
 FLOORS = [BusbwFloor(size="16MiB", min_busbw_gbps=0.04)]
 SIZE = 16 << 20
@@ -21,9 +23,17 @@ SIZE = 16 << 20
 class Network:
     """Each node sends at its own speed (GB/s); a ring goes at its slowest sender's speed."""
 
-    def __init__(self, speeds: dict[str, float], corrupt: set[str] | None = None) -> None:
+    def __init__(
+        self,
+        speeds: dict[str, float],
+        corrupt: set[str] | None = None,
+        loop: dict[str, float] | None = None,
+    ) -> None:
         self.speeds = speeds
         self.corrupt = corrupt or set()
+        # The training loop's efficiency per node (default: its link speed, at most 0.9): one
+        # rank per node, so a point of k ranks goes at the slowest of the first k nodes.
+        self.loop = loop or {h: min(0.9, s) for h, s in speeds.items()}
         self.calls: list[tuple[tuple[str, ...], bool]] = []
 
     def __call__(self, hosts: Sequence[str], p2p: bool) -> dict[str, Any]:
@@ -37,10 +47,19 @@ class Network:
                 {"size_bytes": SIZE, "busbw_gbps": slowest, "wrong": wrong, "correct": wrong == 0}
             ],
             "p2p_gbps": None,
+            "train": {"error": None, "scaling": {"points": self.points(hosts)}},
         }
         if p2p and len(hosts) == 2:
             section["p2p_gbps"] = {"0->1": self.speeds[hosts[0]], "1->0": self.speeds[hosts[1]]}
         return section
+
+    def points(self, hosts: Sequence[str]) -> list[dict[str, Any]]:
+        points = []
+        for k in range(1, len(hosts) + 1):
+            efficiency = min(self.loop[h] for h in hosts[:k]) if k > 1 else 1.0
+            rate = 100.0 * k * efficiency
+            points.append({"ranks": k, "nodes": k, "efficiency": efficiency, "samples_per_s": rate})
+        return points
 
 
 @pytest.mark.parametrize(
@@ -121,3 +140,63 @@ def test_single_node_has_no_multi_node_test() -> None:
     net = Network({"a": 1.0})
     report = run_multi_node(["a"], FLOORS, net)
     assert report.ring is None and net.calls == []
+
+
+def test_scaling_across_nodes_is_shown_and_judged_against_its_floor() -> None:
+    shown = run_multi_node(list("ab"), FLOORS, Network({"a": 1.0, "b": 1.0}))
+    check = next(c for c in shown.passed["a"] if c.name == "multinode.scaling")
+    assert check.ok and "0.90 at 2 ranks on 2 nodes" in check.message
+    assert "not judged" in check.message and check.floor is None
+    judged = run_multi_node(list("ab"), FLOORS, Network({"a": 1.0, "b": 1.0}), min_scaling=0.5)
+    check = next(c for c in judged.passed["b"] if c.name == "multinode.scaling")
+    assert check.ok and check.measured == 0.9 and ">= floor 0.5" in check.message
+    assert judged.ring is not None and judged.ring.to_dict()["scaling"][1]["efficiency"] == 0.9
+
+
+def test_a_node_that_scales_badly_is_isolated_though_its_link_is_fast() -> None:
+    """A node whose loop is slow (its data, its CPU) drags every set it is in: re-pairing
+    with a known-good node names it, and only it."""
+    loop = {"a": 0.9, "b": 0.9, "c": 0.2, "d": 0.9}
+    net = Network({h: 1.0 for h in "abcd"}, loop=loop)
+    report = run_multi_node(list("abcd"), FLOORS, net, min_scaling=0.5)
+    assert set(report.blame) == {"c"}
+    (check,) = report.blame["c"]
+    assert check.name == "multinode.scaling" and check.measured == 0.2 and check.floor == 0.5
+    assert "< floor 0.5" in check.message and "with known-good" in check.message
+    assert all(c.ok for c in report.passed["d"])
+
+
+def test_two_nodes_scaling_badly_with_even_directions_blames_both() -> None:
+    net = Network({"a": 1.0, "b": 1.0}, loop={"a": 0.9, "b": 0.1})
+    report = run_multi_node(["a", "b"], FLOORS, net, min_scaling=0.5)
+    assert set(report.blame) == {"a", "b"}
+    assert [c.name for c in report.blame["a"]] == ["multinode.scaling"]
+    assert "cannot be told apart" in report.blame["a"][0].message
+
+
+def test_a_set_without_the_loop_fails_scaling_only_where_a_floor_asks() -> None:
+    def no_loop(hosts: Sequence[str], p2p: bool) -> dict[str, Any]:
+        section = Network({h: 1.0 for h in hosts})(hosts, p2p)
+        section["train"] = {"error": "no loop across nodes: no data set on b"}
+        return section
+
+    shown = run_multi_node(["a", "b"], FLOORS, no_loop)
+    assert shown.blame == {}
+    judged = run_multi_node(["a", "b"], FLOORS, no_loop, min_scaling=0.5)
+    (check,) = judged.blame["a"]
+    assert check.name == "multinode.scaling" and not check.ok
+    assert "not measured: no loop across nodes: no data set on b" in check.message
+
+
+def test_the_report_draws_scaling_across_each_set_of_nodes() -> None:
+    """The ring's loop across nodes as a curve, a point below the floor in red, and the
+    check's message in the set's row."""
+    loop = {"a": 0.9, "b": 0.9, "c": 0.2, "d": 0.9}
+    report = run_multi_node(list("abcd"), FLOORS, Network({h: 1.0 for h in "abcd"}, loop=loop), 0.5)
+    html = render_html({"run_id": "r1", "nodes": [], "multinode": report.to_dict()})
+    assert html.count("<figcaption>scaling across ") == 1 + 2 + 2  # ring, pairs, re-pairs
+    ring = html.split("<figcaption>scaling across a + b + c + d</figcaption>")[1].split("</svg>")[0]
+    assert "3 ranks on 3 nodes: " in ring and "efficiency 0.20" in ring
+    # Points 3 and 4 include c: below the floor, drawn in its colour; 2 (a + b) is not.
+    assert ring.count(f'r="4" fill="{FLOOR_COLOUR}"') == 2
+    assert "<td>0.20 at 3 ranks on 3 nodes against 1 &lt; floor 0.5" in html

@@ -254,21 +254,19 @@ def test_driver_mismatch_is_reported(lab_env: Any, tmp_path: Path) -> None:
     assert versions["nvml_library"] == "12.550"
 
 
-def test_run_node_with_gloo(tmp_path: Path) -> None:
-    python = torch_python()
-    if python is None:
-        pytest.skip("no Python with torch (set GPUNODE_TORCH_PYTHON)")
-    spec = {
+def lab_spec(folder: Path) -> dict[str, Any]:
+    """A runner spec at lab sizes, everything under ``folder`` (data path and work folder)."""
+    return {
         "sizes": [1 << 16, 1 << 20],
         "iters": 2,
         "warmup_iters": 1,
         "cpu_ranks_per_node": 2,
         "kernel_log_command": "true",
-        "data_path": str(tmp_path),
+        "data_path": str(folder),
         "data_size_bytes": 4 << 20,
-        "workdir": str(tmp_path),
+        "workdir": str(folder),
         "packages": ["dpkg"],
-        "state_file": str(tmp_path / "state.json"),
+        "state_file": str(folder / "state.json"),
         # The training-shaped checks at lab sizes, run by the all-reduce's own ranks.
         "storage": {
             "files": 8,
@@ -287,6 +285,13 @@ def test_run_node_with_gloo(tmp_path: Path) -> None:
             "hidden": 64,
         },
     }
+
+
+def test_run_node_with_gloo(tmp_path: Path) -> None:
+    python = torch_python()
+    if python is None:
+        pytest.skip("no Python with torch (set GPUNODE_TORCH_PYTHON)")
+    spec = lab_spec(tmp_path)
     (tmp_path / "state.json").write_text('{"state": "provisioned", "stack_id": "abc"}')
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     env = dict(os.environ, PATH="/usr/bin:/bin")  # no nvidia-smi here: a CPU node
@@ -335,6 +340,53 @@ def test_run_node_with_gloo(tmp_path: Path) -> None:
     assert loop["gpu_util"]["measured"] is False and "CPU ranks" in loop["gpu_util"]["reason"]
     # The data set and checkpoint are gone; only the sequential test's folder stays empty.
     assert not list(tmp_path.glob(".gpunode-accept-train-*"))
+
+
+def test_the_loop_scales_across_two_nodes_each_reading_its_own_data(tmp_path: Path) -> None:
+    """Two ``allreduce`` launches on this machine stand for two nodes (one CPU rank each):
+    after the all-reduce the ranks run the loop at 1 and 2 ranks, the point of 2 spanning
+    both nodes, each node's loader reading the data set it wrote on its own data path."""
+    python = torch_python()
+    if python is None:
+        pytest.skip("no Python with torch (set GPUNODE_TORCH_PYTHON)")
+    port = nr.free_port()
+    procs = []
+    for rank in (0, 1):
+        folder = tmp_path / f"node{rank}"
+        folder.mkdir()
+        (folder / "spec.json").write_text(json.dumps(lab_spec(folder)))
+        argv = [python, str(RUNNER), "allreduce", "--nnodes", "2", "--node-rank", str(rank)]
+        argv += ["--nproc", "1", "--master-addr", "127.0.0.1", "--master-port", str(port)]
+        argv += ["--iters", "2", "--warmup", "1", "--timeout", "120", "--sizes", str(1 << 16)]
+        argv += ["--train-from", str(folder / "spec.json"), "--out", str(folder / "out.json")]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    for proc in procs:
+        output, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, output
+    result = json.loads((tmp_path / "node0" / "out.json").read_text())
+    assert result["error"] is None and result["ranks"] == 2
+    train = result["train"]
+    assert train["error"] is None and train["checkpoint"] is None, train
+    points = train["scaling"]["points"]
+    assert [(p["ranks"], p["nodes"]) for p in points] == [(1, 1), (2, 2)]
+    assert points[0]["efficiency"] == 1.0 and points[1]["efficiency"] > 0
+    assert train["loop"]["ranks"] == 2 and train["loop"]["nodes"] == 2
+    # Each node removed its data set and the ranks' train spec.
+    for rank in (0, 1):
+        folder = tmp_path / f"node{rank}"
+        assert not list(folder.glob(".gpunode-accept-train-*"))
+        assert not list(folder.glob("train-spec-*"))
+
+
+def test_a_node_without_its_data_path_runs_no_loop_and_says_why(tmp_path: Path) -> None:
+    spec = lab_spec(tmp_path / "absent")
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    loop = nr.prepare_loop(str(tmp_path / "spec.json"), [1 << 16])
+    assert loop["file"] is None and loop["storage"] is None
+    assert loop["error"] == f"no data path {tmp_path / 'absent'} here"
+    assert nr.prepare_loop(str(tmp_path / "nothing.json"), [1])["error"].startswith(
+        "cannot read spec"
+    )
 
 
 def test_runner_refuses_a_bad_spec(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.acceptance.thresholds import BusbwFloor
-from toolkit.acceptance.verdict import Check, allreduce_checks
+from toolkit.acceptance.verdict import Check, allreduce_checks, multi_node_scaling_check
 
 # A direction is "slow" when it moves less than this share of the faster direction: shaping
 # or a bad cable on one side shows as asymmetry, noise does not reach a factor of two.
@@ -41,6 +41,8 @@ class PairOutcome:
             "ok": self.ok,
             "rows": self.result.get("rows", []),
             "p2p_gbps": self.result.get("p2p_gbps"),
+            # The training loop across these nodes: efficiency against 1 rank per point.
+            "scaling": ((self.result.get("train") or {}).get("scaling") or {}).get("points"),
             "error": self.result.get("error"),
             "checks": [c.to_dict() for c in self.checks],
         }
@@ -79,12 +81,11 @@ class MultiNodeReport:
         }
 
 
-def _outcome(hosts: Sequence[str], result: dict[str, Any], floors: list[BusbwFloor]) -> PairOutcome:
-    return PairOutcome(tuple(hosts), result, allreduce_checks(result, floors, prefix="multinode"))
-
-
 def run_multi_node(
-    hosts: Sequence[str], floors: list[BusbwFloor], run_set: RunSet
+    hosts: Sequence[str],
+    floors: list[BusbwFloor],
+    run_set: RunSet,
+    min_scaling: float | None = None,
 ) -> MultiNodeReport:
     """Ring, then pairs, then re-pair suspects with a known-good node.
 
@@ -92,27 +93,34 @@ def run_multi_node(
         hosts: The group's nodes that passed their single-node checks, in inventory order.
         floors: The multi-node busbw floors.
         run_set: Runs one all-reduce over the given hosts (one rank set per node, launched
-            together) and returns rank 0's all-reduce section; the flag asks for the
-            point-to-point direction test (pairs only).
+            together), then the training loop at every scaling point, and returns rank 0's
+            section (all-reduce rows and ``train``); the flag asks for the point-to-point
+            direction test (pairs only).
+        min_scaling: The floor of the loop's efficiency across nodes (None: shown only).
 
     Returns:
         The report, with failed checks blamed on the responsible nodes only.
     """
+
+    def outcome_of(members: Sequence[str], p2p: bool) -> PairOutcome:
+        result = run_set(members, p2p)
+        checks = allreduce_checks(result, floors, prefix="multinode")
+        checks.append(multi_node_scaling_check(result, min_scaling))
+        return PairOutcome(tuple(members), result, checks)
+
     blame: dict[str, list[Check]] = {}
     if len(hosts) < 2:
         return MultiNodeReport(None, [], [], blame)
-    ring = _outcome(hosts, run_set(hosts, len(hosts) == 2), floors)
-    if len(hosts) == 2:
-        pair_outcomes = [ring]  # the ring of two nodes is their pair
-    else:
-        pair_outcomes = [_outcome(p, run_set(p, True), floors) for p in pairs(hosts)]
+    ring = outcome_of(hosts, len(hosts) == 2)
+    # The ring of two nodes is their pair.
+    pair_outcomes = [ring] if len(hosts) == 2 else [outcome_of(p, True) for p in pairs(hosts)]
     good = [h for p in pair_outcomes if p.ok for h in p.hosts]
     suspects = [h for p in pair_outcomes if not p.ok for h in p.hosts if h not in good]
     repairs: list[PairOutcome] = []
     if good:
         reference = good[0]
         for suspect in dict.fromkeys(suspects):
-            outcome = _outcome((reference, suspect), run_set((reference, suspect), True), floors)
+            outcome = outcome_of((reference, suspect), True)
             repairs.append(outcome)
             if not outcome.ok:
                 blame.setdefault(suspect, []).extend(
@@ -152,7 +160,8 @@ def _blame_by_direction(outcome: PairOutcome) -> list[tuple[str, Check]]:
     """
     a, b = outcome.hosts[0], outcome.hosts[1]
     failed = [c for c in outcome.checks if not c.ok]
-    slow_only = all(c.name.startswith("multinode.busbw@") for c in failed)
+    # Slow: below a busbw floor or scaling badly across the pair (both measure the link).
+    slow_only = all(c.name.startswith(("multinode.busbw@", "multinode.scaling")) for c in failed)
     p2p = outcome.result.get("p2p_gbps") or {}
     ab, ba = p2p.get("0->1"), p2p.get("1->0")
     if slow_only and ab and ba:

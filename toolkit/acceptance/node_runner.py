@@ -14,7 +14,9 @@ Subcommands:
   scaling from 1 to all GPUs).
 - ``allreduce --nnodes N --node-rank I --nproc P --master-addr A --master-port PORT ...``:
   the ranks of one node of a multi-node all-reduce (torch.distributed; ``nccl`` on GPUs,
-  ``gloo`` on the CPU); with ``--p2p`` two single-rank nodes also time each direction.
+  ``gloo`` on the CPU); with ``--p2p`` two single-rank nodes also time each direction; with
+  ``--train-from SPEC.json`` the ranks then run the training loop at 1, 2, 4 ... all ranks
+  of all nodes (scaling across nodes), each node reading its own data path.
 - ``worker``: one rank (internal; started by the two above); with ``--train SPEC.json`` it
   also restores the checkpoint (rank 0) and runs the loop at every scaling point.
 - ``framework --spec SPEC.json --out RESULT.json``: only the checks that need the framework
@@ -629,8 +631,9 @@ def worker(args: argparse.Namespace) -> int:
             train_spec = json.load(handle)
         started = time.perf_counter()
         try:
+            per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or world)
             train = train_phase(
-                torch, dist, rank, world, device, train_spec, shutil.which("nvidia-smi")
+                torch, dist, rank, world, per_node, device, train_spec, shutil.which("nvidia-smi")
             )
         except Exception as err:
             train = {"checkpoint": None, "loop": None, "scaling": None}
@@ -853,6 +856,9 @@ def launch_ranks(
         MASTER_ADDR=master_addr,
         MASTER_PORT=str(master_port),
         WORLD_SIZE=str(world),
+        # torchrun's name for the ranks of one node: the scaling points say how many nodes
+        # they span.
+        LOCAL_WORLD_SIZE=str(nproc),
         OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
     )
     for local in range(nproc):
@@ -1464,12 +1470,15 @@ def train_phase(
     dist: Any,
     rank: int,
     world: int,
+    per_node: int,
     device: Any,
     train: dict[str, Any],
     smi: str | None,
 ) -> dict[str, Any] | None:
     """On every rank: restore the checkpoint (rank 0, a process that did not write it), then
-    the loop and the all-reduce at 1, 2, 4 ... ``world`` ranks. Rank 0 returns the result."""
+    the loop and the all-reduce at 1, 2, 4 ... ``world`` ranks, ``per_node`` ranks on each
+    node (ranks are numbered node by node, so a point of ``k`` ranks spans the first
+    ``ceil(k / per_node)`` nodes). Rank 0 returns the result."""
     out: dict[str, Any] = {"checkpoint": None, "loop": None, "scaling": None, "error": None}
     checkpoint = train.get("checkpoint")
     if rank == 0 and checkpoint:
@@ -1516,6 +1525,7 @@ def train_phase(
             points.append(
                 {
                     "ranks": k,
+                    "nodes": -(-k // per_node),
                     "samples_per_s": k * int(train["steps"]) * int(train["batch"]) / step_s
                     if step_s > 0
                     else None,
@@ -1540,6 +1550,7 @@ def train_phase(
         "batch": int(train["batch"]),
         "sample_bytes": int(train["sample_bytes"]),
         "loader_workers": int(train["loader_workers"]),
+        "nodes": full["nodes"],
         "samples_per_s": full["samples_per_s"],
         "data_wait_share": full["data_wait_share"],
         "gpu_util": util,
@@ -1552,13 +1563,13 @@ def train_phase(
     return out
 
 
-def run_storage_checks(spec: dict[str, Any], torch: Any, data_path: str) -> dict[str, Any]:
-    """The framework process's part: the data set, the random reads and the checkpoint
-    write. The data set and checkpoint stay for the ranks; :func:`remove_storage` cleans up."""
+def loop_dataset(spec: dict[str, Any], data_path: str) -> dict[str, Any]:
+    """The data set the random reads and the loop read (``storage.files`` files of
+    ``storage.file_bytes``) in a folder of its own under ``data_path``; ``error`` when it
+    could not be written. :func:`remove_storage` removes it."""
     storage = spec["storage"]
     work = os.path.join(data_path, f".gpunode-accept-train-{os.getpid()}")
     out: dict[str, Any] = {"dir": work, "dataset": None, "reads": None, "checkpoint": None}
-    started = time.perf_counter()
     try:
         dataset = make_dataset(
             os.path.join(work, "samples"), int(storage["files"]), int(storage["file_bytes"])
@@ -1568,8 +1579,20 @@ def run_storage_checks(spec: dict[str, Any], torch: Any, data_path: str) -> dict
         return out
     out["dataset"] = {k: v for k, v in dataset.items() if k != "files"}
     out["files"] = dataset["files"]
+    out["error"] = None
+    return out
+
+
+def run_storage_checks(spec: dict[str, Any], torch: Any, data_path: str) -> dict[str, Any]:
+    """The framework process's part: the data set, the random reads and the checkpoint
+    write. The data set and checkpoint stay for the ranks; :func:`remove_storage` cleans up."""
+    storage = spec["storage"]
+    started = time.perf_counter()
+    out = loop_dataset(spec, data_path)
+    if out["error"]:
+        return out
     out["reads"] = random_reads(
-        dataset["files"],
+        out["files"],
         int(storage["file_bytes"]),
         int(storage["reads"]),
         int(storage["workers"]),
@@ -1578,9 +1601,8 @@ def run_storage_checks(spec: dict[str, Any], torch: Any, data_path: str) -> dict
     )
     if torch is not None:
         out["checkpoint"] = checkpoint_write(
-            torch, os.path.join(work, "checkpoint.pt"), int(storage["checkpoint_bytes"])
+            torch, os.path.join(out["dir"], "checkpoint.pt"), int(storage["checkpoint_bytes"])
         )
-    out["error"] = None
     out["duration_s"] = time.perf_counter() - started
     return out
 
@@ -2021,6 +2043,11 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--train", help="spec file of the training-shaped checks (JSON)")
         p.add_argument("--out")
         if name == "allreduce":
+            p.add_argument(
+                "--train-from",
+                help="the node's runner spec (JSON): write the loop's data set on its data "
+                "path and run the loop at every scaling point across the nodes",
+            )
             p.add_argument("--nnodes", type=int, required=True)
             p.add_argument("--node-rank", type=int, required=True)
             p.add_argument("--nproc", type=int, default=0, help="0: one per GPU, else CPU ranks")
@@ -2049,9 +2076,12 @@ def main(argv: list[str] | None = None) -> int:
     if device == "auto":
         device = "cuda" if cuda_gpus else "cpu"
     nproc = args.nproc or cuda_gpus or 1
+    loop: dict[str, Any] = {"storage": None, "file": args.train, "error": None}
     if torch is None:
         result: dict[str, Any] = {"engine": "torch", "rows": [], "error": "torch is not installed"}
     else:
+        if args.train_from:
+            loop = prepare_loop(args.train_from, args.sizes)
         out_file = f"{args.out}.rank0" if args.out else None
         result = launch_ranks(
             args.nnodes,
@@ -2066,11 +2096,39 @@ def main(argv: list[str] | None = None) -> int:
             args.timeout,
             out_file,
             p2p=args.p2p,
-            train=args.train,
+            train=loop["file"],
         )
+        if loop["error"] and result.get("train") is None:
+            result["train"] = {"error": loop["error"]}
+        remove_storage(loop["storage"])
+        if args.train_from and loop["file"]:
+            with contextlib.suppress(OSError):
+                os.unlink(loop["file"])
     if args.out:
         write_json(args.out, result)
     return 0
+
+
+def prepare_loop(spec_path: str, sizes: list[int]) -> dict[str, Any]:
+    """The multi-node loop's part on this node: its data set on the spec's data path and the
+    ranks' train spec (no checkpoint: each node's was restored in its own run).
+
+    Returns:
+        ``storage`` (for :func:`remove_storage`), ``file`` (the train spec, None when the
+        data set could not be written) and ``error``.
+    """
+    try:
+        with open(spec_path, encoding="utf-8") as handle:
+            spec = json.load(handle)
+    except (OSError, ValueError) as err:
+        return {"storage": None, "file": None, "error": f"cannot read spec {spec_path}: {err}"}
+    data_path = spec.get("data_path")
+    if not data_path or not spec.get("storage") or not os.path.isdir(data_path):
+        return {"storage": None, "file": None, "error": f"no data path {data_path} here"}
+    storage = loop_dataset(spec, data_path)
+    if storage["error"]:
+        return {"storage": storage, "file": None, "error": storage["error"]}
+    return {"storage": storage, "file": write_train_spec(spec, storage, sizes), "error": None}
 
 
 if __name__ == "__main__":

@@ -590,6 +590,12 @@ def _ensure_torch(plan: NodePlan, progress: Progress) -> str:
     return venv_py
 
 
+def _data_path(plan: NodePlan) -> str:
+    """The data disks' own mount point when the profile has them, else the floor's path."""
+    disks = plan.hardware.data_disks
+    return disks.mount_point if disks else plan.spec.data_path
+
+
 def _runner_spec(plan: NodePlan) -> dict[str, Any]:
     spec = plan.spec
     assert plan.expect is not None
@@ -603,10 +609,7 @@ def _runner_spec(plan: NodePlan) -> dict[str, Any]:
         "engine": spec.engine,
         "cpu_ranks_per_node": spec.cpu_ranks_per_node,
         "timeout_s": 900,
-        # The data disks' own mount point when the profile has them, else the floor's path.
-        "data_path": (
-            plan.hardware.data_disks.mount_point if plan.hardware.data_disks else spec.data_path
-        ),
+        "data_path": _data_path(plan),
         "data_size_bytes": parse_size(spec.data_test_size),
         # The training-shaped checks (node_runner.run_storage_checks and train_phase).
         "storage": {
@@ -657,8 +660,15 @@ def _stage_multi_node(
             progress(f"group {group}: fewer than 2 usable nodes; no multi-node test")
             continue
         run_set = _set_runner({p.host.name: p for p in usable}, usable[0].spec, run_id, progress)
-        floors = usable[0].spec.multi_node_allreduce
-        reports.append(run_multi_node([p.host.name for p in usable], floors, run_set))
+        spec = usable[0].spec
+        reports.append(
+            run_multi_node(
+                [p.host.name for p in usable],
+                spec.multi_node_allreduce,
+                run_set,
+                spec.min_multi_node_scaling_efficiency,
+            )
+        )
     if not reports:
         return None
     merged = MultiNodeReport(None, [], [], {})
@@ -707,6 +717,11 @@ def _launch_set(
     master = members[0].address
     out = f"{REMOTE_DIR}/multinode-{tag}.json"
     results: dict[int, Any] = {}
+    # The training loop across the nodes, each reading its own data path: only where every
+    # member could write its data set in its own run (a member without one would leave the
+    # others waiting in the loop's collectives).
+    no_data = [p.host.name for p in members if _storage_error(p)]
+    train = "" if no_data else f" --train-from {REMOTE_DIR}/spec.json"
 
     def launch(index: int) -> None:
         plan = members[index]
@@ -718,7 +733,8 @@ def _launch_set(
         )
         if plan.image:
             options = container_options(plan.host)
-            start = shlex.join(container_argv(plan.image, REMOTE_DIR, None, env, options))
+            argv = container_argv(plan.image, REMOTE_DIR, _data_path(plan), env, options)
+            start = shlex.join(argv)
         else:
             prefix = (
                 "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) if env else ""
@@ -730,6 +746,7 @@ def _launch_set(
             f"--master-port {port} --iters {spec.iters} --warmup {spec.warmup_iters} "
             f"--timeout 120 --out {out} --sizes {' '.join(str(s) for s in sizes)}"
             + (" --p2p" if p2p else "")
+            + train
         )
         try:
             res = plan.node.run(command, timeout=300)
@@ -752,8 +769,21 @@ def _launch_set(
     section = dict(results.get(0) or {})
     if errors:
         section.update(rows=[], error="; ".join(errors))
+    if no_data and not section.get("train"):
+        section["train"] = {
+            "error": f"no loop across nodes: no data set on {', '.join(no_data)} "
+            "(see its storage check)"
+        }
     section["run_id"] = run_id
     return section
+
+
+def _storage_error(plan: NodePlan) -> str | None:
+    """Why the node's own run wrote no data set (None: it did)."""
+    storage = (plan.result or {}).get("storage")
+    if not storage:
+        return "not measured"
+    return str(storage["error"]) if storage.get("error") else None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -134,6 +134,11 @@ class AcceptanceSpec(StrictModel):
     max_data_wait_share: float | None = Field(default=None, gt=0, lt=1)
     min_gpu_util_pct: float | None = Field(default=None, gt=0, le=100)
     min_scaling_efficiency: float | None = Field(default=None, gt=0, le=1)
+    # The same loop across the nodes of a multi-node run (`--multi-node`): the worst
+    # efficiency against 1 GPU at the points that span 2 or more nodes. It depends on the
+    # fabric and on the loop's gradient size against its compute, so no real profile sets it;
+    # a site sets the figure its fabric reaches.
+    min_multi_node_scaling_efficiency: float | None = Field(default=None, gt=0, le=1)
     # What `nvidia-smi topo -m` must show (toolkit/acceptance/topology.py); None: not judged.
     topology: TopologySpec | None = None
 

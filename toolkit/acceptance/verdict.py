@@ -802,38 +802,51 @@ def _loop_checks(train: dict[str, Any] | None, spec: AcceptanceSpec) -> list[Che
     elif not util.get("measured"):
         # Shown, never judged: say what was (not) measured rather than print a number.
         checks.append(Check("train.gpu_util", True, f"not judged: {util.get('reason')}"))
-    points = (train.get("scaling") or {}).get("points") or []
     if spec.min_scaling_efficiency is not None:
-        scored = [p for p in points if p.get("ranks", 0) > 1]
-        if not scored:
-            checks.append(
-                Check(
-                    "scaling.efficiency",
-                    True,
-                    "one GPU (or rank): nothing to scale",
-                    floor=spec.min_scaling_efficiency,
-                )
-            )
-        else:
-            worst = min(scored, key=lambda p: p.get("efficiency") or 0.0)
-            value = float(worst.get("efficiency") or 0.0)
-            ok = value >= spec.min_scaling_efficiency
-            checks.append(
-                Check(
-                    "scaling.efficiency",
-                    ok,
-                    f"{value:.2f} at {worst['ranks']} ranks against 1 "
-                    f"{'>=' if ok else '<'} floor {spec.min_scaling_efficiency} ("
-                    + ", ".join(
-                        f"{p['ranks']}: {float(p.get('efficiency') or 0):.2f}" for p in points
-                    )
-                    + ")",
-                    measured=round(value, 3),
-                    floor=spec.min_scaling_efficiency,
-                    unit="fraction",
-                )
-            )
+        points = (train.get("scaling") or {}).get("points") or []
+        checks.append(scaling_check("scaling.efficiency", points, spec.min_scaling_efficiency))
     return checks
+
+
+def scaling_check(
+    name: str, points: list[dict[str, Any]], floor: float | None, min_nodes: int = 1
+) -> Check:
+    """The worst scaling efficiency against 1 rank over the points of more than one rank
+    that span at least ``min_nodes`` nodes, against ``floor`` (None: shown, not judged)."""
+    scored = [p for p in points if p.get("ranks", 0) > 1 and int(p.get("nodes") or 1) >= min_nodes]
+    if not scored:
+        what = "one GPU (or rank)" if min_nodes == 1 else f"no point spans {min_nodes} nodes"
+        return Check(name, True, f"{what}: nothing to scale", floor=floor)
+    worst = min(scored, key=lambda p: p.get("efficiency") or 0.0)
+    value = float(worst.get("efficiency") or 0.0)
+    ok = floor is None or value >= floor
+    where = f"{worst['ranks']} ranks" + (
+        f" on {worst['nodes']} nodes" if int(worst.get("nodes") or 1) > 1 else ""
+    )
+    judged = (
+        "not judged (no floor set)" if floor is None else f"{'>=' if ok else '<'} floor {floor}"
+    )
+    return Check(
+        name,
+        ok,
+        f"{value:.2f} at {where} against 1 {judged} ("
+        + ", ".join(f"{p['ranks']}: {float(p.get('efficiency') or 0):.2f}" for p in points)
+        + ")",
+        measured=round(value, 3),
+        floor=floor,
+        unit="fraction",
+    )
+
+
+def multi_node_scaling_check(section: dict[str, Any], floor: float | None) -> Check:
+    """Scaling across nodes: the loop of a multi-node set (the runner's ``train`` section of
+    rank 0), judged at the points that span more than one node."""
+    train = section.get("train") or {}
+    if train.get("error") or not train.get("scaling"):
+        reason = train.get("error") or section.get("error") or "the ranks ran no training loop"
+        return Check("multinode.scaling", floor is None, f"not measured: {reason}", floor=floor)
+    points = train["scaling"].get("points") or []
+    return scaling_check("multinode.scaling", points, floor, min_nodes=2)
 
 
 def _topology_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:

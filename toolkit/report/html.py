@@ -197,9 +197,13 @@ def render_latency_svg(histogram: list[dict[str, Any]], limit_ms: float | None =
     return "".join(parts) + "</svg>"
 
 
-def render_scaling_svg(points: list[dict[str, Any]], floor: float | None = None) -> str:
+def render_scaling_svg(
+    points: list[dict[str, Any]], floor: float | None = None, min_nodes: int = 1
+) -> str:
     """Scaling as a curve: samples per second at 1, 2, 4 ... ranks against ideal linear
-    scaling from 1 rank, each point labelled with its efficiency."""
+    scaling from 1 rank, each point labelled with its efficiency; a point the floor judges
+    (more than one rank, at least ``min_nodes`` nodes) below it is drawn in the floor's
+    colour."""
     label = "training loop throughput against ranks"
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{PLOT_W}" height="{PLOT_H}" '
@@ -240,11 +244,13 @@ def render_scaling_svg(points: list[dict[str, Any]], floor: float | None = None)
     by_ranks = {int(p["ranks"]): p for p in points}
     for r, v in measured:
         eff = by_ranks[r].get("efficiency")
-        low = floor is not None and eff is not None and r > 1 and eff < floor
+        nodes = int(by_ranks[r].get("nodes") or 1)
+        low = floor is not None and eff is not None and r > 1 and nodes >= min_nodes and eff < floor
         color = FLOOR_COLOUR if low else SERIES_COLOUR
+        where = f"{r} ranks" + (f" on {nodes} nodes" if nodes > 1 else "")
         parts.append(
             f'<circle cx="{x(r):.1f}" cy="{y(v):.1f}" r="4" fill="{color}">'
-            f"<title>{r} ranks: {v:.1f} samples/s, efficiency "
+            f"<title>{where}: {v:.1f} samples/s, efficiency "
             f"{'-' if eff is None else f'{eff:.2f}'}</title></circle>"
             f'<text x="{x(r):.1f}" y="{PLOT_H - MARGIN_B + 15}" font-size="10" '
             f'text-anchor="middle">{r}</text>'
@@ -344,6 +350,38 @@ def _training_section(summary: dict[str, Any]) -> list[str]:
                 f"<td>{escape(str(check['message']))}</td></tr>"
             )
         out.append("</table>")
+    return out
+
+
+def _multinode_section(multinode: dict[str, Any]) -> list[str]:
+    """Every set of nodes tested together (ring, pairs, re-pairs): its outcome, the scaling
+    of the training loop across its nodes, and that scaling as a curve."""
+    sets = ([multinode["ring"]] if multinode.get("ring") else []) + multinode.get("pairs", [])
+    sets += multinode.get("repairs", [])
+    out = [
+        "<h2>Multi-node</h2><table><tr><th>set</th><th>ok</th>"
+        "<th>scaling across nodes</th><th>error</th></tr>"
+    ]
+    figures = []
+    for item in sets:
+        hosts = " + ".join(item["hosts"])
+        scaling: dict[str, Any] = next(
+            (c for c in item.get("checks") or [] if c["name"] == "multinode.scaling"), {}
+        )
+        out.append(
+            f"<tr><td>{escape(hosts)}</td><td>{item['ok']}</td>"
+            f"<td>{escape(str(scaling.get('message') or '-'))}</td>"
+            f"<td>{escape(str(item.get('error') or ''))}</td></tr>"
+        )
+        if item.get("scaling"):
+            figures.append(
+                f"<figure><figcaption>scaling across {escape(hosts)}</figcaption>"
+                f"{render_scaling_svg(item['scaling'], scaling.get('floor'), min_nodes=2)}"
+                "</figure>"
+            )
+    out.append("</table>")
+    if figures:
+        out.append(f"<div class='plots'>{''.join(figures)}</div>")
     return out
 
 
@@ -460,13 +498,6 @@ def render_html(summary: dict[str, Any]) -> str:
         out.append("<p>None: every node passed every check.</p>")
     multinode = summary.get("multinode")
     if multinode:
-        out.append("<h2>Multi-node</h2><table><tr><th>set</th><th>ok</th><th>error</th></tr>")
-        sets = ([multinode["ring"]] if multinode.get("ring") else []) + multinode.get("pairs", [])
-        for item in sets + multinode.get("repairs", []):
-            out.append(
-                f"<tr><td>{escape(' + '.join(item['hosts']))}</td><td>{item['ok']}</td>"
-                f"<td>{escape(str(item.get('error') or ''))}</td></tr>"
-            )
-        out.append("</table>")
+        out += _multinode_section(multinode)
     out.append("</body></html>")
     return "\n".join(out) + "\n"
