@@ -12,7 +12,8 @@ from pathlib import Path
 
 import browser
 import pytest
-from test_report_training import _result, _summary
+from shared_fixtures import healthy_training
+from test_report_training import _summary
 
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective
 from toolkit.acceptance.topology import report as topology_report
@@ -37,7 +38,7 @@ def test_every_figure_of_the_report_renders_in_chromium(tmp_path: Path) -> None:
     broken_text = CAPTURE.read_text().replace("NV18", "SYS", 1)
     broken = topology_report({"raw_output": broken_text, "error": None}, spec)
     assert healthy and broken and healthy["failing"] == [] and broken["failing"]
-    summary = _summary(_result(), _result(p99=205.0, latencies=[205.0] * 20))
+    summary = _summary(healthy_training(), healthy_training(p99_ms=205.0, latencies=[205.0] * 20))
     for node, topo in zip(summary["nodes"], (healthy, broken), strict=True):
         node["topology"] = topo
         node["allreduce_rows"] = [
