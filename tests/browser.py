@@ -15,9 +15,11 @@ import fcntl
 import io
 import json
 import os
+import select
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,15 +60,23 @@ def chromium() -> str | None:
 
 
 class _Pipe:
-    """The DevTools protocol over Chromium's pipe: commands and their replies."""
+    """The DevTools protocol over Chromium's pipe: commands and their replies, each awaited
+    for at most ``timeout`` seconds (a browser that never answers fails the test, not hangs it).
+    """
 
-    def __init__(self, send: Any, receive: Any) -> None:
+    def __init__(self, send: Any, receive: Any, timeout: float) -> None:
         self._send, self._receive = send, receive
+        self._timeout = timeout
         self._buffer = b""
         self._next = 0
 
-    def _message(self) -> dict[str, Any]:
+    def _message(self, awaited: str, deadline: float) -> dict[str, Any]:
         while b"\0" not in self._buffer:
+            ready, _, _ = select.select(
+                [self._receive], [], [], max(0.0, deadline - time.monotonic())
+            )
+            if not ready:
+                raise TimeoutError(f"chromium sent no {awaited} within {self._timeout:g} s")
             chunk = os.read(self._receive, 1 << 20)
             if not chunk:
                 raise RuntimeError("chromium closed its DevTools pipe")
@@ -81,8 +91,9 @@ class _Pipe:
         if session:
             request["sessionId"] = session
         os.write(self._send, json.dumps(request).encode() + b"\0")
+        deadline = time.monotonic() + self._timeout
         while True:
-            message = self._message()
+            message = self._message(f"reply to {method}", deadline)
             if message.get("id") == self._next:
                 if "error" in message:
                     raise RuntimeError(f"{method}: {message['error']}")
@@ -90,8 +101,9 @@ class _Pipe:
                 return result
 
     def wait_for(self, event: str, session: str) -> None:
+        deadline = time.monotonic() + self._timeout
         while True:
-            message = self._message()
+            message = self._message(f"{event} event", deadline)
             if message.get("method") == event and message.get("sessionId") == session:
                 return
 
@@ -109,6 +121,8 @@ def render(html_file: Path, timeout: float = 60.0) -> Rendered:
 
     Raises:
         RuntimeError: No Chromium, or it failed.
+        TimeoutError: Chromium left a command unanswered, or an awaited event unsent, for
+            ``timeout`` seconds.
     """
     binary = chromium()
     if binary is None:
@@ -131,7 +145,7 @@ def render(html_file: Path, timeout: float = 60.0) -> Rendered:
     os.close(to_browser_r)
     os.close(from_browser_w)
     try:
-        return _drive(_Pipe(to_browser_w, from_browser_r), html_file)
+        return _drive(_Pipe(to_browser_w, from_browser_r, timeout), html_file)
     finally:
         proc.kill()
         proc.wait(timeout=timeout)

@@ -1,4 +1,5 @@
-"""What several test tiers share: the shared captures, which Python has torch, lab facts.
+"""What several test tiers share: the shared captures, which Python has torch, lab facts, a
+healthy node's training sections and the checks the lab judges on them.
 
 The captures in ``../shared/fixtures`` beside the repository are not part of the project:
 tests read them there and skip cleanly when absent. (A module of its own, not conftest.py:
@@ -51,6 +52,86 @@ def lab_driver_packages() -> list[str]:
         entry = IndexEntry(name, version, spec.architecture, "", "", ", ".join(spec.depends))
         names += [n for n, v in entry.exact_depends() if v == version and n not in names]
     return names
+
+
+# The training-shaped checks (issue 13) that the shipped `lab` profile judges on every node.
+TRAINING_CHECKS = frozenset(
+    {
+        "storage.read_p99",
+        "storage.files_per_s",
+        "checkpoint.roundtrip",
+        "checkpoint.write",
+        "checkpoint.restore",
+        "train.data_wait",
+        "train.gpu_util",
+        "scaling.efficiency",
+    }
+)
+
+
+def healthy_training(p99_ms: float = 4.0, latencies: list[float] | None = None) -> dict[str, Any]:
+    """The runner's training sections of a healthy lab node (each call a fresh copy).
+
+    ``p99_ms`` and ``latencies`` (every read's time, ms) make its storage as slow as given; by
+    default 160 reads, the slowest ten at ``p99_ms``."""
+    from toolkit.acceptance import node_runner as nr
+
+    latencies = latencies or [0.3] * 150 + [p99_ms] * 10
+    return {
+        "storage": {
+            "path": "/data/.gpunode-accept-train-1",
+            "dataset": {"files": 32, "file_bytes": 1 << 20, "write_s": 0.2},
+            "reads": {
+                "cache": "o_direct",
+                "reads": len(latencies),
+                "workers": 4,
+                "min_read_bytes": 4096,
+                "max_read_bytes": 1 << 20,
+                "p50_ms": 0.3,
+                "p99_ms": p99_ms,
+                "max_ms": max(latencies),
+                "files_per_s": 4000.0,
+                "mbps": 900.0,
+                "histogram": nr.latency_histogram(latencies),
+                "error": None,
+            },
+            "error": None,
+        },
+        "checkpoint": {
+            "bytes": 16 << 20,
+            "tensors": 9,
+            "write_s": 0.1,
+            "write_mbps": 160.0,
+            "restore_s": 0.04,
+            "restore_mbps": 400.0,
+            "identical": True,
+            "mismatched": [],
+            "missing": [],
+            "unexpected": [],
+            "fresh_process": True,
+            "error": None,
+        },
+        "train": {
+            "checkpoint": None,
+            "loop": {
+                "ranks": 2,
+                "device": "cpu",
+                "steps": 5,
+                "batch": 4,
+                "loader_workers": 1,
+                "samples_per_s": 150.0,
+                "data_wait_share": 0.12,
+                "gpu_util": {"measured": False, "reason": "CPU ranks", "per_gpu": {}},
+            },
+            "scaling": {
+                "points": [
+                    {"ranks": 1, "samples_per_s": 100.0, "efficiency": 1.0},
+                    {"ranks": 2, "samples_per_s": 150.0, "efficiency": 0.75},
+                ]
+            },
+            "error": None,
+        },
+    }
 
 
 def run_cli(capsys: Any, *args: str) -> tuple[int, str, str]:

@@ -204,7 +204,7 @@ def test_bench_time_to_verdict(tmp_path: Path) -> None:
         for i, t in enumerate(nodes, 1):
             total = sum(v or 0.0 for v in t.values())
             print(
-                f"  {label}, node {i}: topology {_s(t['topology'])}, storage+checkpoint write "
+                f"  {label}, node {i}: topology {_ms(t['topology'])}, storage+checkpoint write "
                 f"{_s(t['storage'])}, restore+loop+scaling {_s(t['ranks'])} = {total:.2f}s"
             )
     for nodes in added.values():
@@ -225,3 +225,8 @@ def _training_seconds(result: dict[str, object]) -> dict[str, float | None]:
 
 def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}s"
+
+
+def _ms(value: float | None) -> str:
+    """Seconds in milliseconds: the topology query takes a few, which ``_s`` shows as 0.00s."""
+    return "-" if value is None else f"{value * 1000:.1f}ms"

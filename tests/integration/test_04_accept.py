@@ -23,6 +23,7 @@ from xml.etree import ElementTree as ET
 import browser
 import pytest
 import yaml
+from shared_fixtures import TRAINING_CHECKS
 
 from toolkit import cert
 from toolkit.acceptance.hooks import NodeMark, SlurmHook, local_runner, parse_scontrol_node
@@ -35,18 +36,6 @@ LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test")  # tests/integration/co
 # The ranks run in the lab group's training image (built once per session).
 pytestmark = pytest.mark.usefixtures("training_image")
 
-
-# The checks of issue 13 that the shipped `lab` profile judges on every node.
-TRAINING_CHECKS = {
-    "storage.read_p99",
-    "storage.files_per_s",
-    "checkpoint.roundtrip",
-    "checkpoint.write",
-    "checkpoint.restore",
-    "train.data_wait",
-    "train.gpu_util",
-    "scaling.efficiency",
-}
 # The topology matrix's link colours (X, the device itself, excluded).
 LINK_INK = {colour for kind, colour in LINK_COLOURS.items() if kind != "X"}
 

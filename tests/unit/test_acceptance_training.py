@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shared_fixtures import torch_python
+from shared_fixtures import TRAINING_CHECKS, healthy_training, torch_python
 
 from toolkit.acceptance import node_runner as nr
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective
@@ -169,65 +169,6 @@ def test_a_flipped_byte_fails_the_round_trip(round_trip: dict[str, Any]) -> None
 # --- verdicts -----------------------------------------------------------------------------
 
 
-def healthy_training() -> dict[str, Any]:
-    """The runner's training sections of a healthy lab node."""
-    return {
-        "storage": {
-            "path": "/data/.gpunode-accept-train-1",
-            "dataset": {"files": 32, "file_bytes": 1 << 20, "write_s": 0.2},
-            "reads": {
-                "cache": "o_direct",
-                "reads": 160,
-                "workers": 4,
-                "min_read_bytes": 4096,
-                "max_read_bytes": 1 << 20,
-                "p50_ms": 0.3,
-                "p99_ms": 4.0,
-                "max_ms": 9.0,
-                "files_per_s": 4000.0,
-                "mbps": 900.0,
-                "histogram": nr.latency_histogram([0.3] * 150 + [4.0] * 10),
-                "error": None,
-            },
-            "error": None,
-        },
-        "checkpoint": {
-            "bytes": 16 << 20,
-            "tensors": 9,
-            "write_s": 0.1,
-            "write_mbps": 160.0,
-            "restore_s": 0.04,
-            "restore_mbps": 400.0,
-            "identical": True,
-            "mismatched": [],
-            "missing": [],
-            "unexpected": [],
-            "fresh_process": True,
-            "error": None,
-        },
-        "train": {
-            "checkpoint": None,
-            "loop": {
-                "ranks": 2,
-                "device": "cpu",
-                "steps": 5,
-                "batch": 4,
-                "loader_workers": 1,
-                "samples_per_s": 150.0,
-                "data_wait_share": 0.12,
-                "gpu_util": {"measured": False, "reason": "CPU ranks", "per_gpu": {}},
-            },
-            "scaling": {
-                "points": [
-                    {"ranks": 1, "samples_per_s": 100.0, "efficiency": 1.0},
-                    {"ranks": 2, "samples_per_s": 150.0, "efficiency": 0.75},
-                ]
-            },
-            "error": None,
-        },
-    }
-
-
 def _named(checks: list[Check], name: str) -> Check:
     return next(c for c in checks if c.name == name)
 
@@ -235,16 +176,7 @@ def _named(checks: list[Check], name: str) -> Check:
 def test_healthy_training_sections_pass_the_lab_floors() -> None:
     checks = training_checks(healthy_training(), LAB)
     assert all(c.ok for c in checks), [c for c in checks if not c.ok]
-    assert {c.name for c in checks} == {
-        "storage.read_p99",
-        "storage.files_per_s",
-        "checkpoint.roundtrip",
-        "checkpoint.write",
-        "checkpoint.restore",
-        "train.data_wait",
-        "train.gpu_util",
-        "scaling.efficiency",
-    }
+    assert {c.name for c in checks} == TRAINING_CHECKS
     # The lab has no GPU utilisation floor: the check says what it did not judge.
     util = _named(checks, "train.gpu_util")
     assert util.message.startswith("not judged") and util.measured is None

@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from shared_fixtures import lab_driver_packages
 
 from toolkit.lab import catalog, repo
 from toolkit.lab.catalog import PackageSpec
@@ -46,8 +47,8 @@ DEBIAN_DRIVER = (
     "nvidia-driver-libs", "nvidia-persistenced",
 )  # fmt: skip
 # The parts of a build that the named packages pin exactly (Debian's packaging): the stack
-# lock adds them (`needed_by`, toolkit/stack/lock.py).
-COMPANIONS = ("nvidia-alternative", "libgl1-nvidia-glvnd-glx", "nvidia-egl-icd")
+# lock adds them (`needed_by`, toolkit/stack/lock.py), by the lock's own rule.
+COMPANIONS = tuple(name for name in lab_driver_packages() if name not in DEBIAN_DRIVER)
 EXPECTED_VERSIONS = {
     **{name: D550 | D580 for name in DEBIAN_DRIVER + COMPANIONS},
     "cuda-drivers-550": D550,

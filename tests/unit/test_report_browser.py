@@ -5,12 +5,15 @@ not. The topology is a real public capture (tests/unit/data/topo/SOURCES.md)."""
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import browser
 import pytest
-from test_report_training import _result, _summary
+from shared_fixtures import healthy_training
+from test_report_training import _summary
 
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective
 from toolkit.acceptance.topology import report as topology_report
@@ -21,12 +24,13 @@ CAPTURE = Path(__file__).parent / "data" / "topo" / "h100-sxm-8.txt"
 PLOT_INK = {SERIES_COLOUR}
 LINK_INK = {c for kind, c in LINK_COLOURS.items() if kind != "X"}
 
-pytestmark = pytest.mark.skipif(
+needs_chromium = pytest.mark.skipif(
     browser.chromium() is None and not os.environ.get("CI"),
     reason="no Chromium here (scripts/setup-host installs it; CI requires it)",
 )
 
 
+@needs_chromium
 def test_every_figure_of_the_report_renders_in_chromium(tmp_path: Path) -> None:
     spec = effective(AcceptanceSpec(profile="h100-sxm-8")).topology
     healthy = topology_report({"raw_output": CAPTURE.read_text(), "error": None}, spec)
@@ -34,7 +38,7 @@ def test_every_figure_of_the_report_renders_in_chromium(tmp_path: Path) -> None:
     broken_text = CAPTURE.read_text().replace("NV18", "SYS", 1)
     broken = topology_report({"raw_output": broken_text, "error": None}, spec)
     assert healthy and broken and healthy["failing"] == [] and broken["failing"]
-    summary = _summary(_result(), _result(p99=205.0, latencies=[205.0] * 20))
+    summary = _summary(healthy_training(), healthy_training(p99_ms=205.0, latencies=[205.0] * 20))
     for node, topo in zip(summary["nodes"], (healthy, broken), strict=True):
         node["topology"] = topo
         node["allreduce_rows"] = [
@@ -57,3 +61,23 @@ def test_every_figure_of_the_report_renders_in_chromium(tmp_path: Path) -> None:
     tables = [f for f in shot.figures if f.kind == "table"]
     red = [browser.ink(shot.png, t.box, {FAIL_OUTLINE}) for t in tables]
     assert red[0] == 0 and red[1] > 20, red
+
+
+def test_a_browser_that_never_sends_the_event_times_out() -> None:
+    """A DevTools pipe whose writer stays open and silent after an unrelated event: waiting
+    for the page's load event fails after the timeout, naming the event, instead of hanging."""
+    receive, chromium_writes = os.pipe()
+    chromium_reads, send = os.pipe()
+    try:
+        unrelated = {"method": "Page.frameNavigated", "sessionId": "s1", "params": {}}
+        os.write(chromium_writes, json.dumps(unrelated).encode() + b"\0")
+        pipe = browser._Pipe(send, receive, timeout=0.3)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"no Page.loadEventFired event within 0.3 s"):
+            pipe.wait_for("Page.loadEventFired", "s1")
+        with pytest.raises(TimeoutError, match=r"no reply to Page.navigate within 0.3 s"):
+            pipe.call("Page.navigate", "s1", url="about:blank")
+        assert 0.6 <= time.monotonic() - started < 10
+    finally:
+        for fd in (receive, chromium_writes, chromium_reads, send):
+            os.close(fd)

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from shared_fixtures import healthy_training
+
 from toolkit.acceptance import node_runner as nr
 from toolkit.acceptance.orchestrate import training_summary
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective
@@ -18,58 +20,6 @@ from toolkit.report import render_html, render_junit, write_reports
 from toolkit.report.html import render_latency_svg, render_scaling_svg
 
 LAB = effective(AcceptanceSpec(profile="lab"))
-
-
-def _result(p99: float = 4.0, latencies: list[float] | None = None) -> dict[str, Any]:
-    latencies = latencies or [0.3] * 150 + [p99] * 10
-    return {
-        "storage": {
-            "path": "/data/x",
-            "reads": {
-                "cache": "o_direct",
-                "reads": len(latencies),
-                "workers": 4,
-                "min_read_bytes": 4096,
-                "max_read_bytes": 1 << 20,
-                "p50_ms": 0.3,
-                "p99_ms": p99,
-                "max_ms": p99,
-                "files_per_s": 4000.0,
-                "mbps": 900.0,
-                "histogram": nr.latency_histogram(latencies),
-                "error": None,
-            },
-            "error": None,
-        },
-        "checkpoint": {
-            "bytes": 16 << 20,
-            "tensors": 9,
-            "write_s": 0.1,
-            "write_mbps": 160.0,
-            "restore_s": 0.04,
-            "restore_mbps": 400.0,
-            "identical": True,
-            "fresh_process": True,
-            "error": None,
-        },
-        "train": {
-            "loop": {
-                "ranks": 2,
-                "device": "cpu",
-                "loader_workers": 1,
-                "samples_per_s": 150.0,
-                "data_wait_share": 0.12,
-                "gpu_util": {"measured": False, "reason": "CPU ranks", "per_gpu": {}},
-            },
-            "scaling": {
-                "points": [
-                    {"ranks": 1, "samples_per_s": 100.0, "efficiency": 1.0},
-                    {"ranks": 2, "samples_per_s": 150.0, "efficiency": 0.75},
-                ]
-            },
-            "error": None,
-        },
-    }
 
 
 def _summary(*results: dict[str, Any]) -> dict[str, Any]:
@@ -129,7 +79,9 @@ def test_scaling_curve_with_ideal_line_and_efficiency() -> None:
 
 
 def test_html_shows_each_node_passed_or_not() -> None:
-    html = render_html(_summary(_result(), _result(p99=205.0, latencies=[205.0] * 20)))
+    html = render_html(
+        _summary(healthy_training(), healthy_training(p99_ms=205.0, latencies=[205.0] * 20))
+    )
     assert "<h2>Training-shaped checks</h2>" in html and "<script" not in html
     assert html.count("read latency distribution") == 2
     assert html.count("training loop throughput against ranks") == 2
@@ -141,7 +93,7 @@ def test_html_shows_each_node_passed_or_not() -> None:
 
 
 def test_junit_and_run_json_carry_the_new_checks(tmp_path: Path) -> None:
-    data = _summary(_result(), _result(p99=205.0, latencies=[205.0] * 20))
+    data = _summary(healthy_training(), healthy_training(p99_ms=205.0, latencies=[205.0] * 20))
     root = ET.fromstring(render_junit(data))
     suites = {s.get("name"): s for s in root.iter("testsuite")}
     names = {c.get("name") for c in suites["node-1"].iter("testcase")}
@@ -161,7 +113,7 @@ def test_training_summary_without_storage_is_none() -> None:
 
 
 def test_html_lists_the_all_reduce_at_each_scaling_point() -> None:
-    result = _result()
+    result = healthy_training()
     result["train"]["scaling"]["points"] = [
         {"ranks": 1, "samples_per_s": 100.0, "efficiency": 1.0, "allreduce_busbw_gbps": None},
         {"ranks": 2, "samples_per_s": 190.0, "efficiency": 0.95, "allreduce_busbw_gbps": 1.5},
@@ -169,4 +121,6 @@ def test_html_lists_the_all_reduce_at_each_scaling_point() -> None:
     ]
     html = render_html(_summary(result))
     assert "<td>all-reduce busbw by ranks</td><td>2: 1.500 GB/s</td>" in html
-    assert "<td>all-reduce busbw by ranks</td><td>-</td>" in render_html(_summary(_result()))
+    assert "<td>all-reduce busbw by ranks</td><td>-</td>" in render_html(
+        _summary(healthy_training())
+    )

@@ -435,7 +435,7 @@ def test_the_lock_pins_the_parts_a_locked_build_needs_exactly(tmp_path: Path, ke
         if name not in driver
     ]
     # The repository also carries a later build: apt alone would take its companions.
-    cuda = build_repo(
+    build_repo(
         tmp_path / "cuda",
         key,
         _debian_build("550.127.05", driver) + _debian_build("580.95.05", driver) + others,
@@ -469,7 +469,6 @@ def test_the_lock_pins_the_parts_a_locked_build_needs_exactly(tmp_path: Path, ke
         "nvidia-driver-libs=550.127.05-1 needs nvidia-egl-icd (= 550.127.05-1), which the "
         "repositories do not carry" in refused.value.message
     )
-    assert cuda.exists()
 
 
 @pytest.mark.parametrize(

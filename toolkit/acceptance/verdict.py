@@ -201,19 +201,29 @@ def allreduce_checks(
     return checks
 
 
-def _floor_check(name: str, value: float | None, floor: float | None, unit: str) -> Check | None:
+def _floor_check(
+    name: str,
+    value: float | None,
+    floor: float | None,
+    unit: str,
+    *,
+    at_most: bool = False,
+    what: str = "",
+) -> Check | None:
+    """A figure judged against its floor, or with ``at_most`` against a limit it must stay at
+    or below (``floor`` is then that limit); ``what`` leads the message. None without one."""
     if floor is None:
         return None
     if value is None:
         return Check(name, False, "not measured", floor=floor, unit=unit)
-    ok = value >= floor
+    if at_most:
+        ok = value <= floor
+        message = f"{what}{value:.3g} {unit} {'<=' if ok else '>'} limit {floor} {unit}"
+    else:
+        ok = value >= floor
+        message = f"{what}{value:.2f} {unit} {'>=' if ok else '<'} floor {floor} {unit}"
     return Check(
-        name,
-        ok,
-        f"{value:.2f} {unit} {'>=' if ok else '<'} floor {floor} {unit}",
-        measured=round(value, 3),
-        floor=floor,
-        unit=unit,
+        name, ok, message, measured=round(value, 4 if at_most else 3), floor=floor, unit=unit
     )
 
 
@@ -649,25 +659,6 @@ def _data_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
     )
 
 
-def _ceiling_check(
-    name: str, value: float | None, ceiling: float | None, unit: str, what: str = ""
-) -> Check | None:
-    """Like :func:`_floor_check` for a figure that must stay at or below its limit."""
-    if ceiling is None:
-        return None
-    if value is None:
-        return Check(name, False, "not measured", floor=ceiling, unit=unit)
-    ok = value <= ceiling
-    return Check(
-        name,
-        ok,
-        f"{what}{value:.3g} {unit} {'<=' if ok else '>'} limit {ceiling} {unit}",
-        measured=round(value, 4),
-        floor=ceiling,
-        unit=unit,
-    )
-
-
 def training_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
     """Storage under a training read pattern, the checkpoint round trip, the data-loader
     wait, GPU utilisation and scaling (the runner's ``storage``, ``checkpoint``, ``train``).
@@ -709,8 +700,13 @@ def training_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]
             f"-{format_size(int(reads.get('max_read_bytes') or 0))} by "
             f"{reads.get('workers')} workers, {cache}: "
         )
-        p99 = _ceiling_check(
-            "storage.read_p99", reads.get("p99_ms"), spec.max_read_p99_ms, "ms", detail + "p99 "
+        p99 = _floor_check(
+            "storage.read_p99",
+            reads.get("p99_ms"),
+            spec.max_read_p99_ms,
+            "ms",
+            at_most=True,
+            what=detail + "p99 ",
         )
         checks += [p99] if p99 else []
         files = _floor_check(
@@ -763,12 +759,13 @@ def _loop_checks(train: dict[str, Any] | None, spec: AcceptanceSpec) -> list[Che
         )
     loop = train["loop"]
     checks: list[Check] = []
-    wait = _ceiling_check(
+    wait = _floor_check(
         "train.data_wait",
         loop.get("data_wait_share"),
         spec.max_data_wait_share,
         "of step time",
-        f"{loop.get('ranks')} ranks, {loop.get('loader_workers')} loader workers: waiting ",
+        at_most=True,
+        what=f"{loop.get('ranks')} ranks, {loop.get('loader_workers')} loader workers: waiting ",
     )
     checks += [wait] if wait else []
     util = loop.get("gpu_util") or {}

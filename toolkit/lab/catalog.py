@@ -326,6 +326,25 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
     def ex(role: str, name: str) -> tuple[str, ...]:
         return _exclusive(families[role], name)
 
+    def lib(
+        name: str,
+        summary: str,
+        depends: tuple[str, ...] = (),
+        provides: tuple[str, ...] = (),
+        files: tuple[FileSpec, ...] = (),
+    ) -> PackageSpec:
+        """One of the build's libraries (Debian's non-free/libs), described as of driver v."""
+        return PackageSpec(
+            name=name,
+            version=av,
+            source=source,
+            section="non-free/libs",
+            description=f"{summary}\n Driver {v}.",
+            depends=depends,
+            provides=provides,
+            files=files,
+        )
+
     out.append(
         PackageSpec(
             name="firmware-nvidia-gsp",
@@ -343,12 +362,9 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
         )
     )
     out.append(
-        PackageSpec(
-            name="nvidia-alternative",
-            version=av,
-            source=source,
-            section="non-free/libs",
-            description=f"allows the selection of NVIDIA as GLX provider\n Driver {v}.",
+        lib(
+            "nvidia-alternative",
+            "allows the selection of NVIDIA as GLX provider",
             provides=(
                 "nvidia-alternative--kmod-alias",
                 f"nvidia-alternative-{v}",
@@ -360,16 +376,7 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
         ("libgl1-nvidia-glvnd-glx", "NVIDIA binary OpenGL/GLX library (GLVND variant)"),
         ("nvidia-egl-icd", "NVIDIA EGL installable client driver (ICD)"),
     ):
-        out.append(
-            PackageSpec(
-                name=name,
-                version=av,
-                source=source,
-                section="non-free/libs",
-                description=f"{summary}\n Driver {v}.",
-                depends=(alternative,),
-            )
-        )
+        out.append(lib(name, summary, depends=(alternative,)))
     out.append(
         PackageSpec(
             name="nvidia-kernel-support",
@@ -392,12 +399,9 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
         )
     )
     out.append(
-        PackageSpec(
-            name="libnvidia-ml1",
-            version=av,
-            source=source,
-            section="non-free/libs",
-            description=f"NVIDIA Management Library (NVML) runtime library\n Driver {v}.",
+        lib(
+            "libnvidia-ml1",
+            "NVIDIA Management Library (NVML) runtime library",
             depends=(alternative,),
             provides=(f"libnvidia-ml.so.1 (= {v})",),
             files=(
@@ -509,12 +513,9 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
         )
     )
     out.append(
-        PackageSpec(
-            name="nvidia-driver-cuda",
-            version=av,
-            source=source,
-            section="non-free/libs",
-            description=f"NVIDIA driver CUDA integration components\n Driver {v}.",
+        lib(
+            "nvidia-driver-cuda",
+            "NVIDIA driver CUDA integration components",
             depends=(
                 f"libcuda1 {pin}",
                 f"nvidia-smi {pin}",
