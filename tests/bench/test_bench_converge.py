@@ -1,13 +1,13 @@
-"""Benchmark: first converges on 1 and 3 bare nodes, and what a converge with nothing to do costs.
+"""Benchmark: first converges on 1 and 2 bare nodes, and what a converge with nothing to do costs.
 
-Printed, never asserted (only sanity is), on a fresh 4-node lab (each node one sparse 4 GiB
+Printed, never asserted (only sanity is), on a fresh 3-node lab (each node one sparse 4 GiB
 data disk, applied first: provision refuses a node without its data mount):
 
-- one ``provision`` converges node 1 from bare, one more converges nodes 2-4 together: the
-  first-converge figures and their 3-to-1 ratio show how the fleet scales on this machine
-  (3, not more: CI's whole run must stay under 45 minutes);
-- on 1 and on 3 nodes a no-op ``provision`` against ``ansible -m setup`` on the same nodes,
-  and ``drift`` on the 3, each as a ratio of plain fact gathering measured in the same run
+- one ``provision`` converges node 1 from bare, one more converges nodes 2-3 together: the
+  first-converge figures and their 2-to-1 ratio show how the fleet scales on this machine
+  (2, not more: CI's whole run must stay under 45 minutes, and this machine has 2 cores);
+- on 1 and on 2 nodes a no-op ``provision`` against ``ansible -m setup`` on the same nodes,
+  and ``drift`` on the 2, each as a ratio of plain fact gathering measured in the same run
   (the no-op converge reads its facts in one probe and skips every role: toolkit/converge.py).
 
 ``gpunode up`` from bare nodes to ready is timed by tests/integration/test_06_up.py.
@@ -50,15 +50,15 @@ def test_bench_converge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("GPUNODE_STATE_DIR", str(tmp_path / "state"))
     if lab_core.lab_state.load(NAME) is not None:
         lab_core.down(NAME)
-    spec = build_spec(name=NAME, nodes=4, disks=1, disk_size=4 * 1024**3, ca_bundle=None)
+    spec = build_spec(name=NAME, nodes=3, disks=1, disk_size=4 * 1024**3, ca_bundle=None)
     figures: dict[str, float] = {}
     try:
         state = lab_core.up(spec, inventory_dir=tmp_path / "inv")
         inv = tmp_path / "inv"
         names = [n.name for n in sorted(state.nodes, key=lambda n: n.index)]
-        sets = {1: names[:1], 3: names[1:4]}
-        one, three = ",".join(sets[1]), ",".join(sets[3])
-        disks = disks_flow.apply(inv, f"{one},{three}")
+        sets = {1: names[:1], 2: names[1:3]}
+        one, two = ",".join(sets[1]), ",".join(sets[2])
+        disks = disks_flow.apply(inv, f"{one},{two}")
         assert disks.ok, disks
         for count, hosts in sets.items():
             first = _timed(f"converge_{count}", figures, lambda h=hosts: converge(inv, ",".join(h)))
@@ -73,7 +73,7 @@ def test_bench_converge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
                 lambda h=hosts: run_module("ansible.builtin.setup", inv, limit=",".join(h)),
             )
             assert setup.ok and len(setup.results) == count
-        drift = _timed("drift_3", figures, lambda: read_drift(inv, three))
+        drift = _timed("drift_2", figures, lambda: read_drift(inv, two))
         assert drift.report["ok"], drift.report
     finally:
         if lab_core.lab_state.load(NAME) is not None:
@@ -81,9 +81,9 @@ def test_bench_converge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
     print("\nconverge benchmark (bare lab nodes, Debian 12, stack 550.127.05 / CUDA 12.4.1):")
     print(
-        f"  first converge (provision): 1 node {figures['converge_1']:6.1f} s, 3 nodes "
-        f"{figures['converge_3']:6.1f} s, 3-to-1 ratio "
-        f"{figures['converge_3'] / figures['converge_1']:.2f}"
+        f"  first converge (provision): 1 node {figures['converge_1']:6.1f} s, 2 nodes "
+        f"{figures['converge_2']:6.1f} s, 2-to-1 ratio "
+        f"{figures['converge_2'] / figures['converge_1']:.2f}"
     )
     for count in sets:
         print(
@@ -92,7 +92,7 @@ def test_bench_converge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
             f"no-op/setup {figures[f'noop_{count}'] / figures[f'setup_{count}']:.1f}x"
         )
     print(
-        f"  drift on 3: {figures['drift_3']:5.1f} s, "
-        f"drift/setup {figures['drift_3'] / figures['setup_3']:.1f}x"
+        f"  drift on 2: {figures['drift_2']:5.1f} s, "
+        f"drift/setup {figures['drift_2'] / figures['setup_2']:.1f}x"
     )
     assert all(value > 0 for value in figures.values())

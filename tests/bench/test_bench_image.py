@@ -1,9 +1,11 @@
 """Benchmark: the training image: cold build, cached rebuild, normalisation's share of the
 build, image size, and distribution over SSH to 1 and 2 nodes.
 
-Printed, never asserted (only sanity is). It runs against the shared lab of the integration
-tier (``$GPUNODE_TEST_LAB``, provisioned by test_03: Docker on its nodes), so it belongs to
-the same pytest session as tests/integration, as scripts/test runs it.
+Printed, never asserted, except for what distribution must do (it is the test of pushing over
+SSH: each node loads the image once, a second push finds it everywhere and sends nothing).
+It runs against the shared lab of the integration tier (``$GPUNODE_TEST_LAB``, provisioned
+by test_03: Docker on its nodes), so it belongs to the same pytest session as
+tests/integration, as scripts/test runs it.
 """
 
 from __future__ import annotations
@@ -51,7 +53,13 @@ def test_bench_image() -> None:
     two = push(cold.image_id, hosts, tag=recipe.tag)
     to_two = time.perf_counter() - start
     again = push(cold.image_id, hosts, tag=recipe.tag)
-    assert one.ok and two.ok and two.transferred == 2 and again.transferred == 0
+    assert one.ok and two.ok, [n.error for n in [*one.nodes, *two.nodes]]
+    assert [n.action for n in two.nodes] == ["loaded", "loaded"] and two.transferred == 2
+    for host in hosts:
+        held = lab_core.ssh_run(LAB, host.name, "docker images --no-trunc --format '{{.ID}}'")
+        assert cold.image_id in held.stdout, host.name
+    assert again.ok and again.transferred == 0
+    assert [(n.action, n.bytes_sent) for n in again.nodes] == [("present", 0), ("present", 0)]
     print("\ntraining image (lab: Debian 12 base, CPU torch, stand-in NCCL; classic builder):")
     print(f"  cold build (no cache): {cold.build_seconds:.1f}s")
     print(f"  cached rebuild: {cached.build_seconds:.1f}s")

@@ -3,7 +3,9 @@ the ID and its second NCCL is reported, distribution over SSH and through a real
 and acceptance inside the image on nodes whose container runtime works or does not.
 
 Runs after 03 (provision: Docker on the nodes) and 04 (accept); the image is built once per
-session (conftest ``training_image``).
+session (conftest ``training_image``). Distribution over SSH to two nodes, and a second push
+that sends nothing, is run and asserted by tests/bench/test_bench_image.py, which times it
+(one push to two nodes costs about a minute here: it is not run twice).
 """
 
 from __future__ import annotations
@@ -142,21 +144,6 @@ def test_changed_nccl_pin_changes_the_id_and_inspect_reports_two_nccls(
         client = docker_client()
         client.images.remove(other["image_id"], force=True)
         client.images.get(training_image.image_id).tag(training_image.tag)
-
-
-@pytest.mark.lab
-def test_push_over_ssh_to_two_nodes_then_nothing_to_send(lab: Any, training_image: Any) -> None:
-    image_id = training_image.image_id
-    for node in (1, 2):
-        _drop_image(lab, node, image_id)
-    first = push(image_id, _hosts(lab), tag=training_image.tag)
-    assert first.ok, [n.error for n in first.nodes]
-    assert [n.action for n in first.nodes] == ["loaded", "loaded"]
-    for node in (1, 2):
-        assert image_id in _node_ids(lab, node)
-    second = push(image_id, _hosts(lab), tag=training_image.tag)
-    assert second.ok and second.transferred == 0
-    assert [(n.action, n.bytes_sent) for n in second.nodes] == [("present", 0), ("present", 0)]
 
 
 @pytest.fixture
