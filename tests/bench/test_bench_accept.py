@@ -12,6 +12,7 @@ import subprocess
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -151,6 +152,7 @@ def test_bench_time_to_verdict(tmp_path: Path) -> None:
         lab_core.down(LAB_NAME)
     figures: dict[str, float] = {}
     added: dict[str, list[dict[str, float | None]]] = {}
+    across: list[dict[str, Any]] = []
     try:
         spec = build_spec(name=LAB_NAME, nodes=2, disks=0, disk_size=1024**3, ca_bundle=None)
         lab_core.up(spec, inventory_dir=tmp_path / "lab")
@@ -188,6 +190,10 @@ def test_bench_time_to_verdict(tmp_path: Path) -> None:
                 p.error for p in run.plans
             ]
             added[label] = [_training_seconds(p.result or {}) for p in run.plans]
+            if multi:
+                assert run.multinode is not None, [p.error for p in run.plans]
+                across = run.multinode["pairs"][0]["scaling"]
+                assert across and across[-1]["nodes"] == 2, run.multinode
     finally:
         if lab_core.lab_state.load(LAB_NAME) is not None:
             lab_core.down(LAB_NAME)
@@ -207,6 +213,15 @@ def test_bench_time_to_verdict(tmp_path: Path) -> None:
                 f"  {label}, node {i}: topology {_ms(t['topology'])}, storage+checkpoint write "
                 f"{_s(t['storage'])}, restore+loop+scaling {_s(t['ranks'])} = {total:.2f}s"
             )
+    # Scaling across nodes (`--multi-node`): the loop at each point of the ring, as rank 0
+    # timed it, after the ring's all-reduce.
+    points = ", ".join(
+        f"{p['ranks']} ranks on {p['nodes']} node(s) {p['duration_s']:.2f}s"
+        f" (efficiency {p['efficiency']:.2f})"
+        for p in across
+    )
+    print(f"loop across nodes, 2 nodes with --multi-node: {points}")
+    print(f"  = {sum(p['duration_s'] for p in across):.2f}s added to the ring")
     for nodes in added.values():
         assert all(None not in t.values() for t in nodes), added
 
