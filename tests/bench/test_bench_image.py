@@ -1,5 +1,5 @@
 """Benchmark: the training image: cold build, cached rebuild, normalisation's share of the
-build, image size, and distribution over SSH to 1 and 2 nodes.
+build, image size, and distribution over SSH to 2 nodes (each node's own time too).
 
 Printed, never asserted, except for what distribution must do (it is the test of pushing over
 SSH: each node loads the image once, a second push finds it everywhere and sends nothing).
@@ -46,14 +46,10 @@ def test_bench_image() -> None:
     for host in hosts:
         drop(host.name)
     start = time.perf_counter()
-    one = push(cold.image_id, hosts[:1], tag=recipe.tag)
-    to_one = time.perf_counter() - start
-    drop(hosts[0].name)
-    start = time.perf_counter()
     two = push(cold.image_id, hosts, tag=recipe.tag)
     to_two = time.perf_counter() - start
     again = push(cold.image_id, hosts, tag=recipe.tag)
-    assert one.ok and two.ok, [n.error for n in [*one.nodes, *two.nodes]]
+    assert two.ok, [n.error for n in two.nodes]
     assert [n.action for n in two.nodes] == ["loaded", "loaded"] and two.transferred == 2
     for host in hosts:
         held = lab_core.ssh_run(LAB, host.name, "docker images --no-trunc --format '{{.ID}}'")
@@ -69,6 +65,9 @@ def test_bench_image() -> None:
         f"{100 * cached.normalise_seconds / cached.build_seconds:.0f}% of the cached one"
     )
     print(f"  image size (uncompressed layers): {cold.size / 1e6:.0f} MB")
-    print(f"  distribution over SSH to 1 node: {to_one:.1f}s")
-    print(f"  distribution over SSH to 2 nodes: {to_two:.1f}s")
+    print(
+        f"  distribution over SSH to 2 nodes: {to_two:.1f}s (one save, loads in parallel: "
+        + ", ".join(f"{n.host} {n.seconds:.1f}s" for n in two.nodes)
+        + ")"
+    )
     print(f"  second push (every node holds it): {again.seconds:.1f}s")
