@@ -720,7 +720,7 @@ def _launch_set(
     # The training loop across the nodes, each reading its own data path: only where every
     # member could write its data set in its own run (a member without one would leave the
     # others waiting in the loop's collectives).
-    no_data = [p.host.name for p in members if _storage_error(p)]
+    no_data = [p.host.name for p in members if not _wrote_data_set(p)]
     train = "" if no_data else f" --train-from {REMOTE_DIR}/spec.json"
 
     def launch(index: int) -> None:
@@ -778,12 +778,10 @@ def _launch_set(
     return section
 
 
-def _storage_error(plan: NodePlan) -> str | None:
-    """Why the node's own run wrote no data set (None: it did)."""
+def _wrote_data_set(plan: NodePlan) -> bool:
+    """Whether the node's own run wrote its data set (its storage check says why not)."""
     storage = (plan.result or {}).get("storage")
-    if not storage:
-        return "not measured"
-    return str(storage["error"]) if storage.get("error") else None
+    return bool(storage) and not storage.get("error")
 
 
 # ---------------------------------------------------------------------------------------------
