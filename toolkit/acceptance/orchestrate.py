@@ -780,7 +780,7 @@ def _launch_set(
 
 def _wrote_data_set(plan: NodePlan) -> bool:
     """Whether the node's own run wrote its data set (its storage check says why not)."""
-    storage = (plan.result or {}).get("storage")
+    storage = (plan.result or {}).get("storage") or {}
     return bool(storage) and not storage.get("error")
 
 
