@@ -52,6 +52,8 @@ class Rendered:
     png: bytes
     figures: list[Figure]
     size: tuple[int, int]
+    scroll_width: int  # the page's laid-out width: above the window's, a horizontal scrollbar
+    text: str  # what a person reads on the page (document.body.innerText)
 
 
 def chromium() -> str | None:
@@ -116,7 +118,7 @@ def _high(*fds: int) -> tuple[int, ...]:
     return moved
 
 
-def render(html_file: Path, timeout: float = 60.0) -> Rendered:
+def render(html_file: Path, timeout: float = 60.0, width: int = WIDTH) -> Rendered:
     """Load ``html_file`` in headless Chromium and take a full-page screenshot.
 
     Raises:
@@ -145,7 +147,7 @@ def render(html_file: Path, timeout: float = 60.0) -> Rendered:
     os.close(to_browser_r)
     os.close(from_browser_w)
     try:
-        return _drive(_Pipe(to_browser_w, from_browser_r, timeout), html_file)
+        return _drive(_Pipe(to_browser_w, from_browser_r, timeout), html_file, width)
     finally:
         proc.kill()
         proc.wait(timeout=timeout)
@@ -154,14 +156,14 @@ def render(html_file: Path, timeout: float = 60.0) -> Rendered:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def _drive(pipe: _Pipe, html_file: Path) -> Rendered:
+def _drive(pipe: _Pipe, html_file: Path, width: int) -> Rendered:
     target = pipe.call("Target.createTarget", url="about:blank")["targetId"]
     session = pipe.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
     pipe.call("Page.enable", session)
     pipe.call(
         "Emulation.setDeviceMetricsOverride",
         session,
-        width=WIDTH,
+        width=width,
         height=900,
         deviceScaleFactor=1,
         mobile=False,
@@ -177,7 +179,7 @@ def _drive(pipe: _Pipe, html_file: Path) -> Rendered:
     pipe.call(
         "Emulation.setDeviceMetricsOverride",
         session,
-        width=WIDTH,
+        width=width,
         height=height,
         deviceScaleFactor=1,
         mobile=False,
@@ -186,8 +188,10 @@ def _drive(pipe: _Pipe, html_file: Path) -> Rendered:
         Figure(f["caption"].strip(), f["kind"], tuple(f["box"]))
         for f in json.loads(evaluate(_FIGURES))
     ]
+    scroll_width = int(evaluate("document.documentElement.scrollWidth"))
+    text = str(evaluate("document.body.innerText"))
     shot = pipe.call("Page.captureScreenshot", session, format="png", captureBeyondViewport=True)
-    return Rendered(base64.b64decode(shot["data"]), figures, (WIDTH, height))
+    return Rendered(base64.b64decode(shot["data"]), figures, (width, height), scroll_width, text)
 
 
 def ink(png: bytes, box: tuple[float, float, float, float], colours: set[str]) -> int:

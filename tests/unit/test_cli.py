@@ -63,3 +63,20 @@ def test_keyboard_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SystemExit) as exit_info:
         cli.main([])
     assert exit_info.value.code == 130
+
+
+def test_messages_are_never_broken_or_read_as_markup(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A builder's step line or a URL passes through whole, even on a narrow terminal."""
+    from toolkit.cli import output
+
+    monkeypatch.setattr(output.err_console, "_width", 40)
+    step = "Step 1/9 : FROM sha256:" + "d146df88ef78" * 5
+    output.say(step)
+    output.say("see [bold]http://10.0.0.2/compute/cuda/repos/debian12/x86_64/[/bold]")
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        step,
+        "see [bold]http://10.0.0.2/compute/cuda/repos/debian12/x86_64/[/bold]",
+    ]

@@ -84,3 +84,15 @@ def test_help_lists_the_lab_commands(capsys: pytest.CaptureFixture[str]) -> None
     assert code == 0
     for command in ("up", "status", "ssh", "down", "fault", "restart"):
         assert command in out
+
+
+def test_every_fault_is_listed_by_both_helps(capsys: pytest.CaptureFixture[str]) -> None:
+    """`lab fault --help` explains, and `lab up --help` names, every fault of the one registry."""
+    from toolkit.lab.hardware import FAULTS
+
+    _code, fault_help, _err = _run(capsys, "fault", "--help")
+    _code, up_help, _err = _run(capsys, "up", "--help")
+    for name, meaning in FAULTS.items():
+        assert f"  {name} " in fault_help, name
+        assert " ".join(meaning.split())[:30] in " ".join(fault_help.split()), name
+        assert name in " ".join(up_help.split()), name

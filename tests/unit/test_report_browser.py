@@ -13,11 +13,14 @@ from pathlib import Path
 import browser
 import pytest
 from shared_fixtures import healthy_training
+from test_report_fleet import _node as _fleet_node
+from test_report_fleet import _record as _fleet_record
 from test_report_training import _summary
 
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective
 from toolkit.acceptance.topology import report as topology_report
 from toolkit.report import render_html
+from toolkit.report.fleet import fleet_history, render_fleet_html
 from toolkit.report.html import FAIL_OUTLINE, LINK_COLOURS, SERIES_COLOUR
 
 CAPTURE = Path(__file__).parent / "data" / "topo" / "h100-sxm-8.txt"
@@ -81,3 +84,53 @@ def test_a_browser_that_never_sends_the_event_times_out() -> None:
     finally:
         for fd in (receive, chromium_writes, chromium_reads, send):
             os.close(fd)
+
+
+@needs_chromium
+def test_the_fleet_report_fits_the_window_and_reads_as_text(tmp_path: Path) -> None:
+    """The fleet report at 1280 px: no horizontal scrollbar, and a measured value made of one
+    record per GPU reads as text (``gpu: 0, max: 5/16``), not a Python repr."""
+    pcie = [
+        {"gpu": g, "max": [5, 16], "idle": [1, 16], "under_load": [5, 16] if g else [3, 8]}
+        for g in range(8)
+    ]
+    node = _fleet_node("node-1", 0.9, True)
+    node["checks"] += [
+        {
+            "name": "health.pcie",
+            "ok": False,
+            "message": "GPU 0: under load Gen3 x8 < max Gen5 x16"
+            + " | "
+            + "; ".join(
+                f"GPU {g} (00000000:{g:02X}:00.0): max Gen5 x16, under load "
+                "not measured, idle Gen5 x16 (not judged)"
+                for g in range(2)
+            ),
+            "measured": pcie,
+            "floor": [5, 16],
+        },
+        {
+            "name": "versions.nccl_loaded",
+            "ok": True,
+            "measured": "2.21.5",
+            "floor": "2.21.5",
+            "message": "the framework loads NCCL 2.21.5 (/usr/local/lib/python3.11/dist-packages/"
+            "nvidia/nccl/lib/libnccl.so.2), pinned 2.21.5",
+        },
+        {
+            "name": "container.start",
+            "ok": True,
+            "message": "ranks ran in sha256:9d260d6f11d0",
+            "measured": "sha256:9d260d6f11d04222cdec26620dc06c3d67f22ac17caad36b22b9f8331069b5ad",
+            "floor": None,
+        },
+    ]  # the checks of a lab node's real run, as run.json records them
+    runs_dir = tmp_path / "runs"
+    _fleet_record(runs_dir, 0, [node])
+    page = tmp_path / "fleet.html"
+    page.write_text(render_fleet_html("inventories/lab", fleet_history(runs_dir, ["node-1"])))
+
+    shot = browser.render(page, width=1280)
+    assert shot.scroll_width <= 1280, f"the page is {shot.scroll_width} px wide in a 1280 window"
+    assert "gpu: 0, max: 5/16, idle: 1/16, under load: 3/8" in shot.text
+    assert "{'" not in shot.text and "[{" not in shot.text

@@ -141,7 +141,7 @@ def test_junit_carries_the_topology_checks() -> None:
     root = ET.fromstring(render_junit(data))
     failure = root.find(".//testcase[@name='topology.gpu_link']/failure")
     assert failure is not None and "GPU2-GPU6 SYS" in failure.get("message", "")
-    assert "floor: 'NV18'" in (failure.text or "")
+    assert "measured: pair: GPU2/GPU6, link: SYS; floor: NV18" in (failure.text or "")
 
 
 def test_svg_points_follow_the_data() -> None:

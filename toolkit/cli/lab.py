@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,22 @@ name_option = click.option(
     help="Lab name: namespaces containers, network, disks and state (env GPUNODE_LAB_NAME).",
 )
 
-FAULT_HELP = (
-    f"Faults: {', '.join(FAULTS)} (a missing GPU, uncorrectable ECC errors, an XID in the "
-    "kernel log, a downgraded PCIe link, a shaped slow network link, throttled data disks)"
-)
+FAULT_HELP = f"Faults: {', '.join(FAULTS)} (each explained by 'gpunode lab fault --help')"
+
+
+def _fault_list() -> str:
+    """Every fault the lab knows and what it does, from the one registry (toolkit.lab.hardware)."""
+    width = max(len(name) for name in FAULTS)
+    lines = [
+        textwrap.fill(
+            meaning,
+            width=88,
+            initial_indent=f"  {name.ljust(width)}  ",
+            subsequent_indent=" " * (width + 4),
+        )
+        for name, meaning in FAULTS.items()
+    ]
+    return "\b\nFaults:\n" + "\n".join(lines)
 
 
 @click.group()
@@ -159,21 +172,13 @@ def down(name: str, as_json: bool) -> None:
     say(f"lab {name} is down")
 
 
-@lab.command()
+@lab.command(epilog=_fault_list())
 @name_option
 @click.argument("node")
 @click.argument("faults", nargs=-1)
 @click.option("--clear", is_flag=True, help="Clear every fault of the node.")
 def fault(name: str, node: str, faults: tuple[str, ...], clear: bool) -> None:
-    """Set the faults of a running NODE (replacing its earlier ones), or --clear them.
-
-    \b
-    missing-gpu  one GPU is absent (nvidia-smi lists one fewer)
-    ecc          uncorrectable ECC errors and a pending row remap on one GPU
-    xid          an XID event in the node's kernel log (again at every boot)
-    pcie         one GPU's PCIe link trained down (Gen3 x8)
-    slow-net     the node's interface shaped to --slow-net-rate (real traffic shaping)
-    """
+    """Set the faults of a running NODE (replacing its earlier ones), or --clear them."""
     if clear == bool(faults):
         raise click.UsageError("give one or more faults, or --clear")
     changed = lab_core.set_faults(name, node, list(faults))

@@ -55,8 +55,10 @@ def emit_error_json(kind: str, message: str, exit_code: int) -> None:
 
 
 def say(message: str) -> None:
-    """A message for people (stderr)."""
-    err_console.print(message)
+    """A message for people (stderr), as plain text: never read as markup, and never broken
+    into lines by the console (a builder's ``Step 1/9 : FROM sha256:...``, a URL or a path is
+    copied from it whole; the terminal wraps what is too long for it)."""
+    err_console.print(message, soft_wrap=True, markup=False)
 
 
 def live_display(as_json: bool) -> Any:

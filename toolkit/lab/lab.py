@@ -47,6 +47,11 @@ CUDA_KEYRING_LIST = "/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
 CONTAINER_TOOLKIT_SOURCES = "/etc/apt/sources.list.d/nvidia-container-toolkit.sources"
 
 
+def _took(started: float) -> str:
+    """Seconds since ``started`` (time.monotonic()), as ``12.3 s``."""
+    return f"{time.monotonic() - started:.1f} s"
+
+
 def _quiet(_message: str) -> None:
     return None
 
@@ -117,15 +122,25 @@ def up(
     # Hardware files are computed first: a bad model or fault fails before anything exists.
     hardware = {i: _hardware(spec, i) for i in range(1, spec.nodes + 1)}
 
+    # Each cold-start phase says what it cost: on a fresh machine these are most of `lab up`.
     say("node image: checking")
+    started = time.monotonic()
     built = lab_image.ensure_image(client)
-    say(f"node image: {built.tag} ({'built' if built.built else 'cached'})")
+    say(f"node image: {built.tag} ({'built' if built.built else 'cached'}, {_took(started)})")
     say("package repository: building or reusing the signed stand-in repository")
+    started = time.monotonic()
     repo = build_repository(paths.cache_dir() / "repo")
+    say(f"package repository: ready ({_took(started)})")
+    started = time.monotonic()
     wheels = server.ensure_wheels(paths.cache_dir() / "wheels")
+    say(f"wheels: ready ({_took(started)})")
     say("training image base: checking")
+    started = time.monotonic()
     image_base = ensure_lab_base(client)
-    say(f"training image base: {image_base.tag} ({'built' if image_base.built else 'cached'})")
+    say(
+        f"training image base: {image_base.tag} "
+        f"({'built' if image_base.built else 'cached'}, {_took(started)})"
+    )
 
     home.mkdir(parents=True, exist_ok=True)
     key = ssh.client_key(home, spec.name)

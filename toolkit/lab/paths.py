@@ -41,5 +41,11 @@ def lab_dir(name: str) -> Path:
 
 
 def cache_dir() -> Path:
-    """The cache shared by all labs (node image debs, repository, wheels)."""
-    return labs_root() / "_cache"
+    """The cache shared by all labs (node image debs, repository, wheels), created if missing.
+
+    Everything below it is written by root-only builds (debootstrap, the repository's key), so
+    it is created private to its owner.
+    """
+    path = labs_root() / "_cache"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit import runs
-from toolkit.report.html import PLOT_H, PLOT_W, STYLE, render_svg
+from toolkit.report.html import PLOT_H, PLOT_W, STYLE, render_svg, value_cell
 
 
 @dataclass
@@ -181,9 +181,9 @@ def render_fleet_html(inventory: str, history: dict[str, NodeHistory]) -> str:
             out.append(
                 f"<tr><td>{escape(str(check.get('name')))}</td>"
                 f'<td class="{"ready" if ok else "not-ready"}">{"yes" if ok else "no"}</td>'
-                f"<td>{escape(str(check.get('message')))}</td>"
-                f"<td>{escape(str(check.get('measured')))}</td>"
-                f"<td>{escape(str(check.get('floor')))}</td></tr>"
+                f"<td class='v'>{escape(str(check.get('message')))}</td>"
+                f"<td class='v'>{value_cell(check.get('measured'))}</td>"
+                f"<td class='v'>{value_cell(check.get('floor'))}</td></tr>"
             )
         out.append("</table><div class='plots'>")
         out.append(

@@ -9,6 +9,7 @@ from html import escape
 from typing import Any
 
 from toolkit.acceptance.topology import LEGEND
+from toolkit.report.text import value_lines
 
 PLOT_W, PLOT_H = 520, 260
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 60, 20, 20, 40
@@ -29,10 +30,18 @@ LINK_COLOURS = {
 }
 FAIL_OUTLINE = "#dd0000"
 
+
+def value_cell(value: Any) -> str:
+    """A measured value or floor as escaped text, one line per record (never a repr)."""
+    return "<br>".join(escape(line) for line in value_lines(value))
+
+
 STYLE = (
     """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px}
+table{border-collapse:collapse;margin:1em 0;max-width:100%}
+td,th{border:1px solid #ccc;padding:4px 8px}
+td.v,code{overflow-wrap:anywhere}
 th{background:#f3f3f3}.ready{color:#116611;font-weight:bold}
 .not-ready{color:#aa1111;font-weight:bold}.plots{display:flex;flex-wrap:wrap;gap:1em}
 figure{margin:0}figcaption{font-weight:bold}
@@ -489,9 +498,10 @@ def render_html(summary: dict[str, Any]) -> str:
         )
         for check in failed:
             out.append(
-                f"<tr><td>{escape(str(check['check']))}</td><td>{escape(str(check['message']))}"
-                f"</td><td>{escape(str(check.get('measured')))}</td>"
-                f"<td>{escape(str(check.get('floor')))}</td></tr>"
+                f"<tr><td>{escape(str(check['check']))}</td>"
+                f"<td class='v'>{escape(str(check['message']))}</td>"
+                f"<td class='v'>{value_cell(check.get('measured'))}</td>"
+                f"<td class='v'>{value_cell(check.get('floor'))}</td></tr>"
             )
         out.append("</table>")
     if not failed_any:

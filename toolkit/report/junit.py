@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from toolkit.report.text import value_text
+
 
 def render_junit(summary: dict[str, Any]) -> str:
     """The run as JUnit XML (``testsuites`` > ``testsuite`` per node > ``testcase`` per check).
@@ -32,7 +34,10 @@ def render_junit(summary: dict[str, Any]) -> str:
             case = ET.SubElement(suite, "testcase", classname=node["host"], name=check["name"])
             if not check["ok"]:
                 failure = ET.SubElement(case, "failure", message=check["message"])
-                failure.text = f"measured: {check.get('measured')!r}; floor: {check.get('floor')!r}"
+                failure.text = (
+                    f"measured: {value_text(check.get('measured'))}; "
+                    f"floor: {value_text(check.get('floor'))}"
+                )
         if not checks:
             case = ET.SubElement(suite, "testcase", classname=node["host"], name="verdict")
             ET.SubElement(case, "failure", message="no checks ran")
