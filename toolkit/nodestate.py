@@ -226,3 +226,65 @@ def after_acceptance(
         state["image_id"] = image_id
     state.pop("suspended", None)  # a new verdict supersedes a provision left in progress
     return _stamp(state, run_id, now)
+
+
+# What a node has proven, judged from its state file: the one rule for `gpunode up` (which
+# skips what is proven) and `gpunode status` (which shows it).
+
+
+def not_proven_ready(
+    state: Mapping[str, Any],
+    stack_id: str | None,
+    drift: Iterable[str],
+    now: datetime,
+    image_id: str | None = None,
+) -> list[str]:
+    """Why ``state`` does not prove the node ready for ``stack_id`` (and for the training image
+    ``image_id``, when one is used) at ``now``; empty when it does. A verdict proves readiness
+    for what was installed when it was given, with no drift since, until it expires."""
+    if state.get("state") != "ready":
+        return [f"the node is {state.get('state') or 'new'}"]
+    why = [str(d) for d in drift]
+    if stack_id is not None and state.get("stack_id") != stack_id:
+        why.append(f"accepted for stack {state.get('stack_id')}, pinned now {stack_id}")
+    if image_id is not None and state.get("image_id") != image_id:
+        why.append(f"accepted in image {state.get('image_id')}, current image {image_id}")
+    until = _time(state.get("valid_until"))
+    if until is None:
+        why.append("the verdict has no valid expiry time")
+    elif until <= now:
+        why.append(f"the verdict expired at {until.isoformat()}")
+    return why
+
+
+def proven_ready(
+    state: Mapping[str, Any],
+    stack_id: str | None,
+    drift: Iterable[str],
+    now: datetime,
+    image_id: str | None = None,
+) -> bool:
+    """Ready for this stack id (and image), no drift, verdict not expired."""
+    return not not_proven_ready(state, stack_id, drift, now, image_id)
+
+
+def proven_provisioned(state: Mapping[str, Any], stack_id: str, drift: Iterable[str]) -> bool:
+    """Provisioned with this stack id (state file written at the end of a provision run),
+    not in the middle of one, no drift, no reboot pending."""
+    return (
+        state.get("state") in ("provisioned", "ready", "not-ready")
+        and state.get("stack_id") == stack_id
+        and not state.get("suspended")
+        and not list(drift)
+        and not any("needs reboot" in str(r) for r in state.get("reason") or [])
+    )
+
+
+def _time(text: Any) -> datetime | None:
+    if not text:
+        return None
+    try:
+        when = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -34,18 +35,31 @@ class NodeStatus:
     data_fstype: str | None = None  # None: the declared mount point has nothing mounted
     error: str | None = None
     certificate: str | None = None  # the newest handover certificate in the runs folder
+    stack_id: str | None = None  # the stack id the inventory pins now
+    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+    @property
+    def unproven(self) -> list[str]:
+        """Why a node whose file says ready does not prove it now (``nodestate``'s rule, the
+        one ``gpunode up`` uses: expired, another stack pinned); empty otherwise."""
+        if self.state.get("state") != "ready":
+            return []
+        return nodestate.not_proven_ready(self.state, self.stack_id, [], self.now)
 
     @property
     def ready(self) -> bool:
-        """The node is ready (as the drift check would leave it)."""
-        return self.state.get("state") == "ready" and not self.error
+        """The node is ready (as the drift check would leave it) and its verdict still proves
+        it for the stack pinned now."""
+        return self.state.get("state") == "ready" and not self.error and not self.unproven
 
     def to_dict(self) -> dict[str, Any]:
-        """As JSON-ready data."""
+        """As JSON-ready data (a ready state that no longer proves readiness shows not-ready,
+        with why)."""
+        unproven = self.unproven
         return {
             "host": self.host,
-            "state": self.state.get("state"),
-            "reason": list(self.state.get("reason") or []),
+            "state": "not-ready" if unproven else self.state.get("state"),
+            "reason": list(self.state.get("reason") or []) + unproven,
             "stack_id": self.state.get("stack_id"),
             "since": self.state.get("time"),
             "valid_until": self.state.get("valid_until"),
@@ -128,6 +142,7 @@ def fleet_status(
             data_mount=data,
             error=report["errors"].get(host),
             certificate=str(certificates[host]) if host in certificates else None,
+            stack_id=found.stack_ids.get(host),
         )
         if isinstance(facts, dict) and facts:
             node.gpus_seen = facts.get("gpu_count")

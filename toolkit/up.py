@@ -195,40 +195,6 @@ def _signals(stop: _Stop) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def proven_ready(
-    state: dict[str, Any],
-    stack_id: str,
-    drift: list[str],
-    now: datetime,
-    image_id: str | None = None,
-) -> bool:
-    """Ready for this stack id (and this training image, when one is used), no drift, verdict
-    not expired."""
-    if state.get("state") != "ready" or state.get("stack_id") != stack_id or drift:
-        return False
-    if image_id is not None and state.get("image_id") != image_id:
-        return False
-    until = state.get("valid_until")
-    if not until:
-        return False
-    try:
-        return datetime.fromisoformat(str(until).replace("Z", "+00:00")) > now
-    except ValueError:
-        return False
-
-
-def proven_provisioned(state: dict[str, Any], stack_id: str, drift: list[str]) -> bool:
-    """Provisioned with this stack id (state file written at the end of a provision run),
-    not in the middle of one, no drift, no reboot pending."""
-    return (
-        state.get("state") in ("provisioned", "ready", "not-ready")
-        and state.get("stack_id") == stack_id
-        and not state.get("suspended")
-        and not drift
-        and not any("needs reboot" in str(r) for r in state.get("reason") or [])
-    )
-
-
 def _check_sign_key(opts: UpOptions) -> None:
     """A signing key that cannot sign is refused before any node is touched (exit 2)."""
     from toolkit import cert
@@ -387,12 +353,12 @@ def _survey(
         node.stages["survey"] = StageResult(
             "done", f"{node.state.get('state')}; drift: {len(drift)}", spent
         )
-        if proven_ready(node.state, node.stack_id, drift, now, images.get(host)):
+        if nodestate.proven_ready(node.state, node.stack_id, drift, now, images.get(host)):
             for stage in ("disks", "provision", "accept"):
                 node.stages[stage] = StageResult(
                     "skipped", f"ready for {node.stack_id} until {node.state.get('valid_until')}"
                 )
-        elif proven_provisioned(node.state, node.stack_id, drift):
+        elif nodestate.proven_provisioned(node.state, node.stack_id, drift):
             for stage in ("disks", "provision"):
                 node.stages[stage] = StageResult("skipped", f"provisioned with {node.stack_id}")
             todo_accept.append(host)

@@ -292,7 +292,13 @@ def test_unattended_upgrade_is_drift_and_provision_restores_it(
     # Both nodes were accepted for this stack; only the upgraded one must lose it.
     for node in (upgraded, other):
         state = node_state(lab, node)
-        ready = {**state, "state": "ready", "reason": []}
+        # as an acceptance leaves it: ready, with the verdict's expiry (toolkit.nodestate)
+        ready = {
+            **state,
+            "state": "ready",
+            "reason": [],
+            "valid_until": "2099-01-01T00:00:00+00:00",
+        }
         lab.ssh(node, f"echo '{json.dumps(ready)}' > /etc/gpunode/state.json")
     versions = " ".join(f"{p}={UPGRADE_DRIVER}-1" for p in DRIVER_550)
     lab.ssh(

@@ -63,6 +63,7 @@ def _node(host: str, state: str, **extra: object) -> dict[str, object]:
             "state": state,
             "reason": [] if state == "ready" else ["health.ecc: 3 errors"],
             "busbw_at_largest_gbps": 0.9213,
+            "valid_until": "2099-01-01T00:00:00+00:00",
         },
         gpus_seen=8,
         gpus_expected=8,
@@ -89,3 +90,26 @@ def test_fleet_table_fits_80_columns_and_marks_what_is_wrong() -> None:
     assert "7/8" in row and "NONE" in row and "2.26.2" in row and "550.127.05" in row
     assert "0.921" in row
     assert nodes[1]["ready"] is False and nodes[0]["ready"] is True
+
+
+def test_status_and_up_share_the_readiness_rule() -> None:
+    """A state file that says ready shows not-ready, with why, once its verdict expired or
+    another stack is pinned: the rule `gpunode up` uses to skip a node (toolkit.nodestate)."""
+    from datetime import datetime, timezone
+
+    from toolkit.status import NodeStatus
+
+    now = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
+    state = {"state": "ready", "reason": [], "stack_id": "s1"}
+    fresh = NodeStatus("n1", {**state, "valid_until": "2026-12-03T00:00:00+00:00"}, stack_id="s1")
+    fresh.now = now
+    assert fresh.ready and fresh.to_dict()["state"] == "ready"
+    expired = NodeStatus("n1", {**state, "valid_until": "2026-12-02T11:00:00+00:00"}, now=now)
+    expired.stack_id = "s1"
+    assert not expired.ready
+    shown = expired.to_dict()
+    assert shown["state"] == "not-ready"
+    assert shown["reason"] == ["the verdict expired at 2026-12-02T11:00:00+00:00"]
+    moved = NodeStatus("n1", {**state, "valid_until": "2026-12-03T00:00:00+00:00"}, stack_id="s2")
+    moved.now = now
+    assert moved.to_dict()["reason"] == ["accepted for stack s1, pinned now s2"]

@@ -11,7 +11,8 @@ import pytest
 from rich.console import Console
 
 from toolkit.cli.up import readiness_table
-from toolkit.up import NodeUp, StageResult, UpOutcome, proven_provisioned, proven_ready
+from toolkit.nodestate import proven_provisioned, proven_ready
+from toolkit.up import NodeUp, StageResult, UpOutcome
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 READY = {
