@@ -13,7 +13,10 @@ and real Ansible. In order:
 3. ``up`` over both nodes (node 2 with uncorrectable ECC errors) leaves node 1 ready and
    node 2 not-ready with the fault as its reason; ``status --json`` agrees;
 4. a second ``up`` changes nothing: every stage of the ready nodes is skipped; its time is
-   printed as a ratio of the first.
+   printed as a ratio of the first;
+5. once node 2's fault is cleared, ``up`` re-accepts it: both nodes end ready, node 1 reached
+   as the lab's default login (the cloud image's sudo user), node 2 as root (the inventory
+   says ``ansible_user: root`` for it), so both ways of logging in are proven end to end.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ def up_lab(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
     inventory = tmp_path_factory.mktemp("up") / "inventory"
     state = lab_core.up(spec, inventory_dir=inventory)
     names = [n.name for n in sorted(state.nodes, key=lambda n: n.index)]
+    # Node 2 logs in as root; node 1 keeps the lab's default, a sudo user.
+    (inventory / "host_vars" / names[1] / "login.yml").write_text("ansible_user: root\n")
     try:
         yield {
             "inventory": inventory,
@@ -194,3 +199,21 @@ def test_second_up_changes_nothing(up_lab: dict[str, Any]) -> None:
         f"\nup on 2 nodes: first {TIMES['first']:.1f}s, second {TIMES['second']:.1f}s "
         f"(second/first {ratio:.2f})"
     )
+
+
+def test_a_sudo_login_and_a_root_login_both_end_ready(up_lab: dict[str, Any]) -> None:
+    first, root_node = up_lab["names"]
+    logins = lab_core.ssh_run(LAB, first, "id -un debian && sudo -l -U debian | tail -1").stdout
+    assert "NOPASSWD: ALL" in logins  # the lab's default login, as cloud-init makes it
+    assert "docker" not in lab_core.ssh_run(LAB, first, "id -Gn debian").stdout
+    lab_core.set_faults(LAB, root_node, [])
+    proc = gpunode(up_lab, "up", "-i", str(up_lab["inventory"]), "--yes", "--json")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    nodes = json.loads(proc.stdout)["nodes"]
+    assert nodes[first]["ready"] and nodes[root_node]["ready"], json.dumps(nodes)[-3000:]
+    assert nodes[root_node]["stages"]["accept"]["status"] == "done"  # re-accepted
+    for node in (first, root_node):
+        state = node_state(node)
+        assert state["state"] == "ready"
+        owner = lab_core.ssh_run(LAB, node, "stat -c %U /etc/gpunode/state.json").stdout
+        assert owner.strip() == "root"

@@ -82,7 +82,7 @@ def test_hosts_are_in_group_lab_with_their_addresses() -> None:
 def test_ssh_settings_keep_host_key_checking_on() -> None:
     ssh = _render()["group_vars/all/ssh.yml"]
     assert isinstance(ssh, dict)
-    assert ssh["ansible_user"] == "root"
+    assert ssh["ansible_user"] == "debian"  # the cloud image's sudo user, not root
     assert ssh["ansible_ssh_private_key_file"] == "/state/id_ed25519"
     args = ssh["ansible_ssh_common_args"]
     assert "-o UserKnownHostsFile=/state/known_hosts" in args

@@ -139,8 +139,19 @@ ExecStart=/usr/local/sbin/gpunode-lab-boot boot
 WantedBy=multi-user.target
 """
 
+# The login a site gets on a cloud image: cloud-init's default user for Debian ("debian", in
+# the groups below, `sudo: ["ALL=(ALL) NOPASSWD:ALL"]`, password locked: canonical/cloud-init
+# config/cloud.cfg.tmpl, system_info.default_user), whose sudo rule cloud-init writes to
+# /etc/sudoers.d/90-cloud-init-users. Not in the docker group: gpunode escalates with sudo.
+# Root keeps a key login for the lab's own tools (`gpunode lab ssh`, the tests' inspection).
+LOGIN_USER = "debian"
+LOGIN_GROUPS = ("adm", "audio", "cdrom", "dialout", "dip", "floppy", "netdev", "plugdev", "sudo",
+                "video")  # fmt: skip
+SUDOERS_FILE = "/etc/sudoers.d/90-cloud-init-users"
+
 SSHD_CONFIG = """\
-# gpunode lab: key-only root login with the per-node host key the lab installs.
+# gpunode lab: key-only logins (the cloud image's sudo user, and root for the lab's own tools)
+# with the per-node host key the lab installs.
 HostKey /etc/ssh/ssh_host_ed25519_key
 PermitRootLogin prohibit-password
 PasswordAuthentication no
@@ -195,6 +206,16 @@ rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/*.log /var/log/apt/* /
   /usr/share/doc/*/changelog* /usr/share/man/* /root/.bash_history
 mkdir -p {paths.NODE_STATE_DIR} /root/.ssh
 chmod 0700 /root/.ssh
+groups=""
+for group in {" ".join(LOGIN_GROUPS)}; do
+  if getent group "$group" >/dev/null; then groups="$groups${{groups:+,}}$group"; fi
+done
+useradd --create-home --shell /bin/bash --comment Debian --groups "$groups" {LOGIN_USER}
+passwd --lock {LOGIN_USER} >/dev/null
+printf '# User rules for {LOGIN_USER}\\n{LOGIN_USER} ALL=(ALL) NOPASSWD:ALL\\n' > {SUDOERS_FILE}
+chmod 0440 {SUDOERS_FILE}
+visudo -cq
+install -d -m 0700 -o {LOGIN_USER} -g {LOGIN_USER} /home/{LOGIN_USER}/.ssh
 """
 
 

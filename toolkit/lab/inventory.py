@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from toolkit.errors import LabError
+from toolkit.lab.image import LOGIN_USER
 from toolkit.lab.paths import DMI_DIR
 from toolkit.lab.spec import LabSpec
 from toolkit.lab.state import NodeState
@@ -124,9 +125,9 @@ def render(
         ),
         "group_vars/all/ssh.yml": _yaml(
             name,
-            "Root over the lab's key; host keys are checked against the lab's known_hosts.",
+            "The cloud image's sudo user over the lab's key; host keys are checked.",
             {
-                "ansible_user": "root",
+                "ansible_user": LOGIN_USER,
                 "ansible_ssh_private_key_file": str(key_file),
                 "ansible_ssh_common_args": (
                     f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes "

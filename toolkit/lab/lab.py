@@ -354,6 +354,9 @@ def _node_files(
             host_key.with_suffix(".pub").read_bytes()
         ),
         "/root/.ssh/authorized_keys": nodes.NodeFile(client_pub, 0o600),
+        # Root-owned and world-readable: sshd reads it as the user and accepts a file owned
+        # by root or the user that nobody else may write (StrictModes).
+        f"/home/{lab_image.LOGIN_USER}/.ssh/authorized_keys": nodes.NodeFile(client_pub, 0o644),
         "/etc/machine-id": nodes.NodeFile(nodes.new_machine_id(), 0o444),
         **_disk_files(node),
         **_fault_files(spec, node, hw),

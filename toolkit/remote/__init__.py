@@ -5,6 +5,13 @@ replaces it with ``RejectPolicy`` and loads the known_hosts file the inventory n
 (``-o UserKnownHostsFile=...`` in ``ansible_ssh_common_args``), else the user's
 ``~/.ssh/known_hosts``. A host whose key is unknown or different is refused.
 
+Everything gpunode does on a node over these connections needs root (Docker, the state file
+under /etc/gpunode, the kernel log, dropping the page cache), and sites log in as a user with
+passwordless sudo (cloud images' ``ubuntu``/``debian``), so a node whose login user is not root
+runs every command through ``sudo -n`` (never a prompt: a sudo that wants a password fails at
+once, saying so) and files are written through a private temporary file and ``install``: the
+same escalation Ansible's ``become`` gives the playbooks. A root login runs them as they are.
+
 Third-party errors (paramiko, socket, invoke) become :class:`RemoteError` naming the host.
 """
 
@@ -17,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 import paramiko
 from fabric import Connection
@@ -93,12 +100,20 @@ def _wrap(host: Host, what: str, err: BaseException) -> RemoteError:
 _REMOTE_ERRORS = (paramiko.SSHException, OSError, socket.timeout, EOFError)
 
 
+def as_root(command: str, login_user: str) -> str:
+    """``command`` as root: unchanged for a root login, else through ``sudo -n`` and ``sh``."""
+    if login_user == "root":
+        return command
+    return f"sudo -n -- sh -c {shlex.quote(command)}"
+
+
 class Node:
-    """One open connection to one inventory host."""
+    """One open connection to one inventory host; commands and writes run as root."""
 
     def __init__(self, host: Host, conn: Connection) -> None:
         self.host = host
         self.conn = conn
+        self.login_user = host.user or DEFAULT_USER
 
     def run(
         self,
@@ -123,6 +138,10 @@ class Node:
         if env:
             prefix = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items())
             command = f"env {prefix} {command}"
+        return self._run(as_root(command, self.login_user), timeout=timeout, check=check)
+
+    def _run(self, command: str, *, timeout: float | None = None, check: bool = False) -> Result:
+        """Run a command line exactly as given, as the login user."""
         try:
             res = self.conn.run(command, hide=True, warn=True, timeout=timeout, in_stream=False)
         except CommandTimedOut:
@@ -155,7 +174,7 @@ class Node:
             assert transport is not None
             channel = transport.open_session(timeout=timeout)
             channel.settimeout(timeout)
-            channel.exec_command(command)
+            channel.exec_command(as_root(command, self.login_user))
             try:
                 for chunk in chunks:
                     channel.sendall(chunk)
@@ -173,23 +192,35 @@ class Node:
         return Result(self.host.name, command, code, stdout, stderr)
 
     def put_text(self, text: str | bytes, remote_path: str, mode: int = 0o644) -> None:
-        """Write a file on the node."""
+        """Write a file on the node (owned by root, with ``mode``)."""
         data = text.encode() if isinstance(text, str) else text
-        try:
-            self.conn.put(io.BytesIO(data), remote=remote_path)
-            self.conn.sftp().chmod(remote_path, mode)
-        except _REMOTE_ERRORS as err:
-            raise _wrap(self.host, f"writing {remote_path}", err) from None
+        self._upload(io.BytesIO(data), remote_path, mode, f"writing {remote_path}")
 
-    def put(self, local: Path, remote_path: str) -> None:
-        """Copy a local file to the node."""
+    def _upload(self, source: BinaryIO, remote_path: str, mode: int, what: str) -> None:
+        """SFTP writes as the login user: a root login writes in place; any other user writes a
+        private temporary file (``mktemp``: mode 0600, its own) that root then installs."""
         try:
-            self.conn.put(str(local), remote=remote_path)
+            if self.login_user == "root":
+                self.conn.put(source, remote=remote_path)
+                self.conn.sftp().chmod(remote_path, mode)
+                return
+            staged = self._run("mktemp /tmp/gpunode-upload.XXXXXXXX", check=True).stdout.strip()
+            try:
+                self.conn.put(source, remote=staged)
+                self.run(
+                    f"install -m {mode:o} -o root -g root {shlex.quote(staged)} "
+                    f"{shlex.quote(remote_path)}",
+                    check=True,
+                )
+            finally:
+                self._run(f"rm -f {shlex.quote(staged)}")
         except _REMOTE_ERRORS as err:
-            raise _wrap(self.host, f"copying {local} to {remote_path}", err) from None
+            raise _wrap(self.host, what, err) from None
 
     def get_text(self, remote_path: str) -> str:
-        """Read a file from the node."""
+        """Read a file from the node (as root)."""
+        if self.login_user != "root":
+            return self.run(f"cat -- {shlex.quote(remote_path)}", check=True).stdout
         buffer = io.BytesIO()
         try:
             self.conn.get(remote_path, local=buffer)
