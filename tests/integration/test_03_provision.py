@@ -202,8 +202,12 @@ def test_first_provision_installs_exact_versions(lab: Any, inv: Path, state_dir:
     cuda_keyring = lab.ssh(keyring_node, f"cat {lab_core.CUDA_KEYRING_LIST}").stdout
     assert cuda_keyring.startswith("# deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg]")
     assert "disabled by gpunode" in cuda_keyring
-    toolkit_sources = lab.ssh(keyring_node, f"cat {lab_core.CONTAINER_TOOLKIT_SOURCES}").stdout
-    assert "Enabled: no\nTypes: deb\n" in toolkit_sources, toolkit_sources  # the deb822 form
+    # NVIDIA's own toolkit list names its URI with $(ARCH): matched as apt reads it.
+    toolkit_list = lab.ssh(keyring_node, f"cat {lab_core.CONTAINER_TOOLKIT_LIST}").stdout
+    first, experimental = toolkit_list.splitlines()[:2]
+    assert first.startswith("# deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit")
+    assert "/stable/deb/$(ARCH) /" in first and "disabled by gpunode" in first, toolkit_list
+    assert experimental.startswith("#deb ") and "disabled by gpunode" not in experimental
     assert result["ok"] and set(result["hosts"]) == {n.name for n in lab.nodes}
     assert_converged(lab, inv)
     for node in lab.nodes:

@@ -62,8 +62,13 @@ def apt_uris(root: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+ARCH = subprocess.run(
+    ["dpkg", "--print-architecture"], capture_output=True, text=True, check=False
+).stdout.strip()
+
+
 def converge(root: Path, url: str = REPO) -> list[dict[str, object]]:
-    changes = module.plan(root, url, root / KEEP)
+    changes = module.plan(root, url, root / KEEP, ARCH)
     for change in changes:
         module.write_atomic(Path(str(change["path"])), str(change["text"]))
     return changes
@@ -134,12 +139,12 @@ def test_disabled_stanzas_comments_and_other_repositories_are_left_alone(tmp_pat
         "sources.list.d/readme.txt": CUDA_KEYRING,  # apt reads only .list and .sources
     }
     root = apt_dir(tmp_path, files)
-    assert module.plan(root, REPO, root / KEEP) == []
+    assert module.plan(root, REPO, root / KEEP, ARCH) == []
 
 
 def test_deb_src_and_trailing_slashes_count_as_the_same_repository(tmp_path: Path) -> None:
     text = f"deb-src {REPO.rstrip('/')} /\ndeb [arch=amd64] {REPO}// /\n"
-    new, disabled = module.disable_list(text, REPO, "/keep.list")
+    new, disabled = module.disable_list(text, REPO, "/keep.list", ARCH)
     assert len(disabled) == 2 and all(line.startswith("# deb") for line in new.splitlines())
 
 
@@ -178,3 +183,38 @@ def test_the_module_runs_under_ansible_and_honours_check_mode(tmp_path: Path) ->
     applied = call()
     assert applied["changed"] and applied["disabled"][0]["format"] == "one-line"  # type: ignore[index]
     assert call()["changed"] is False
+
+
+# NVIDIA's published list (NVIDIA/libnvidia-container stable/deb/nvidia-container-toolkit.list)
+# as its install guide writes it: `sed 's#deb https://#deb [signed-by=...] https://#g'` over
+# both lines, into sources.list.d/nvidia-container-toolkit.list.
+TOOLKIT_BASE = "https://nvidia.github.io/libnvidia-container"
+TOOLKIT_LIST = (
+    "deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "
+    f"{TOOLKIT_BASE}/stable/deb/$(ARCH) /\n"
+    "#deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "
+    f"{TOOLKIT_BASE}/experimental/deb/$(ARCH) /\n"
+)
+
+
+@needs_apt
+def test_nvidias_arch_variable_list_is_matched_after_apts_substitution(tmp_path: Path) -> None:
+    url = f"{TOOLKIT_BASE}/stable/deb/{ARCH}/"
+    root = tmp_path / "apt"
+    (root / "sources.list.d").mkdir(parents=True)
+    (root / "sources.list").write_text("")
+    keep = root / "sources.list.d/gpunode-nvidia-container-toolkit.list"
+    keep.write_text(f"deb [signed-by=/etc/apt/keyrings/gpunode-toolkit.asc] {url} /\n")
+    listed = root / "sources.list.d/nvidia-container-toolkit.list"
+    listed.write_text(TOOLKIT_LIST)
+    before = apt_uris(root)  # apt itself reads $(ARCH) as this machine's architecture
+    assert before.returncode != 0 and "Conflicting values set for option Signed-By" in before.stderr
+    changes = module.plan(root, url, keep, ARCH)
+    assert [c["disabled"] for c in changes] == [[TOOLKIT_LIST.splitlines()[0]]]
+    module.write_atomic(listed, str(changes[0]["text"]))
+    after = apt_uris(root)
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.count(f"stable/deb/{ARCH}/InRelease") == 1
+    assert module.plan(root, url, keep, ARCH) == []
+    # Another architecture's URL is another repository.
+    assert module.plan(root, f"{TOOLKIT_BASE}/stable/deb/arm64/", keep, ARCH) == []

@@ -44,7 +44,7 @@ Progress = Callable[[str], None]
 DEFAULT_NAME = "gpunode"
 # Where the `keyring` fault puts NVIDIA's own sources (see _nvidia_sources_files).
 CUDA_KEYRING_LIST = "/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
-CONTAINER_TOOLKIT_SOURCES = "/etc/apt/sources.list.d/nvidia-container-toolkit.sources"
+CONTAINER_TOOLKIT_LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
 
 
 def _took(started: float) -> str:
@@ -383,34 +383,40 @@ def _apply_faults(container: Container, spec: LabSpec, node: NodeState, hw: Node
 def _nvidia_sources_files(
     cuda_url: str, toolkit_url: str, keyring: Path
 ) -> dict[str, nodes.NodeFile]:
-    """The ``keyring`` fault: NVIDIA's repositories already configured on the node.
+    """The ``keyring`` fault: NVIDIA's repositories already configured on the node, in the
+    shapes NVIDIA publishes (only the host differs: the lab's repository).
 
     - CUDA, the way ``cuda-keyring`` does it. Source: the cuda-keyring_1.1-1_all.deb of
       NVIDIA's repositories installs /usr/share/keyrings/cuda-archive-keyring.gpg and
       /etc/apt/sources.list.d/cuda-<distro>-<arch>.list with
       ``deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] <repository> /``; cloud
       and OEM images ship it.
-    - The container toolkit, with the keyring path of NVIDIA's install guide
-      (/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg), in the deb822 format
-      (sources.list(5)) that Ubuntu 24.04 and Debian 13 write their own sources in and that
-      Ansible's deb822_repository module writes: both formats must be handled.
+    - The container toolkit, the way NVIDIA's install guide does it: its published list
+      (NVIDIA/libnvidia-container ``stable/deb/nvidia-container-toolkit.list``: a ``stable``
+      line and a commented ``experimental`` line, both with ``$(ARCH)`` in the URI, which apt
+      substitutes) piped through ``sed 's#deb https://#deb [signed-by=/usr/share/keyrings/
+      nvidia-container-toolkit-keyring.gpg] https://#g'`` into
+      /etc/apt/sources.list.d/nvidia-container-toolkit.list.
 
     A second source of the same repository with another signed-by makes every `apt update`
     fail ("Conflicting values set for option Signed-By", NVIDIA/cuda-repo-management#4).
     """
     cuda = f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {cuda_url} /\n"
-    toolkit = (
-        "Types: deb\n"
-        f"URIs: {toolkit_url}\n"
-        "Suites: /\n"
-        "Signed-By: /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg\n"
-    )
+    stable = toolkit_url.rstrip("/")
+    if not stable.endswith("/stable/deb/amd64"):
+        raise LabError(
+            f"the lab's toolkit repository {toolkit_url} is not NVIDIA's .../amd64 shape"
+        )
+    stable = stable.removesuffix("amd64") + "$(ARCH)"
+    experimental = stable.replace("/stable/deb/", "/experimental/deb/")
+    signed = "[signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg]"
+    toolkit = f"deb {signed} {stable} /\n#deb {signed} {experimental} /\n"
     key = keyring.read_bytes()
     return {
         "/usr/share/keyrings/cuda-archive-keyring.gpg": nodes.NodeFile(key),
         CUDA_KEYRING_LIST: nodes.NodeFile(cuda.encode()),
         "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg": nodes.NodeFile(key),
-        CONTAINER_TOOLKIT_SOURCES: nodes.NodeFile(toolkit.encode()),
+        CONTAINER_TOOLKIT_LIST: nodes.NodeFile(toolkit.encode()),
     }
 
 

@@ -14,6 +14,12 @@ role that writes gpunode's own source first disables every other source of the s
   ``Enabled: no``; a stanza that also lists other URIs loses only this one (sources.list(5),
   "DEB822-STYLE FORMAT": ``Enabled`` and multi-value ``URIs``).
 
+A source is this repository when its URI, after apt's own substitution of ``$(ARCH)`` (the
+node's dpkg architecture: sources.list(5)), is the URL: NVIDIA's published container-toolkit
+list writes ``.../libnvidia-container/stable/deb/$(ARCH) /`` (NVIDIA/libnvidia-container
+``stable/deb/nvidia-container-toolkit.list``), and the install guide tees it, with a
+``signed-by`` added, into ``sources.list.d/nvidia-container-toolkit.list``.
+
 Nothing else in the files changes, and gpunode's own file is never touched.
 """
 
@@ -49,6 +55,10 @@ options:
     description: apt's configuration directory.
     type: path
     default: /etc/apt
+  architecture:
+    description: What C($(ARCH)) in a source stands for (default the node's
+      C(dpkg --print-architecture)).
+    type: str
 attributes:
   check_mode:
     support: full
@@ -77,12 +87,13 @@ _LIST_LINE = re.compile(r"^(?P<lead>\s*)(?P<type>deb|deb-src)\s+(?:\[[^\]]*\]\s+
 _FIELD = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.*)$")
 
 
-def same_repository(uri: str, url: str) -> bool:
-    """Whether a source's URI is this repository (trailing slashes do not count)."""
-    return uri.rstrip("/") == url.rstrip("/")
+def same_repository(uri: str, url: str, arch: str) -> bool:
+    """Whether a source's URI is this repository, as apt reads it: ``$(ARCH)`` substituted,
+    trailing slashes not counted."""
+    return uri.replace("$(ARCH)", arch).rstrip("/") == url.rstrip("/")
 
 
-def disable_list(text: str, url: str, keep: str) -> tuple[str, list[str]]:
+def disable_list(text: str, url: str, keep: str, arch: str) -> tuple[str, list[str]]:
     """A one-line-style file with every entry of ``url`` commented out.
 
     Returns:
@@ -91,7 +102,7 @@ def disable_list(text: str, url: str, keep: str) -> tuple[str, list[str]]:
     out, disabled = [], []
     for line in text.splitlines(keepends=True):
         match = _LIST_LINE.match(line)
-        if match and same_repository(match.group("uri"), url):
+        if match and same_repository(match.group("uri"), url, arch):
             body = line.rstrip("\n")
             disabled.append(body.strip())
             note = f"{MARK}: {keep} configures this repository"
@@ -115,7 +126,7 @@ def _stanzas(lines: list[str]) -> list[tuple[int, int]]:
     return ranges
 
 
-def disable_deb822(text: str, url: str, keep: str) -> tuple[str, list[str]]:
+def disable_deb822(text: str, url: str, keep: str, arch: str) -> tuple[str, list[str]]:
     """A deb822-style file with every stanza of ``url`` disabled (or this URI removed).
 
     A stanza already ``Enabled: no`` is left alone. Continuation lines (starting with a
@@ -150,11 +161,11 @@ def disable_deb822(text: str, url: str, keep: str) -> tuple[str, list[str]]:
             continue
         first, last, value = fields["uris"]
         uris = value.split()
-        mine = [u for u in uris if same_repository(u, url)]
+        mine = [u for u in uris if same_repository(u, url, arch)]
         if not mine:
             continue
         note = f"# {MARK}: {keep} configures {url}\n"
-        rest = [u for u in uris if not same_repository(u, url)]
+        rest = [u for u in uris if not same_repository(u, url, arch)]
         if rest:
             replacement = [note, f"URIs: {' '.join(rest)}\n"]
             edits.append((first, last + 1, replacement))
@@ -182,7 +193,7 @@ def source_files(apt_dir: Path) -> list[Path]:
     return [p for p in files if p.is_file()]
 
 
-def plan(apt_dir: Path, url: str, keep: Path) -> list[dict[str, Any]]:
+def plan(apt_dir: Path, url: str, keep: Path, arch: str) -> list[dict[str, Any]]:
     """Every file to change: path, format, the new text and what it disables."""
     changes = []
     for path in source_files(apt_dir):
@@ -190,10 +201,10 @@ def plan(apt_dir: Path, url: str, keep: Path) -> list[dict[str, Any]]:
             continue
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
         if path.suffix == ".sources":
-            new, disabled = disable_deb822(text, url, str(keep))
+            new, disabled = disable_deb822(text, url, str(keep), arch)
             form = "deb822"
         else:
-            new, disabled = disable_list(text, url, str(keep))
+            new, disabled = disable_list(text, url, str(keep), arch)
             form = "one-line"
         if disabled:
             changes.append({"path": str(path), "format": form, "text": new, "disabled": disabled})
@@ -222,12 +233,19 @@ def main() -> None:
             "url": {"type": "str", "required": True},
             "keep": {"type": "path", "required": True},
             "apt_dir": {"type": "path", "default": "/etc/apt"},
+            "architecture": {"type": "str"},
         },
         supports_check_mode=True,
     )
     params = module.params
+    arch = params["architecture"]
+    if not arch:
+        code, out, err = module.run_command(["dpkg", "--print-architecture"])
+        if code != 0 or not out.strip():
+            module.fail_json(msg=f"dpkg --print-architecture failed: {err.strip() or code}")
+        arch = out.strip()
     try:
-        changes = plan(Path(params["apt_dir"]), params["url"], Path(params["keep"]))
+        changes = plan(Path(params["apt_dir"]), params["url"], Path(params["keep"]), arch)
         if not module.check_mode:
             for change in changes:
                 write_atomic(Path(change["path"]), change["text"])
