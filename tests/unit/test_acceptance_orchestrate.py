@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.acceptance import orchestrate as o
+from toolkit.acceptance import payload
 from toolkit.inventory import Host
 
 
@@ -60,11 +61,11 @@ def test_rendezvous_address(address: str, vars_: dict[str, object], expected: st
 
 
 def test_runner_ships_as_the_module_file() -> None:
-    assert o.runner_source() == Path(o.__file__).with_name("node_runner.py").read_bytes()
+    assert payload.runner_source() == Path(o.__file__).with_name("node_runner.py").read_bytes()
 
 
 def test_pip_zip_is_runnable_layout() -> None:
-    with zipfile.ZipFile(io.BytesIO(o.pip_zip())) as archive:
+    with zipfile.ZipFile(io.BytesIO(payload.pip_zip())) as archive:
         names = set(archive.namelist())
     assert "pip/__main__.py" in names and "pip/_internal/__init__.py" in names
     assert not any("__pycache__" in n for n in names)
@@ -75,7 +76,7 @@ def test_pip_zip_runs(tmp_path: Path) -> None:
     import sys
 
     target = tmp_path / "pip.zip"
-    target.write_bytes(o.pip_zip())
+    target.write_bytes(payload.pip_zip())
     out = subprocess.run(
         [sys.executable, f"{target}/pip", "--version"], capture_output=True, text=True, check=False
     )

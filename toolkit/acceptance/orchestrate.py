@@ -11,16 +11,12 @@ id installed now) with a Prometheus textfile, and the run is recorded under
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import shlex
 import threading
-import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,7 +24,7 @@ from urllib.parse import urlsplit
 import docker.errors
 
 from toolkit import cert, nodestate, runs
-from toolkit.acceptance import topology
+from toolkit.acceptance import payload, topology
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
 from toolkit.acceptance.node_runner import DEFAULT_CONTAINER_OPTIONS, container_argv
@@ -222,29 +218,6 @@ def digest(document: Any) -> str:
     """``sha256:<hex>`` of a document's canonical JSON."""
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
-@lru_cache(maxsize=1)
-def runner_source() -> bytes:
-    """The node-side runner, as shipped."""
-    return resources.files("toolkit.acceptance").joinpath("node_runner.py").read_bytes()
-
-
-@lru_cache(maxsize=1)
-def pip_zip() -> bytes:
-    """This machine's pip as a zip that a node runs as ``python pip.zip/pip`` (no pip there).
-
-    Debian and Ubuntu ship Python without pip and ensurepip; pip runs from a zip of itself.
-    """
-    import pip
-
-    root = Path(pip.__file__).parent
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(root.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                archive.write(path, Path("pip") / path.relative_to(root))
-    return buffer.getvalue()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,7 +437,7 @@ def _stage_node(plan: NodePlan, opts: AcceptOptions, progress: Progress) -> None
         plan.address = _rendezvous_address(plan.host, facts)
         plan.expect = _expectation(plan)
         node.run(f"mkdir -p {REMOTE_DIR} /etc/gpunode", check=True, timeout=60)
-        node.put_text(runner_source(), f"{REMOTE_DIR}/node_runner.py", 0o755)
+        node.put_text(payload.runner_source(), f"{REMOTE_DIR}/node_runner.py", 0o755)
         if opts.engine == "host":
             plan.python = _ensure_torch(plan, progress)
         spec = _runner_spec(plan)
@@ -565,7 +538,7 @@ def _ensure_torch(plan: NodePlan, progress: Progress) -> str:
         )
     progress(f"{plan.host.name}: installing torch into {VENV} from its hashed lock")
     node.run(f"test -x {venv_py} || python3 -m venv --without-pip {VENV}", check=True, timeout=300)
-    node.put_text(pip_zip(), f"{REMOTE_DIR}/pip.zip")
+    node.put_text(payload.pip_zip(), f"{REMOTE_DIR}/pip.zip")
     node.put_text("".join(f"{line}\n" for line in lock), f"{REMOTE_DIR}/requirements.txt")
     source = []
     if index_url:

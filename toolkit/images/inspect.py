@@ -18,7 +18,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from toolkit.acceptance.orchestrate import runner_source
+from toolkit.acceptance.payload import runner_source
 from toolkit.errors import ImageError
 from toolkit.images.engine import docker_client
 from toolkit.images.recipe import (

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import jinja2
 
-from toolkit.acceptance.orchestrate import runner_source
+from toolkit.acceptance.payload import runner_source
 from toolkit.ansible.content import find_content
 from toolkit.errors import ImageError, StackError
 from toolkit.images.recipe import (
