@@ -15,8 +15,7 @@ from typing import Any
 
 from toolkit.ansible.events import RunResult
 from toolkit.ansible.precheck import Precheck, check_inventory
-
-Display = Callable[[str, bool], Any]
+from toolkit.progress import Display
 
 
 @dataclass

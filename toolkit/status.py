@@ -8,15 +8,14 @@ not-ready, with the drift). The hardware profile says what the node must have.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from toolkit import cert, nodestate
+from toolkit.progress import Display
 
-Display = Callable[[str, bool], Any]
 COMPONENTS = ("driver", "cuda", "nccl")
 
 

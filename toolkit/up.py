@@ -42,12 +42,10 @@ from typing import Any
 
 from toolkit import nodestate, runs
 from toolkit.ansible.precheck import Precheck
+from toolkit.progress import Display, Progress
 from toolkit.provision import precheck
 
 STAGES = ("image", "survey", "disks", "provision", "accept")
-
-Progress = Callable[[str], None]
-Display = Callable[[str, bool], Any]
 
 
 class Interrupted(KeyboardInterrupt):

@@ -32,6 +32,7 @@ from toolkit.acceptance.thresholds import AcceptanceSpec, effective, parse_size,
 from toolkit.acceptance.verdict import Check, NodeExpectation, Verdict, judge, normalise_allreduce
 from toolkit.errors import AcceptanceError, ConfigError, RemoteError
 from toolkit.inventory import Host, Inventory, load_inventory, name_path
+from toolkit.progress import Progress
 from toolkit.remote import Node, open_node, parallel
 from toolkit.report import write_reports
 from toolkit.report.prometheus import TEXTFILE_PATH, render_textfile
@@ -40,8 +41,6 @@ ENGINES = ("image", "host")
 REMOTE_DIR = "/opt/gpunode/accept"
 VENV = "/opt/gpunode/venv"
 DEFAULT_PORT_BASE = 29500
-
-Progress = Callable[[str], None]
 
 
 @dataclass

@@ -23,6 +23,7 @@ from toolkit import runs
 from toolkit.ansible.content import Content, find_content
 from toolkit.ansible.events import EventCollector, RunResult, summaries_from_stats
 from toolkit.errors import ConfigError, PlaybookError
+from toolkit.progress import Display
 
 # Extra variables are written to the run's artifacts (env/extravars), so secrets must never
 # travel that way: names that look like one are refused.
@@ -87,7 +88,7 @@ def run_playbook(
     forks: int | None = None,
     verbosity: int = 0,
     listeners: Sequence[Listener] = (),
-    display: Callable[[str, bool], AbstractContextManager[Any]] | None = None,
+    display: Display | None = None,
     raise_on_failure: bool = False,
     content: Content | None = None,
     cancel: Callable[[], bool] | None = None,

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.ansible.events import RunResult
+from toolkit.progress import Display
 
 FACT = "gpunode_data_disks"
 PLAYBOOK = "disks"
-
-Display = Callable[[str, bool], Any]
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,8 @@ from toolkit.images.normalise import Normalised, iter_diff, normalise, read_imag
 from toolkit.images.recipe import DEFAULT_OS, Recipe, make_recipe
 from toolkit.images.render import Context, render
 from toolkit.inventory import Inventory, load_inventory
+from toolkit.progress import Progress
 
-Progress = Callable[[str], None]
 BUILDER = "classic"  # the engine's legacy builder, normalised afterwards
 # The builder's own (unnormalised) results are the layer cache of the next build: the newest
 # one per recipe is kept under this name, and only the most recent few recipes.

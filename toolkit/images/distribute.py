@@ -25,9 +25,9 @@ from toolkit.errors import ConfigError, ImageError, RemoteError
 from toolkit.images.engine import docker_client
 from toolkit.images.recipe import REPOSITORY
 from toolkit.inventory import Host
+from toolkit.progress import Progress
 from toolkit.remote import Node, open_node, parallel
 
-Progress = Callable[[str], None]
 CHUNK = 1 << 20
 INSPECT_ID = "docker image inspect --format '{{.Id}}' "
 

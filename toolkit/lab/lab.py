@@ -12,7 +12,6 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
@@ -37,10 +36,10 @@ from toolkit.lab.spec import (
     node_name,
 )
 from toolkit.lab.state import DiskState, LabState, NodeState, ServerState
+from toolkit.progress import Progress
 from toolkit.stack.lock import OS_VARIABLE
 from toolkit.stack.targets import lock_inventory
 
-Progress = Callable[[str], None]
 DEFAULT_NAME = "gpunode"
 # Where the `keyring` fault puts NVIDIA's own sources (see _nvidia_sources_files).
 CUDA_KEYRING_LIST = "/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
