@@ -21,7 +21,6 @@ import docker
 from docker.models.containers import Container
 
 from toolkit.errors import ConfigError, LabError
-from toolkit.images.base import ensure_lab_base
 from toolkit.lab import disks as lab_disks
 from toolkit.lab import image as lab_image
 from toolkit.lab import inventory, network, nodes, paths, server, ssh
@@ -36,6 +35,7 @@ from toolkit.lab.spec import (
     node_name,
 )
 from toolkit.lab.state import DiskState, LabState, NodeState, ServerState
+from toolkit.lab.train_base import ensure_lab_base
 from toolkit.progress import Progress
 from toolkit.stack.lock import OS_VARIABLE
 from toolkit.stack.targets import lock_inventory

@@ -1,0 +1,78 @@
+"""The import structure of ``toolkit``, read from its source (an AST walk, nothing imported).
+
+Floors (docs/architecture.md): a package never imports one above it and two packages never
+import each other; nothing outside the lab and its CLI imports the lab. The package pairs that
+still import each other are listed below with what unties them (issue 24); the list may only
+shrink, and so may the count of function-level ``toolkit`` imports (each hides an arrow).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+TOOLKIT = Path(__file__).resolve().parents[2] / "toolkit"
+LAB_DOORS = {"toolkit/lab", "toolkit/cli/lab.py"}
+
+# Two-way package pairs not yet untied (issue 24), each with the arrow that runs the wrong way.
+KNOWN_TWO_WAY = {
+    ("acceptance", "images"),  # acceptance/orchestrate builds the recipe's image
+    ("acceptance", "report"),  # acceptance/orchestrate writes the reports
+    ("acceptance", "stack"),  # stack/models reads acceptance.thresholds
+    ("ansible", "disks"),  # disks/flow runs the disks playbook
+    ("inventory", "stack"),  # stack/lock and stack/targets read inventories
+}
+# Function-level imports of toolkit modules, on the day this test was written: 88.
+MAX_FUNCTION_LEVEL_IMPORTS = 88
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "toolkit"
+
+
+def _imports(tree: ast.AST) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("toolkit"):
+            if node.module == "toolkit":
+                found += [f"toolkit.{alias.name}" for alias in node.names]
+            else:
+                found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("toolkit")]
+    return found
+
+
+def _graph() -> tuple[dict[str, set[str]], list[str], int]:
+    edges: dict[str, set[str]] = defaultdict(set)
+    lab_importers = []
+    function_level = 0
+    for path in sorted(TOOLKIT.rglob("*.py")):
+        relative = path.relative_to(TOOLKIT.parent)
+        module = ".".join(relative.with_suffix("").parts).removesuffix(".__init__")
+        tree = ast.parse(path.read_text())
+        for target in _imports(tree):
+            source, dest = _package(module), _package(target)
+            if dest != source:
+                edges[source].add(dest)
+            inside = any(str(relative).startswith(door) for door in LAB_DOORS)
+            if dest == "lab" and not inside:
+                lab_importers.append(str(relative))
+        for function in ast.walk(tree):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                function_level += sum(1 for _ in _imports(function))
+    return edges, lab_importers, function_level
+
+
+def test_no_new_two_way_package_imports_and_nothing_outside_the_lab_imports_it() -> None:
+    edges, lab_importers, function_level = _graph()
+    two_way = {tuple(sorted((a, b))) for a in edges for b in edges[a] if a in edges.get(b, ())}
+    print(f"\ntwo-way package pairs: {len(two_way)}; function-level toolkit imports: "
+          f"{function_level}")  # fmt: skip
+    assert lab_importers == [], f"imports of toolkit.lab outside the lab: {lab_importers}"
+    assert two_way <= KNOWN_TWO_WAY, f"new two-way package imports: {two_way - KNOWN_TWO_WAY}"
+    untied = KNOWN_TWO_WAY - two_way
+    assert not untied, f"untied, take them off KNOWN_TWO_WAY: {untied}"
+    assert function_level <= MAX_FUNCTION_LEVEL_IMPORTS
