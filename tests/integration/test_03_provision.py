@@ -215,9 +215,12 @@ def test_first_provision_installs_exact_versions(lab: Any, inv: Path, state_dir:
         assert state["state"] == "provisioned" and len(state["stack_id"]) == 12
         assert state["run_id"] == result["run_id"]
         assert state["provisioned_at"] == state["time"]  # opens acceptance's XID window
-        # The packaged unit says --no-persistence-mode; the role's drop-in turns it on.
+        # The role's drop-in keeps the packaged unit's user (Debian's nvpd; the stand-in daemon
+        # refuses a user the node lacks, as the real one does) and says --persistence-mode.
         mode = lab.ssh(node.name, "nvidia-smi --query-gpu=persistence_mode --format=csv,noheader")
         assert set(mode.stdout.split()) == {"Enabled"}, mode.stdout
+        unit = lab.ssh(node.name, "systemctl show -p ExecStart --value nvidia-persistenced").stdout
+        assert "argv[]=/usr/bin/nvidia-persistenced --user nvpd --persistence-mode ;" in unit, unit
         daemon = json.loads(lab.ssh(node.name, "cat /etc/docker/daemon.json").stdout)
         assert "nvidia" in daemon["runtimes"]
         # Container storage on the data disk, and both services ordered after its mount.

@@ -207,7 +207,7 @@ def test_parse_madison_and_missing_pins() -> None:
     assert nf.missing_pins({"libnccl2": "2.21.5-1+cuda12.4"}, offered) == []
 
 
-DEBIAN_OPEN = {"nvidia-driver": "x", "nvidia-open-kernel-dkms": "x", "nvidia-smi": "x"}
+DEBIAN_OPEN = {"nvidia-driver": "x", "nvidia-kernel-open-dkms": "x", "nvidia-smi": "x"}
 DEBIAN_PROPRIETARY = {"nvidia-driver": "x", "nvidia-kernel-dkms": "x", "cuda-drivers-580": "x"}
 PINS_580 = {
     "nvidia-open": "580.95.05-1",
@@ -236,9 +236,10 @@ PINS_580 = {
         ("nvidia-dkms", {"nvidia-dkms-open": "x"}, "595", "open", True),
         ("nvidia-dkms-open", {"nvidia-dkms": "x"}, "595", "proprietary", True),
         ("nvidia-kernel-dkms", DEBIAN_OPEN, "580", "open", True),
-        ("nvidia-open-kernel-dkms", DEBIAN_PROPRIETARY, "580", "proprietary", True),
+        ("nvidia-kernel-open-dkms", DEBIAN_PROPRIETARY, "580", "proprietary", True),
+        ("nvidia-open-kernel-dkms", DEBIAN_PROPRIETARY, "580", "proprietary", True),  # Debian's
         ("nvidia-driver", DEBIAN_OPEN, "580", "open", False),  # both flavours pin it
-        ("nvidia-open-kernel-dkms", DEBIAN_OPEN, "580", "open", False),
+        ("nvidia-kernel-open-dkms", DEBIAN_OPEN, "580", "open", False),
     ],
 )
 def test_is_stale_driver_package(

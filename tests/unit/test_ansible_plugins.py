@@ -188,7 +188,7 @@ def test_gpunode_stack_resolves(run: EventCollector) -> None:
     assert resolved["os"] == "debian12" and len(resolved["stack_id"]) == 12
     # debian12: Debian-style names, at the locked versions.
     assert resolved["driver"]["packages"]["nvidia-driver"] == "550.127.05-1"
-    assert resolved["driver"]["packages"]["nvidia-open-kernel-dkms"] == "550.127.05-1"
+    assert resolved["driver"]["packages"]["nvidia-kernel-open-dkms"] == "550.127.05-1"
     assert resolved["fabric_manager"]["enabled"] is True
     assert resolved["cuda"]["packages"] == {"cuda-toolkit-12-4": "12.4.1-1"}
 

@@ -42,7 +42,7 @@ D580 = {"580.95.05-1", "580.105.08-1"}
 # The debian12 shape of NVIDIA's CUDA repository (toolkit/stack/naming.yml, source
 # debian12_repository): Debian-style names without the branch, at V-1.
 DEBIAN_DRIVER = (
-    "nvidia-driver", "nvidia-kernel-dkms", "nvidia-open-kernel-dkms", "nvidia-kernel-support",
+    "nvidia-driver", "nvidia-kernel-dkms", "nvidia-kernel-open-dkms", "nvidia-kernel-support",
     "firmware-nvidia-gsp", "nvidia-smi", "libnvidia-ml1", "libcuda1", "nvidia-driver-cuda",
     "nvidia-driver-libs", "nvidia-persistenced",
 )  # fmt: skip
@@ -141,7 +141,9 @@ def test_every_dependency_resolves_within_the_catalog() -> None:
     [
         # Debian's packaging (deb.debian.org bookworm non-free, nvidia-graphics-drivers
         # 535.261.03-1): one build pins itself through nvidia-alternative, reaches the module
-        # through alternatives and virtual names, and uses ranges for "this branch or later".
+        # through alternatives and virtual names, and uses ranges for "this branch or later";
+        # NVIDIA's debian12 repository names the open module nvidia-kernel-open-dkms
+        # (tests/data/real/nvidia-debian12-apt-driver-depends.txt).
         (
             "nvidia-driver",
             "550.127.05-1",
@@ -149,11 +151,11 @@ def test_every_dependency_resolves_within_the_catalog() -> None:
                 "nvidia-driver-libs (= 550.127.05-1)",
                 "nvidia-alternative (= 550.127.05-1)",
                 "nvidia-kernel-dkms (= 550.127.05-1) | nvidia-kernel-550.127.05"
-                " | nvidia-open-kernel-550.127.05",
+                " | nvidia-kernel-open-dkms (= 550.127.05-1)",
             ),
         ),
         (
-            "nvidia-open-kernel-dkms",
+            "nvidia-kernel-open-dkms",
             "580.105.08-1",
             (
                 "firmware-nvidia-gsp (= 580.105.08) | firmware-nvidia-gsp-580.105.08",
@@ -184,7 +186,7 @@ def test_every_dependency_resolves_within_the_catalog() -> None:
         (
             "nvidia-open",
             "580.95.05-1",
-            ("nvidia-driver (= 580.95.05-1)", "nvidia-open-kernel-dkms (= 580.95.05-1)"),
+            ("nvidia-driver (= 580.95.05-1)", "nvidia-kernel-open-dkms (= 580.95.05-1)"),
         ),
         (
             "cuda-drivers-550",
@@ -220,8 +222,9 @@ def test_provides_and_recommends_follow_debian() -> None:
     assert gsp.provides == ("firmware-nvidia-gsp (= 550.127.05)", "firmware-nvidia-gsp-550.127.05")
     dkms = _spec("nvidia-kernel-dkms", "550.127.05-1")
     assert "nvidia-kernel-550.127.05" in dkms.provides
-    assert (
-        "nvidia-open-kernel-550.127.05" in _spec("nvidia-open-kernel-dkms", "550.127.05-1").provides
+    # The open module is reached by its name, not a virtual one.
+    assert _spec("nvidia-kernel-open-dkms", "550.127.05-1").provides == (
+        "nvidia-kernel-open-dkms-any (= 550.127.05)",
     )
     libcuda = _spec("libcuda1", "580.95.05-1")
     assert "nvidia-persistenced (>= 580)" in libcuda.recommends
@@ -239,7 +242,7 @@ def test_exclusive_packages_exclude_each_other_symmetrically() -> None:
             for back in (s for s in specs if s.name == other):
                 assert spec.name in back.conflicts, f"{other} does not conflict {spec.name}"
     # The two kernel module flavours; Fabric Manager across its R580 rename.
-    dkms = _spec("nvidia-open-kernel-dkms", "550.127.05-1")
+    dkms = _spec("nvidia-kernel-open-dkms", "550.127.05-1")
     assert dkms.conflicts == ("nvidia-kernel-dkms",)
     fm = _spec("nvidia-fabricmanager", "580.95.05-1")
     assert fm.conflicts == ("nvidia-fabricmanager-550",)
@@ -531,7 +534,7 @@ def _driver_set(
 ) -> list[str]:
     """The driver packages the naming rules give debian12 at one version, with the
     companions the lock adds."""
-    other = "nvidia-kernel-dkms" if flavour == "open" else "nvidia-open-kernel-dkms"
+    other = "nvidia-kernel-dkms" if flavour == "open" else "nvidia-kernel-open-dkms"
     names = [name for name in DEBIAN_DRIVER + COMPANIONS * companions if name != other]
     if branch == "580" and flavour == "open":
         names.insert(0, "nvidia-open")
@@ -553,7 +556,7 @@ def test_the_default_stack_installs(updated: Apt) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Inst nvidia-driver (550.127.05-1 NVIDIA CUDA" in done.stdout
-    assert "Inst nvidia-open-kernel-dkms (550.127.05-1" in done.stdout
+    assert "Inst nvidia-kernel-open-dkms (550.127.05-1" in done.stdout
     assert "Inst libnccl2 (2.21.5-1+cuda12.4" in done.stdout
     assert "Remv" not in done.stdout
 
@@ -592,7 +595,7 @@ def test_550_to_580_swaps_cleanly(updated: Apt) -> None:
     # replaces the branch-suffixed package.
     for old in ("nvidia-fabricmanager-550", "libnvidia-nscq-550"):
         assert f"Remv {old} [550.127.05-1]" in done.stdout
-    for name in ("nvidia-driver", "nvidia-open-kernel-dkms", "nvidia-smi", "libcuda1"):
+    for name in ("nvidia-driver", "nvidia-kernel-open-dkms", "nvidia-smi", "libcuda1"):
         assert f"Inst {name} [550.127.05-1] (580.95.05-1" in done.stdout
     assert "Inst nvidia-open (580.95.05-1" in done.stdout
     assert "Inst nvidia-persistenced [550.127.05-1] (580.95.05-1" in done.stdout

@@ -92,7 +92,7 @@ def test_installed_nvidia_smi_runs_from_the_package(root: Root) -> None:
 
 
 def test_module_load_emulates_install_upgrade_and_boot(root: Root) -> None:
-    root.unpack("nvidia-open-kernel-dkms", "550.127.05-1")
+    root.unpack("nvidia-kernel-open-dkms", "550.127.05-1")
     loader = "/usr/lib/gpunode-lab/nvidia-module-load"
     assert root.run(loader, "install").returncode == 0
     assert _loaded(root) == "550.127.05"
@@ -100,7 +100,7 @@ def test_module_load_emulates_install_upgrade_and_boot(root: Root) -> None:
     assert proc.startswith(
         "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.127.05  Release Build"
     )
-    root.unpack("nvidia-open-kernel-dkms", "550.144.03-1")  # the upgrade
+    root.unpack("nvidia-kernel-open-dkms", "550.144.03-1")  # the upgrade
     assert root.run(loader, "install").returncode == 0
     assert _loaded(root) == "550.127.05"  # the old module stays loaded
     (root.state / "persistence-mode.json").write_text("{}")
@@ -118,10 +118,10 @@ def test_proprietary_module_says_so(root: Root) -> None:
 
 
 def test_kernel_module_package_scripts_and_files(root: Root) -> None:
-    postinst = root.control("nvidia-open-kernel-dkms", "550.127.05-1", "postinst")
+    postinst = root.control("nvidia-kernel-open-dkms", "550.127.05-1", "postinst")
     assert "/usr/lib/gpunode-lab/nvidia-module-load install" in postinst
     assert "deb-systemd-helper enable gpunode-lab-nvidia-module.service" in postinst
-    root.unpack("nvidia-open-kernel-dkms", "550.127.05-1")
+    root.unpack("nvidia-kernel-open-dkms", "550.127.05-1")
     unit = (root.path / "lib/systemd/system/gpunode-lab-nvidia-module.service").read_text()
     assert "ExecStart=/usr/lib/gpunode-lab/nvidia-module-load boot" in unit
     root.unpack("nvidia-kernel-support", "550.127.05-1")
@@ -258,15 +258,43 @@ def test_fabric_manager_stays_resident_and_stops_on_sigterm(root: Root) -> None:
 # --- persistenced ----------------------------------------------------------------------------
 
 
-def test_persistenced_unit_has_the_distributions_shape(root: Root) -> None:
+REAL = Path(__file__).parents[1] / "data/real"
+
+
+def _sections(unit: str) -> dict[str, list[str]]:
+    """The unit's assignments per section, comments left out."""
+    sections: dict[str, list[str]] = {}
+    current = ""
+    for line in unit.splitlines():
+        if line.startswith("["):
+            current = line
+        elif line and not line.startswith("#"):
+            sections.setdefault(current, []).append(line)
+    return sections
+
+
+def test_persistenced_unit_is_debians(root: Root) -> None:
     root.unpack("nvidia-persistenced", "550.127.05-1")
     unit = (root.path / "lib/systemd/system/nvidia-persistenced.service").read_text()
-    # Ubuntu's and Debian's unit: persistence mode stays off until an override turns it on.
-    assert (
-        "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced "
-        "--no-persistence-mode --verbose" in unit
-    )
-    assert "Type=forking" in unit
+    real = _sections((REAL / "debian-nvidia-persistenced.service").read_text())
+    lab = _sections(unit)
+    # Debian's unit exactly, plus the lab's ordering after its emulated module load.
+    assert lab["[Unit]"] == [*real["[Unit]"], "After=gpunode-lab-nvidia-module.service"]
+    assert lab["[Service]"] == real["[Service]"]
+    assert lab["[Install]"] == real["[Install]"]
+    postinst = root.control("nvidia-persistenced", "550.127.05-1", "postinst")
+    assert "getent passwd nvpd" in postinst and "useradd --system" in postinst
+
+
+def test_persistenced_refuses_an_unknown_user(root: Root) -> None:
+    root.unpack("nvidia-persistenced", "550.127.05-1")
+    (root.state / "loaded-driver-version").write_text("550.127.05\n")
+    (root.path / "etc").mkdir()
+    (root.path / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    refused = root.run("/usr/bin/nvidia-persistenced", "--user", "nvidia-persistenced")
+    assert refused.returncode == 1
+    assert "Failed to find user ID of user 'nvidia-persistenced'" in refused.stderr
+    assert not (root.path / "run/nvidia-persistenced/nvidia-persistenced.pid").exists()
 
 
 @pytest.mark.parametrize(
@@ -281,9 +309,11 @@ def test_persistenced_sets_the_mode_it_was_started_with(root: Root, flag: str, m
     refused = root.run("/usr/bin/nvidia-persistenced")
     assert refused.returncode == 1  # no driver loaded yet
     (root.state / "loaded-driver-version").write_text("550.127.05\n")
+    (root.path / "etc").mkdir()
+    (root.path / "etc/passwd").write_text("nvpd:x:101:101::/var/run/nvpd/:/usr/sbin/nologin\n")
     pidfile = root.path / "run/nvidia-persistenced/nvidia-persistenced.pid"
     # It forks (Type=forking): the command returns once the daemon wrote its PID file.
-    started = root.run("/usr/bin/nvidia-persistenced", "--user", "nvidia-persistenced", flag)
+    started = root.run("/usr/bin/nvidia-persistenced", "--user", "nvpd", flag)
     assert started.returncode == 0, started.stderr
     pid = int(pidfile.read_text().strip())
     try:

@@ -405,13 +405,14 @@ def test_verify_lock_is_clean_for_a_fresh_lock(tmp_path: Path, key: Key) -> None
 
 # Debian's packaging of the driver (deb.debian.org bookworm non-free, nvidia-graphics-drivers
 # 535.261.03-1): the parts of one build pin each other through `nvidia-alternative (= V-1)`,
-# and nvidia-driver-libs pins its GL parts; the module is reached through alternatives.
+# and nvidia-driver-libs pins its GL parts; the module is reached through alternatives (the
+# open one by NVIDIA's name, tests/data/real/nvidia-debian12-apt-driver-depends.txt).
 def _debian_build(version: str, names: list[str]) -> list[tuple[str, ...]]:
     av = f"{version}-1"
     alt = f"nvidia-alternative (= {av})"
     depends = {
         "nvidia-driver": f"nvidia-driver-libs (= {av}), {alt}, nvidia-kernel-dkms (= {av}) | "
-        f"nvidia-kernel-{version} | nvidia-open-kernel-{version}",
+        f"nvidia-kernel-{version} | nvidia-kernel-open-dkms (= {av})",
         "nvidia-driver-libs": f"libgl1-nvidia-glvnd-glx (= {av}), nvidia-egl-icd (= {av})",
         "libgl1-nvidia-glvnd-glx": alt,
         "nvidia-egl-icd": alt,

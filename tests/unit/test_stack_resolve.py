@@ -302,7 +302,7 @@ def test_stack_id_known_value() -> None:
     ("version", "flavour", "packages", "pinning"),
     [
         ("580.95.05", "open",
-         ["nvidia-open", "nvidia-driver", "nvidia-open-kernel-dkms", "nvidia-kernel-support",
+         ["nvidia-open", "nvidia-driver", "nvidia-kernel-open-dkms", "nvidia-kernel-support",
           "firmware-nvidia-gsp", "nvidia-smi", "libnvidia-ml1", "libcuda1", "nvidia-driver-cuda",
           "nvidia-driver-libs", "nvidia-persistenced"],
          ["nvidia-driver-pinning-580.95.05"]),

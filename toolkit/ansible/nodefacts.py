@@ -629,8 +629,9 @@ def is_stale_driver_package(name: str, pins: Mapping[str, str], branch: str, fla
     Dependencies of the pinned packages (``libnvidia-compute-<branch>``, ``nvidia-persistenced``
     ...) are not pinned themselves; they stay. A package goes when its name carries another
     branch, when it is another version's lock package, or when it belongs to the other module
-    flavour (``nvidia-open``, ``*-open``, ``nvidia-open-kernel-dkms`` versus ``nvidia-driver-<b>``,
-    ``nvidia-kernel-dkms``, ``cuda-drivers``).
+    flavour (``nvidia-open``, ``*-open``, NVIDIA's debian12 ``nvidia-kernel-open-dkms``, Debian's
+    ``nvidia-open-kernel-dkms`` versus ``nvidia-driver-<b>``, ``nvidia-kernel-dkms``,
+    ``cuda-drivers``).
     """
     if name in pins:
         return False
@@ -644,7 +645,43 @@ def is_stale_driver_package(name: str, pins: Mapping[str, str], branch: str, fla
         return True
     if flavour == "open":
         return bool(_PROPRIETARY_ONLY.match(name))
-    return name.startswith("nvidia-open") or name.endswith("-open")
+    return (
+        name.startswith("nvidia-open")
+        or name.endswith("-open")
+        or name == "nvidia-kernel-open-dkms"
+    )
+
+
+PERSISTENCED = "/usr/bin/nvidia-persistenced"
+# systemd's ExecStart= prefixes before the command (systemd.service(5), "Command lines").
+_EXEC_PREFIXES = "-@:+!"
+
+
+def persistence_exec_start(unit: str) -> str:
+    """The ``ExecStart=`` of a drop-in that turns persistence mode on in a packaged unit.
+
+    ``unit`` is the text of the installed ``nvidia-persistenced.service``. Its command line is
+    kept, the user it names included (Debian's unit runs the daemon as ``nvpd``, Ubuntu's as
+    ``nvidia-persistenced``: tests/data/real/SOURCES.md); ``--no-persistence-mode`` becomes
+    ``--persistence-mode``. A unit without ``--user``, or no unit (not installed yet, in check
+    mode), runs the daemon as root, as NVIDIA's own role does
+    (NVIDIA/ansible-role-nvidia-driver, files/nvidia-persistenced-override.conf).
+    """
+    command: list[str] = []
+    section = ""
+    for raw in unit.splitlines():
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line
+        elif section == "[Service]" and line.startswith("ExecStart="):
+            # An empty assignment resets the list; the last command line is the one that runs.
+            command = shlex.split(line.removeprefix("ExecStart=").lstrip(_EXEC_PREFIXES))
+    if not command:
+        command = [PERSISTENCED]
+    args = [a for a in command[1:] if a not in ("--no-persistence-mode", "--persistence-mode")]
+    if not any(a in ("--user", "-u") or a.startswith("--user=") for a in args):
+        args = ["--user", "root", *args]
+    return shlex.join([command[0], *args, "--persistence-mode"])
 
 
 def parse_rdepends(text: str) -> list[str]:

@@ -251,8 +251,9 @@ def _driver_names(release: DriverRelease) -> dict[str, str]:
     (``nvidia-driver``, ``nvidia-kernel-dkms``, ``nvidia-kernel-support``,
     ``firmware-nvidia-gsp``, ``libnvidia-ml1``, ``libcuda1``, ``nvidia-driver-cuda``,
     ``nvidia-driver-libs``, ``nvidia-smi``, all at ``V-1``, after ``nvidia-driver-pinning-*``),
-    the open module as ``nvidia-open-kernel-dkms`` (Debian's name), and Fabric Manager as in the
-    Ubuntu repositories (branch-suffixed before R580). The same rules are data in
+    the open module as ``nvidia-kernel-open-dkms`` (NVIDIA's name; Debian's archive says
+    ``nvidia-open-kernel-dkms``), and Fabric Manager as in the Ubuntu repositories
+    (branch-suffixed before R580). The same rules, with their sources, are data in
     ``toolkit/stack/naming.yml``.
     """
     b = release.branch
@@ -279,7 +280,7 @@ DEBIAN_DRIVER_NAMES = (
     "nvidia-egl-icd",
     "nvidia-driver",
     "nvidia-kernel-dkms",
-    "nvidia-open-kernel-dkms",
+    "nvidia-kernel-open-dkms",
     "nvidia-kernel-support",
     "firmware-nvidia-gsp",
     "nvidia-smi",
@@ -297,14 +298,17 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
     v, av, b = release.version, release.apt_version, release.branch
     pin = f"(= {av})"
     # The relations follow Debian's own packaging of these packages, which NVIDIA's debian12
-    # repository carries under the same names. Source: the Packages index of
-    # deb.debian.org/debian bookworm non-free and non-free-firmware (amd64), source package
-    # nvidia-graphics-drivers 535.261.03-1:
+    # repository carries under the same names but one: the open module is
+    # nvidia-kernel-open-dkms there (Debian: nvidia-open-kernel-dkms). Sources: the Packages
+    # index of deb.debian.org/debian bookworm non-free and non-free-firmware (amd64), source
+    # package nvidia-graphics-drivers 535.261.03-1, and apt's report on NVIDIA's debian12
+    # repository (tests/data/real/nvidia-debian12-apt-driver-depends.txt, SOURCES.md):
     # - the parts of one build pin each other exactly through `nvidia-alternative (= V-1)`;
     # - the kernel module is reached through alternatives: `nvidia-kernel-dkms (= V-1) |
-    #   nvidia-kernel-V | nvidia-open-kernel-V`, and needs `firmware-nvidia-gsp (= V) |
-    #   firmware-nvidia-gsp-V` (the firmware provides itself at the upstream version) and
-    #   `nvidia-kernel-support--v1`;
+    #   nvidia-kernel-V | nvidia-kernel-open-dkms (= V-1)` (NVIDIA's repository; Debian's
+    #   third alternative is the virtual nvidia-open-kernel-V), and needs
+    #   `firmware-nvidia-gsp (= V) | firmware-nvidia-gsp-V` (the firmware provides itself at
+    #   the upstream version) and `nvidia-kernel-support--v1`;
     # - what only needs "this branch or later" uses ranges: `nvidia-persistenced (>= 535)`;
     # - Recommends (installed by default) reach the module, nvidia-smi and persistenced.
     # Left out, because the lab's repository carries NVIDIA's packages only: relations on
@@ -314,7 +318,7 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
     at_least = f"(>= {v})"
     branch_or_later = f"(>= {b})"
     alternative = f"nvidia-alternative {pin}"
-    any_module = f"nvidia-kernel-dkms {pin} | nvidia-kernel-{v} | nvidia-open-kernel-{v}"
+    any_module = f"nvidia-kernel-dkms {pin} | nvidia-kernel-{v} | nvidia-kernel-open-dkms {pin}"
     source = "nvidia-graphics-drivers"
     nvml_major_minor = ".".join(v.split(".")[:2])
     lib_marker = (
@@ -447,7 +451,7 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
         )
     )
     for flavour, dkms in (
-        ("open", "nvidia-open-kernel-dkms"),
+        ("open", "nvidia-kernel-open-dkms"),
         ("proprietary", "nvidia-kernel-dkms"),
     ):
         module_kind = "Open Kernel Module" if flavour == "open" else "Kernel Module"
@@ -463,8 +467,10 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
             "nvrm": nvrm,
             "build_date": release.build_date,
         }
-        other = "nvidia-kernel-dkms" if flavour == "open" else "nvidia-open-kernel-dkms"
-        kernel = "nvidia-open-kernel" if flavour == "open" else "nvidia-kernel"
+        other = "nvidia-kernel-dkms" if flavour == "open" else "nvidia-kernel-open-dkms"
+        # The proprietary module also provides nvidia-kernel-V (Debian's packaging); the
+        # open one is reached by its own name (see any_module).
+        kernel_provides = (f"nvidia-kernel-{v}",) if flavour == "proprietary" else ()
         needs = (
             f"firmware-nvidia-gsp (= {v}) | firmware-nvidia-gsp-{v}",
             "nvidia-kernel-support--v1",
@@ -483,7 +489,7 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
                 recommends=(f"nvidia-driver {at_least} | libcuda1 {at_least}",),
                 conflicts=(other,),
                 replaces=(other,),
-                provides=(f"{kernel}-{v}", f"{dkms}-any (= {v})"),
+                provides=(*kernel_provides, f"{dkms}-any (= {v})"),
                 files=(
                     FileSpec(
                         "/usr/lib/gpunode-lab/nvidia-module-load",
@@ -575,7 +581,7 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
                 source="nvidia-open",
                 section="non-free/metapackages",
                 description=f"NVIDIA open kernel module driver meta-package\n Driver {v}.",
-                depends=(f"nvidia-driver {pin}", f"nvidia-open-kernel-dkms {pin}"),
+                depends=(f"nvidia-driver {pin}", f"nvidia-kernel-open-dkms {pin}"),
             )
         )
         pinned = sorted({*DEBIAN_DRIVER_NAMES, *names.values(), "cuda-drivers"})

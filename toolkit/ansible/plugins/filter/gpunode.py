@@ -16,6 +16,7 @@ from toolkit.ansible.nodefacts import (
     parse_holds,
     parse_madison,
     parse_rdepends,
+    persistence_exec_start,
     pick_versions,
 )
 from toolkit.stack.aptindex import key_fingerprints
@@ -82,6 +83,11 @@ def gpunode_key_fingerprints(text: str) -> list[str]:
         return []
 
 
+def gpunode_persistence_exec_start(unit: str) -> str:
+    """The drop-in ``ExecStart=`` that turns persistence mode on in the packaged unit's text."""
+    return persistence_exec_start(str(unit))
+
+
 class FilterModule:
     """gpunode's filters."""
 
@@ -98,4 +104,5 @@ class FilterModule:
             "gpunode_apt_names": gpunode_apt_names,
             "gpunode_key_fingerprints": gpunode_key_fingerprints,
             "gpunode_pick_versions": gpunode_pick_versions,
+            "gpunode_persistence_exec_start": gpunode_persistence_exec_start,
         }
