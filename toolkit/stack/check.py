@@ -1,4 +1,5 @@
-"""The one checker: every violation of the compatibility matrix by a stack on its hardware."""
+"""The one checker: every violation of the compatibility matrix by a stack on its hardware,
+and of the security floors (the versions that fix published vulnerabilities)."""
 
 from __future__ import annotations
 
@@ -479,10 +480,11 @@ def _below_floor(
         f"{', '.join(floor.cves)} ({floor.severity})"
     )
     holding = {r.cve: r for r in accepted if r.until is None or r.until >= today}
-    expired = sorted(
-        {f"{r.cve} (until {r.until})" for r in accepted if r.cve in floor.cves}
-        - {f"{r.cve} (until {r.until})" for r in holding.values()}
-    )
+    expired = [
+        f"{r.cve} (until {r.until})"
+        for r in accepted
+        if r.cve in floor.cves and r.cve not in holding
+    ]
     pending = [cve for cve in floor.cves if cve not in holding]
     if pending:
         text = (
