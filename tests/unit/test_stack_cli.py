@@ -476,3 +476,24 @@ def test_the_lab_inventory_accepts_the_risks_of_its_stand_ins(
     assert any("container toolkit 1.16.2" in m and "CVE-2025-23266" in m for m in accepted)
     assert any("driver 550.127.05 (R550)" in m and "CVE-2024-0150" in m for m in accepted)
     assert all("lab stand-in packages carry no NVIDIA code" in m for m in accepted)
+
+
+def test_host_changing_commands_refuse_a_stack_below_a_floor_unless_accepted(
+    tmp_path: Path,
+) -> None:
+    from toolkit.ansible.precheck import check_inventory
+    from toolkit.errors import StackError
+
+    inventory = _sample_copy(tmp_path)
+    with pytest.raises(StackError) as info:
+        check_inventory(inventory)
+    assert "container toolkit 1.17.7 is below 1.17.8" in info.value.message
+    assert "CVE-2025-23266" in info.value.message and "nothing was changed" in info.value.message
+    risks = [
+        {"cve": cve, "reason": "in-house images only"}
+        for cve in ("CVE-2025-23266", "CVE-2025-23267", "CVE-2026-24260")
+    ]
+    accepted = inventory / "group_vars" / "h100_sxm" / "accepted_risks.yml"
+    accepted.write_text("---\n" + yaml.safe_dump({"gpunode_accepted_risks": risks}))
+    found = check_inventory(inventory)
+    assert any("risk accepted: CVE-2025-23266 (no end date)" in w for w in found.warnings)
