@@ -592,7 +592,7 @@ def _csaf_fixes(bulletin: str) -> dict[str, tuple[str, set[str], str]]:
     found: dict[str, tuple[str, set[str], str]] = {}
     for vulnerability in document["vulnerabilities"]:
         score = vulnerability["scores"][0]
-        severity = (score.get("cvss_v3") or score["cvss_v4"])["baseSeverity"]
+        severity = score["cvss_v3"]["baseSeverity"]
         for product_id in vulnerability["product_status"].get("fixed", []):
             where, version = products[product_id]
             if where.endswith("|NVIDIA Container Toolkit"):
