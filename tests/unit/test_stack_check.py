@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
-from test_stack_support import TODAY, by_rule, make, violations
+import yaml
+from test_stack_support import BASE, TODAY, by_rule, make, merge, violations
 
-from toolkit.stack import RULES, check, has_errors
+from toolkit.errors import ConfigError
+from toolkit.stack import RULES, StackFile, Violation, check, has_errors
+from toolkit.stack.check import security, security_report
 from toolkit.stack.matrix import matrix
+from toolkit.stack.security import build, floors
+from toolkit.stack.versions import numeric
 
 # CUDA -> minimum driver, every row of domain.md section 2, written out here independently
 # of the package's data file so that a typo in either is caught.
@@ -367,6 +374,9 @@ def test_every_rule_has_a_failing_case() -> None:
         "cuda.known_release",
         "cuda.unverified_minimum",
         "cuda.minor_compat_floor",
+        # The security floors' rules: their own tests below.
+        "security.floor",
+        "security.accepted_risk",
     }
     assert set(RULES) == failing | named
 
@@ -424,3 +434,206 @@ def test_every_fact_of_the_data_file_names_a_known_source() -> None:
         facts += [value for value in arch.values() if isinstance(value, dict)]
     for fact in facts:
         assert fact["source"] in sources, fact
+
+
+# --- Security floors (toolkit/stack/security.yml) ---------------------------------------------
+
+PSIRT = Path(__file__).resolve().parents[1] / "data" / "real" / "nvidia-psirt"
+
+
+def _security(
+    stack: dict[str, Any], accepted: list[dict[str, Any]] | None = None
+) -> list[Violation]:
+    data = merge(BASE, {"stack": stack})
+    data["gpunode_accepted_risks"] = accepted or []
+    parsed = StackFile.model_validate(data)
+    return security(parsed.stack, parsed.gpunode_accepted_risks, today=TODAY)
+
+
+FIXED = {"driver": {"version": "580.159.03"}, "container_toolkit": "1.19.1"}
+
+
+def test_fixed_versions_pass_every_floor() -> None:
+    assert _security(FIXED) == []
+
+
+def test_container_toolkit_1_17_7_is_refused_naming_the_cves_and_the_fix() -> None:
+    found = _security({**FIXED, "container_toolkit": "1.17.7"})
+    assert [(v.rule, v.severity) for v in found] == [
+        ("security.floor", "error"),
+        ("security.floor", "error"),
+    ]
+    nvidiascape = found[0]
+    for text in ("container toolkit 1.17.7", "1.17.8", "CVE-2025-23266", "CVE-2025-23267"):
+        assert text in nvidiascape.message
+    assert "a_id/5659" in nvidiascape.source
+    assert "1.19.1" in found[1].message and "CVE-2026-24260" in found[1].message
+    assert has_errors(found)
+
+
+def test_accepting_every_cve_of_a_floor_turns_it_into_a_warning() -> None:
+    accepted = [
+        {"cve": "CVE-2025-23266", "reason": "no untrusted images", "until": "2026-12-31"},
+        {"cve": "CVE-2025-23267", "reason": "no untrusted images"},
+        {"cve": "CVE-2026-24260", "reason": "no untrusted images"},
+    ]
+    found = _security({**FIXED, "container_toolkit": "1.17.7"}, accepted)
+    assert [(v.rule, v.severity) for v in found] == [("security.accepted_risk", "warning")] * 2
+    assert "CVE-2025-23266 (until 2026-12-31): no untrusted images" in found[0].message
+    assert "CVE-2025-23267 (no end date)" in found[0].message
+    assert not has_errors(found)
+
+
+def test_a_partial_or_expired_acceptance_still_refuses() -> None:
+    expired = {"cve": "CVE-2025-23266", "reason": "r", "until": "2026-11-28"}  # TODAY - 1 day
+    found = _security(
+        {**FIXED, "container_toolkit": "1.17.7"},
+        [expired, {"cve": "CVE-2026-24260", "reason": "r"}],
+    )
+    assert [(v.rule, v.severity) for v in found] == [
+        ("security.floor", "error"),
+        ("security.accepted_risk", "warning"),
+    ]
+    message = found[0].message
+    assert "accept the risk of CVE-2025-23266, CVE-2025-23267 in gpunode_accepted_risks" in message
+    assert "expired acceptances: CVE-2025-23266 (until 2026-11-28)" in message
+    # The last day of an acceptance still holds.
+    still = {**expired, "until": TODAY.isoformat()}
+    found = _security(
+        {**FIXED, "container_toolkit": "1.17.7"},
+        [still, {"cve": "CVE-2025-23267", "reason": "r"}, {"cve": "CVE-2026-24260", "reason": "r"}],
+    )
+    assert not has_errors(found)
+
+
+def test_driver_floors_apply_to_their_own_branch_only() -> None:
+    # The lab's default driver: below both R550 fixes (January and April 2025 bulletins).
+    found = _security({**FIXED, "driver": {"version": "550.127.05"}, "cuda": "12.4.1",
+                       "nccl": "2.21.5-1+cuda12.4"})  # fmt: skip
+    assert [v.message.split(", which")[0] for v in found] == [
+        "driver 550.127.05 (R550) is below 550.144.03",
+        "driver 550.127.05 (R550) is below 550.163.01",
+    ]
+    assert "CVE-2024-0150" in found[0].message and "CVE-2025-23244" in found[1].message
+    # 580.126.09 fixes the January 2026 bulletin but not May 2026's.
+    found = _security({**FIXED, "driver": {"version": "580.126.09"}})
+    assert len(found) == 1 and "580.159.03" in found[0].message
+    assert "CVE-2026-24187" in found[0].message
+    # A branch no advisory lists (R610) is not judged by the floors.
+    assert _security({**FIXED, "driver": {"version": "610.43.02"}, "cuda": "13.0.2",
+                      "nccl": "2.27.7-1+cuda13.0"}) == []  # fmt: skip
+
+
+def test_a_malformed_acceptance_is_refused_naming_the_key() -> None:
+    for bad, key in (
+        ({"cve": "CVE-2025-23266"}, "reason"),
+        ({"cve": "CVE-2025-23266", "reason": "r", "by": "me"}, "by"),
+        ({"cve": "2025-23266", "reason": "r"}, "cve"),
+        ({"cve": "CVE-2025-23266", "reason": "r", "until": "soon"}, "until"),
+    ):
+        with pytest.raises(ValueError, match=key):
+            _security(FIXED, [bad])
+
+
+def _data() -> dict[str, Any]:
+    from importlib import resources
+
+    text = resources.files("toolkit.stack").joinpath("security.yml").read_text(encoding="utf-8")
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
+
+
+def test_every_advisory_names_a_bulletin() -> None:
+    data = _data()
+    for key, value in data["sources"].items():
+        assert value["title"].startswith("Security Bulletin: ") and value["url"].startswith(
+            "https://nvidia.custhelp.com/app/answers/detail/a_id/"
+        ), key
+    assert {a["source"] for a in data["advisories"]} == set(data["sources"])
+    assert all(floor.source.url for floor in floors())
+
+
+def test_an_advisory_without_a_source_is_refused() -> None:
+    data = _data()
+    del data["advisories"][0]["source"]
+    with pytest.raises(ConfigError, match=r"advisories\[0\]\.source"):
+        build(data)
+    data = _data()
+    data["advisories"][1]["source"] = "nvidia_0000"
+    with pytest.raises(ConfigError, match=r"advisories\[1\]\.source: 'nvidia_0000' is not a key"):
+        build(data)
+
+
+def test_a_driver_fix_names_its_branch() -> None:
+    data = _data()
+    driver = next(i for i, a in enumerate(data["advisories"]) if a["component"] == "driver")
+    del data["advisories"][driver]["fixed"][0]["branch"]
+    with pytest.raises(ConfigError, match=rf"advisories\[{driver}\]\.fixed\[0\]\.branch"):
+        build(data)
+
+
+def _csaf_fixes(bulletin: str) -> dict[str, tuple[str, set[str], str]]:
+    """From NVIDIA's CSAF document: product -> (fixed version, CVEs, highest severity), for the
+    container toolkit ("toolkit") and the Linux data-center driver branches ("R580")."""
+    document = json.loads((PSIRT / f"{bulletin}.json").read_text(encoding="utf-8"))
+    products: dict[str, tuple[str, str]] = {}
+
+    def walk(node: dict[str, Any], parent: str) -> None:
+        for branch in node.get("branches", []):
+            if "product" in branch:
+                products[branch["product"]["product_id"]] = (
+                    f"{parent}|{branch['name']}",
+                    branch["product"]["name"],
+                )
+            walk(branch, branch["name"])
+
+    walk(document["product_tree"], "")
+    order = ["LOW", "MEDIUM", "HIGH", "CRITICAL"]
+    found: dict[str, tuple[str, set[str], str]] = {}
+    for vulnerability in document["vulnerabilities"]:
+        score = vulnerability["scores"][0]
+        severity = score["cvss_v3"]["baseSeverity"]
+        for product_id in vulnerability["product_status"].get("fixed", []):
+            where, version = products[product_id]
+            if where.endswith("|NVIDIA Container Toolkit"):
+                key = "toolkit"
+            elif where.startswith("Linux(R") and where.endswith("|Tesla"):
+                key = where.split("|")[0][len("Linux(") : -1]
+            else:
+                continue
+            old = found.get(key, (version.lstrip("v"), set(), "LOW"))
+            worst = max(old[2], severity, key=order.index)
+            found[key] = (old[0], old[1] | {vulnerability["cve"]}, worst)
+    return found
+
+
+def test_every_floor_matches_nvidias_csaf_document() -> None:
+    for floor in floors():
+        bulletin = floor.source.url.rsplit("=", 1)[-1].rsplit("/", 1)[-1]
+        fixes = _csaf_fixes(bulletin)
+        key = "toolkit" if floor.branch is None else f"R{floor.branch}"
+        assert key in fixes, (bulletin, key)
+        version, cves, severity = fixes[key]
+        assert numeric(floor.version) == numeric(version), (bulletin, key)
+        assert set(floor.cves) == cves, (bulletin, key)
+        assert floor.severity == severity.lower(), (bulletin, key)
+    # Every data-center branch and toolkit fix of those bulletins is encoded.
+    encoded = {(f.source.key, f.branch) for f in floors()}
+    for source in {f.source for f in floors()}:
+        for key in _csaf_fixes(source.key.split("_")[1]):
+            branch = None if key == "toolkit" else int(key[1:])
+            assert (source.key, branch) in encoded, (source.key, key)
+
+
+def test_the_acceptance_report_lists_the_floors_of_the_pinned_stack() -> None:
+    stack = StackFile.model_validate(merge(BASE, {"stack": FIXED})).stack
+    assert security_report(stack, {}) == []
+    old = stack.model_copy(update={"container_toolkit": "1.17.7"})
+    report = security_report(old, {})
+    assert [(r["rule"], r["severity"]) for r in report] == [("security.floor", "error")] * 2
+    accept = [{"cve": c, "reason": "r"} for c in ("CVE-2025-23266", "CVE-2025-23267")]
+    report = security_report(old, {"gpunode_accepted_risks": accept})
+    assert [r["rule"] for r in report] == ["security.accepted_risk", "security.floor"]
+    # A malformed acceptance (stack check refuses it) accepts nothing here.
+    report = security_report(old, {"gpunode_accepted_risks": [{"cve": "CVE-2025-23266"}]})
+    assert [r["rule"] for r in report] == ["security.floor"] * 2

@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from shared_fixtures import run_cli
+
+from toolkit.lab import inventory as lab_inventory
+from toolkit.lab.spec import build_spec
+from toolkit.lab.state import NodeState
+from toolkit.stack.security import floors
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "inventories" / "sample"
 
-ISSUE_EXAMPLE = """\
+# The compatibility tests below pin versions below the security floors (the issue's example
+# is driver 550.127.05 with container toolkit 1.16.2): they accept every CVE of the floors, so
+# only the compatibility rules decide. The floors have their own tests at the end.
+ACCEPT_ALL = "gpunode_accepted_risks:\n" + "".join(
+    f"  - {{cve: {cve}, reason: compatibility test}}\n"
+    for cve in dict.fromkeys(cve for floor in floors() for cve in floor.cves)
+)
+
+ISSUE_EXAMPLE = (
+    """\
 stack:
   driver: {version: "550.127.05", flavour: open}
   cuda: "12.4.1"
@@ -23,6 +39,8 @@ stack:
 hardware:
   gpu: {model: H100, count: 8, nvswitch: true}
 """
+    + ACCEPT_ALL
+)
 
 
 def gpunode(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -95,7 +113,8 @@ def test_minor_version_compat_opt_in_passes_with_the_ptx_warning(
     assert "PTX JIT" in out
 
 
-B200_PROPRIETARY = """\
+B200_PROPRIETARY = (
+    """\
 stack:
   driver: {version: "580.95.05", flavour: proprietary}
   cuda: "12.8.1"
@@ -105,8 +124,11 @@ stack:
 hardware:
   gpu: {model: B200, count: 8, nvswitch: true}
 """
+    + ACCEPT_ALL
+)
 
-NCCL_12_2_ON_CUDA_13 = """\
+NCCL_12_2_ON_CUDA_13 = (
+    """\
 stack:
   driver: {version: "580.95.05", flavour: open}
   cuda: "13.0.0"
@@ -116,6 +138,8 @@ stack:
 hardware:
   gpu: {model: L40S, count: 4, nvswitch: false}
 """
+    + ACCEPT_ALL
+)
 
 
 @pytest.mark.parametrize(
@@ -223,7 +247,9 @@ def test_show_sample_inventory_uses_group_repository_variables(
     groups = json.loads(out)["groups"]
     h100 = groups["h100_sxm"]["resolved"]["ubuntu2404"]
     assert h100["fabric_manager"]["enabled"] is True
-    assert h100["driver"]["pinning_packages"] == {"nvidia-driver-pinning-580.95.05": "580.95.05-*"}
+    assert h100["driver"]["pinning_packages"] == {
+        "nvidia-driver-pinning-580.159.03": "580.159.03-*"
+    }
     l40s = groups["l40s_pcie"]["resolved"]["ubuntu2404"]
     assert l40s["fabric_manager"]["enabled"] is False
 
@@ -317,3 +343,157 @@ def test_show_sample_fills_every_placeholder_in_urls_and_key_urls(
     assert "{os}" not in out and "{arch}" not in out and "{deb_arch}" not in out
     assert "/repos/ubuntu2204/x86_64/3bf863cc.pub" in out
     assert "fingerprint EB693B3035CD5710E231E123A4B469963BF863CC" in out
+
+
+# --- Security floors ------------------------------------------------------------------------
+
+FIXED_STACK = """\
+stack:
+  driver: {version: "580.159.03", flavour: open}
+  cuda: "13.0.2"
+  nccl: "2.27.7-1+cuda13.0"
+  fabric_manager: none
+  container_toolkit: "1.17.7"
+hardware:
+  gpu: {model: L40S, count: 4, nvswitch: false}
+gpunode_accepted_risks:
+  - {cve: CVE-2026-24260, reason: "only our own images run here", until: 2027-06-30}
+"""
+
+
+def test_container_toolkit_1_17_7_is_refused_naming_the_cves_and_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = gpunode(capsys, "stack", "check", str(write(tmp_path, FIXED_STACK)), "--json")
+    assert code == 2, out + err
+    document = json.loads(out)
+    errors = [v for v in document["violations"] if v["severity"] == "error"]
+    assert [v["rule"] for v in errors] == ["security.floor"]
+    message = errors[0]["message"]
+    for text in ("container toolkit 1.17.7", "below 1.17.8", "CVE-2025-23266", "CVE-2025-23267"):
+        assert text in message
+    assert "a_id/5659" in message  # the bulletin
+    # The accepted CVE of the 1.19.1 floor is a warning naming it.
+    warnings = [v for v in document["violations"] if v["rule"] == "security.accepted_risk"]
+    assert len(warnings) == 1 and "CVE-2026-24260 (until 2027-06-30)" in warnings[0]["message"]
+    # Text output: the rule, the version and the CVE on the error line.
+    code, out, _err = gpunode(capsys, "stack", "check", str(tmp_path / "stack.yml"))
+    assert code == 2
+    assert "INCOHERENT" in out and "security.floor: container toolkit 1.17.7" in out
+
+
+def test_container_toolkit_1_17_7_passes_when_its_cves_are_accepted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = FIXED_STACK + (
+        "  - {cve: CVE-2025-23266, reason: CDI mode off, until: 2027-01-01}\n"
+        "  - {cve: CVE-2025-23267, reason: CDI mode off, until: 2027-01-01}\n"
+    )
+    code, out, err = gpunode(capsys, "stack", "check", str(write(tmp_path, text)), "--json")
+    assert code == 0, out + err
+    violations = json.loads(out)["violations"]
+    assert {(v["rule"], v["severity"]) for v in violations} == {
+        ("security.accepted_risk", "warning")
+    }
+    assert any(
+        "CVE-2025-23266 (until 2027-01-01): CDI mode off" in v["message"] for v in violations
+    )
+
+
+def _sample_copy(tmp_path: Path) -> Path:
+    inventory = tmp_path / "inventory"
+    shutil.copytree(SAMPLE, inventory)
+    stack = inventory / "group_vars" / "h100_sxm" / "stack.yml"
+    stack.write_text(stack.read_text().replace('"1.19.1"', '"1.17.7"'))
+    return inventory
+
+
+def test_an_inventory_group_below_a_floor_is_refused_until_it_accepts_the_cves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inventory = _sample_copy(tmp_path)
+    code, out, _err = gpunode(capsys, "stack", "check", str(inventory), "--json")
+    assert code == 2
+    groups = json.loads(out)["groups"]
+    assert groups["l40s_pcie"]["ok"] is True
+    rules = [v["rule"] for v in groups["h100_sxm"]["violations"] if v["severity"] == "error"]
+    assert rules == ["security.floor", "security.floor"]  # 1.17.8 and 1.19.1
+    risks = [
+        {"cve": cve, "reason": "images are built in-house", "until": "2027-01-01"}
+        for cve in ("CVE-2025-23266", "CVE-2025-23267", "CVE-2026-24260")
+    ]
+    accepted = inventory / "group_vars" / "h100_sxm" / "accepted_risks.yml"
+    accepted.write_text("---\n" + yaml.safe_dump({"gpunode_accepted_risks": risks}))
+    code, out, err = gpunode(capsys, "stack", "check", str(inventory))
+    assert code == 0, out + err
+    assert "group h100_sxm: coherent" in out
+    assert "security.accepted_risk: container toolkit 1.17.7" in out
+    assert "CVE-2025-23266 (until 2027-01-01): images are built in-house" in out
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ({"cve": "CVE-2025-23266", "reason": "r", "by": "me"}, "[0].by: unknown key"),
+        ({"cve": "CVE-2025-23266"}, "[0].reason: required key is missing"),
+        ({"cve": "NVIDIAScape", "reason": "r"}, "[0].cve:"),
+        ({"cve": "CVE-2025-23266", "reason": "r", "until": "next year"}, "[0].until:"),
+    ],
+)
+def test_a_malformed_acceptance_exits_2_naming_the_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: dict[str, str], expected: str
+) -> None:
+    inventory = _sample_copy(tmp_path)
+    accepted = inventory / "group_vars" / "h100_sxm" / "accepted_risks.yml"
+    accepted.write_text("---\n" + yaml.safe_dump({"gpunode_accepted_risks": [entry]}))
+    code, _out, err = gpunode(capsys, "stack", "check", str(inventory))
+    assert code == 2
+    assert str(accepted) in err and "group h100_sxm" in err
+    assert f"gpunode_accepted_risks{expected}" in err
+    assert "Traceback" not in err
+
+
+def test_the_lab_inventory_accepts_the_risks_of_its_stand_ins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = lab_inventory.render(
+        spec=build_spec(name="lab1", nodes=1, disks=0),
+        nodes=[NodeState(index=1, name="lab1-node-1", ip="10.213.1.11")],
+        key_file=tmp_path / "id_ed25519",
+        known_hosts=tmp_path / "known_hosts",
+        repo_vars={},
+        ca_bundle=None,
+        md_available=False,
+    )
+    directory = lab_inventory.write(tmp_path / "lab", "lab1", files)
+    code, out, err = gpunode(capsys, "stack", "check", str(directory), "--json")
+    assert code == 0, out + err
+    violations = json.loads(out)["groups"]["lab"]["violations"]
+    accepted = [v["message"] for v in violations if v["rule"] == "security.accepted_risk"]
+    # The default stack: driver 550.127.05 (two R550 floors) and container toolkit 1.16.2
+    # (the five toolkit floors above it).
+    assert len(accepted) == 7
+    assert any("container toolkit 1.16.2" in m and "CVE-2025-23266" in m for m in accepted)
+    assert any("driver 550.127.05 (R550)" in m and "CVE-2024-0150" in m for m in accepted)
+    assert all("lab stand-in packages carry no NVIDIA code" in m for m in accepted)
+
+
+def test_host_changing_commands_refuse_a_stack_below_a_floor_unless_accepted(
+    tmp_path: Path,
+) -> None:
+    from toolkit.ansible.precheck import check_inventory
+    from toolkit.errors import StackError
+
+    inventory = _sample_copy(tmp_path)
+    with pytest.raises(StackError) as info:
+        check_inventory(inventory)
+    assert "container toolkit 1.17.7 is below 1.17.8" in info.value.message
+    assert "CVE-2025-23266" in info.value.message and "nothing was changed" in info.value.message
+    risks = [
+        {"cve": cve, "reason": "in-house images only"}
+        for cve in ("CVE-2025-23266", "CVE-2025-23267", "CVE-2026-24260")
+    ]
+    accepted = inventory / "group_vars" / "h100_sxm" / "accepted_risks.yml"
+    accepted.write_text("---\n" + yaml.safe_dump({"gpunode_accepted_risks": risks}))
+    found = check_inventory(inventory)
+    assert any("risk accepted: CVE-2025-23266 (no end date)" in w for w in found.warnings)

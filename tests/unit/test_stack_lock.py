@@ -113,12 +113,12 @@ def driver_entries(version: str, names: dict[str, str]) -> list[tuple[str, str, 
     return [(name, f"{version}-{revision}", "amd64") for name, revision in names.items()]
 
 
-# The sample's h100_sxm group (580.95.05 open, CUDA 12.8.1, NCCL 2.26.2+cuda12.8, Fabric
-# Manager, container toolkit 1.17.8) and l40s_pcie (580.95.05 open, CUDA 13.0.2, NCCL
+# The sample's h100_sxm group (580.159.03 open, CUDA 12.8.1, NCCL 2.26.2+cuda12.8, Fabric
+# Manager, container toolkit 1.19.1) and l40s_pcie (580.159.03 open, CUDA 13.0.2, NCCL
 # 2.27.7+cuda13.0) as an Ubuntu-shaped CUDA repository carries them.
 UBUNTU_580 = [
     *driver_entries(
-        "580.95.05",
+        "580.159.03",
         {
             "nvidia-open": "1",
             "nvidia-driver-580-open": "1ubuntu1",
@@ -126,16 +126,16 @@ UBUNTU_580 = [
             "nvidia-utils-580": "0ubuntu1",
             "libnvidia-compute-580": "0ubuntu1",
             "nvidia-persistenced": "1",
-            "nvidia-driver-pinning-580.95.05": "1",
+            "nvidia-driver-pinning-580.159.03": "1",
             "nvidia-fabricmanager": "1",
             "libnvidia-nscq": "1",
         },
     ),
     # Both revisions of one upstream version: the higher one wins.
-    ("nvidia-utils-580", "580.95.05-1ubuntu1", "amd64"),
-    # A later driver that must not be picked, and a foreign architecture.
+    ("nvidia-utils-580", "580.159.03-1ubuntu1", "amd64"),
+    # Another R580 driver that must not be picked, and a foreign architecture.
     ("nvidia-driver-580-open", "580.105.08-1ubuntu1", "amd64"),
-    ("libnvidia-compute-580", "580.95.05-0ubuntu2", "arm64"),
+    ("libnvidia-compute-580", "580.159.03-0ubuntu2", "arm64"),
     ("cuda-toolkit-12-8", "12.8.1-1", "amd64"),
     ("cuda-toolkit-13-0", "13.0.2-1", "amd64"),
     ("libnccl2", "2.26.2-1+cuda12.8", "amd64"),
@@ -144,8 +144,10 @@ UBUNTU_580 = [
     ("libnccl2", "2.27.7-1+cuda13.0", "amd64"),
     ("libnccl-dev", "2.27.7-1+cuda13.0", "amd64"),
 ]
+# 1.19.1 for the sample; 1.17.8 for the base stack of test_stack_support.
 CONTAINER_TOOLKIT = [
-    (name, "1.17.8-1", "amd64")
+    (name, version, "amd64")
+    for version in ("1.17.8-1", "1.19.1-1")
     for name in (
         "nvidia-container-toolkit",
         "nvidia-container-toolkit-base",
@@ -155,22 +157,22 @@ CONTAINER_TOOLKIT = [
 ]
 # The documented result for the sample on ubuntu2204 (docs/architecture.md, "The stack lock").
 SAMPLE_H100_UBUNTU = {
-    "nvidia-driver-pinning-580.95.05": "580.95.05-1",
-    "nvidia-open": "580.95.05-1",
-    "nvidia-driver-580-open": "580.95.05-1ubuntu1",
-    "nvidia-dkms-580-open": "580.95.05-1ubuntu1",
-    "nvidia-utils-580": "580.95.05-1ubuntu1",
-    "libnvidia-compute-580": "580.95.05-0ubuntu1",
-    "nvidia-persistenced": "580.95.05-1",
+    "nvidia-driver-pinning-580.159.03": "580.159.03-1",
+    "nvidia-open": "580.159.03-1",
+    "nvidia-driver-580-open": "580.159.03-1ubuntu1",
+    "nvidia-dkms-580-open": "580.159.03-1ubuntu1",
+    "nvidia-utils-580": "580.159.03-1ubuntu1",
+    "libnvidia-compute-580": "580.159.03-0ubuntu1",
+    "nvidia-persistenced": "580.159.03-1",
     "cuda-toolkit-12-8": "12.8.1-1",
     "libnccl2": "2.26.2-1+cuda12.8",
     "libnccl-dev": "2.26.2-1+cuda12.8",
-    "nvidia-fabricmanager": "580.95.05-1",
-    "libnvidia-nscq": "580.95.05-1",
-    "nvidia-container-toolkit": "1.17.8-1",
-    "nvidia-container-toolkit-base": "1.17.8-1",
-    "libnvidia-container-tools": "1.17.8-1",
-    "libnvidia-container1": "1.17.8-1",
+    "nvidia-fabricmanager": "580.159.03-1",
+    "libnvidia-nscq": "580.159.03-1",
+    "nvidia-container-toolkit": "1.19.1-1",
+    "nvidia-container-toolkit-base": "1.19.1-1",
+    "libnvidia-container-tools": "1.19.1-1",
+    "libnvidia-container1": "1.19.1-1",
 }
 
 
@@ -264,7 +266,7 @@ def test_sample_locks_to_the_ubuntu_revisions_the_repository_carries(ubuntu: Pat
     _is_inventory, targets = load_targets(ubuntu)
     assert all(t.lock_violations() == [] for t in targets)
     locked = apply_lock(targets[0].resolve("ubuntu2204"), targets[0].lock)
-    assert locked["driver"]["packages"]["nvidia-utils-580"] == "580.95.05-1ubuntu1"
+    assert locked["driver"]["packages"]["nvidia-utils-580"] == "580.159.03-1ubuntu1"
     assert check_locks(ubuntu) == []
     # A second lock from the same repositories changes nothing.
     assert not any(o.changed for o in lock_inventory(ubuntu))
@@ -323,18 +325,18 @@ def test_a_republished_or_withdrawn_version_fails_the_check_naming_the_package(
     cuda = ubuntu.parent / "cuda"
     changed = [p for p in UBUNTU_580 if p[0] != "libnccl-dev"]
     build_repo(cuda, key, changed)
-    # Republish nvidia-open 580.95.05-1 with other bytes: its SHA256 in the index changes.
+    # Republish nvidia-open 580.159.03-1 with other bytes: its SHA256 in the index changes.
     packages = (
         (cuda / "Packages")
         .read_text()
-        .replace(hashlib.sha256(b"nvidia-open 580.95.05-1 amd64").hexdigest(), "f" * 64)
+        .replace(hashlib.sha256(b"nvidia-open 580.159.03-1 amd64").hexdigest(), "f" * 64)
     )
     _rewrite(cuda, key, packages)
     with pytest.raises(StackError) as info:
         check_locks(ubuntu)
     message = info.value.message
     assert "libnccl-dev=2.26.2-1+cuda12.8 is no longer in repository cuda" in message
-    assert "nvidia-open=580.95.05-1 was republished" in message and "f" * 64 in message
+    assert "nvidia-open=580.159.03-1 was republished" in message and "f" * 64 in message
     assert "nothing was changed" in message
 
 
@@ -397,7 +399,7 @@ def test_the_oses_of_a_group_must_be_named(ubuntu: Path) -> None:
 def test_verify_lock_is_clean_for_a_fresh_lock(tmp_path: Path, key: Key) -> None:
     cuda = build_repo(tmp_path / "cuda", key, UBUNTU_580)
     ctk = build_repo(tmp_path / "ctk", key, CONTAINER_TOOLKIT)
-    stack, hardware = make()
+    stack, hardware = make({"driver": {"version": "580.159.03"}})  # the driver UBUNTU_580 carries
     resolved = resolve(stack, hardware, "ubuntu2204", repo_vars=_vars(key, cuda, ctk))
     lock = resolve_lock("g", resolved["stack_id"], {"ubuntu2204": resolved})[LOCK_KEY]
     assert verify_lock("g", lock, {"ubuntu2204": resolved}) == []

@@ -138,6 +138,9 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
         "verdict": verdict.verdict,
         "stack_id": plan.expect.stack_id if plan.expect else None,
         "installed_stack_id": state.get("stack_id"),
+        # The security floors the pinned stack is below (toolkit/stack/security.yml), accepted
+        # or not: informational, the verdict does not use them.
+        "security": _security(plan),
         "checks": [c.to_dict() for c in verdict.checks],
         "failed_checks": verdict.to_dict()["failed_checks"],
         "engine": section.get("engine"),
@@ -161,6 +164,13 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
         "certificate": str(plan.certificate) if plan.certificate else None,
         "certificate_note": plan.certificate_note,
     }
+
+
+def _security(plan: NodePlan) -> list[dict[str, str]] | None:
+    from toolkit.stack.check import security_report
+    from toolkit.stack.models import Stack
+
+    return security_report(plan.stack, plan.host.vars) if isinstance(plan.stack, Stack) else None
 
 
 def training_summary(result: dict[str, Any] | None) -> dict[str, Any] | None:

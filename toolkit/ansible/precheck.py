@@ -34,11 +34,14 @@ def check_inventory(inventory: Path, limit: str | None = None) -> Precheck:
 
     Raises:
         ConfigError: The inventory or a stack file is malformed, or the limit matches nothing.
-        StackError: A stack violates the compatibility matrix; the message lists every
-            violation with the hosts that share it.
+        StackError: A stack violates the compatibility matrix or is below a security floor
+            whose CVEs the host's ``gpunode_accepted_risks`` does not accept; the message
+            lists every violation with the hosts that share it.
     """
     from toolkit.inventory import load_inventory
     from toolkit.stack import check, stack_id
+    from toolkit.stack.check import security
+    from toolkit.stack.models import ACCEPTED_RISKS_KEY, parse_accepted_risks
 
     inv = load_inventory(inventory)
     hosts = inv.hosts_for(limit)
@@ -51,7 +54,10 @@ def check_inventory(inventory: Path, limit: str | None = None) -> Precheck:
         stack, hardware = inv.host_config(host)
         result.hosts.append(host.name)
         result.stack_ids[host.name] = stack_id(stack, hardware)
-        for violation in check(stack, hardware):
+        merged = inv.host_vars(host.name)
+        source = f"{merged.sources.get(ACCEPTED_RISKS_KEY, inventory)} (host {host.name})"
+        accepted = parse_accepted_risks(merged.values.get(ACCEPTED_RISKS_KEY, []), source)
+        for violation in check(stack, hardware) + security(stack, accepted):
             if violation.severity == "warning":
                 if violation.message not in seen_warnings:
                     seen_warnings.add(violation.message)

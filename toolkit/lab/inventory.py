@@ -5,7 +5,8 @@ Layout (docs/architecture.md, "Inventory layout")::
     hosts.yml                       group `lab` with every node (ansible_host = its address)
     group_vars/all/ssh.yml          root over the lab key, strict host key checking
     group_vars/all/repos.yml        the lab's repository, key, CA bundle and wheel URLs
-    group_vars/all/lab.yml          how to read a lab node's kernel log and boot id
+    group_vars/all/lab.yml          how to read a lab node's kernel log and boot id; the CVEs
+                                    the lab accepts (its packages are stand-ins)
     group_vars/lab/stack.yml        the lab's default stack (docs/architecture.md)
     group_vars/lab/hardware.yml     the group's hardware profile (GPUs)
     host_vars/<node>/hardware.yml   the same profile plus that node's data disks
@@ -33,6 +34,8 @@ from toolkit.lab.image import LOGIN_USER
 from toolkit.lab.paths import DMI_DIR
 from toolkit.lab.spec import LabSpec
 from toolkit.lab.state import NodeState
+from toolkit.stack.models import ACCEPTED_RISKS_KEY
+from toolkit.stack.security import floors
 
 MARKER = ".gpunode-lab"
 DEFAULT_DIR = Path("inventories") / "lab"
@@ -52,6 +55,19 @@ DEFAULT_STACK: dict[str, Any] = {
 }
 
 ACCEPTANCE_PROFILE = "lab"
+
+# The lab's packages are stand-ins (toolkit/lab/standins) that carry no NVIDIA code, so the
+# vulnerabilities of the versions they are named after (toolkit/stack/security.yml) are not
+# there: the lab accepts every CVE of the security floors, and its default stack (driver
+# 550.127.05, container toolkit 1.16.2) passes `gpunode stack check` with warnings naming them.
+LAB_RISK_REASON = "lab stand-in packages carry no NVIDIA code"
+
+
+def accepted_risks() -> list[dict[str, str]]:
+    """``gpunode_accepted_risks`` of a lab: every CVE of the security floors."""
+    cves = dict.fromkeys(cve for floor in floors() for cve in floor.cves)
+    return [{"cve": cve, "reason": LAB_RISK_REASON} for cve in cves]
+
 
 HEADER = (
     "---\n"
@@ -143,12 +159,14 @@ def render(
         ),
         "group_vars/all/lab.yml": _yaml(
             name,
-            "Lab nodes share the host's kernel (kernel log, boot id) and sysfs, and run no udev.",
+            "Lab nodes share the host's kernel (kernel log, boot id) and sysfs, run no udev, "
+            "and have stand-in NVIDIA packages.",
             {
                 "gpunode_kernel_log_command": KERNEL_LOG_COMMAND,
                 "gpunode_reboot_boot_time_command": BOOT_ID_COMMAND,
                 "data_disks_udev_settle_command": UDEV_COMMAND,
                 "gpunode_dmi_dir": DMI_DIR,
+                ACCEPTED_RISKS_KEY: accepted_risks(),
             },
         ),
         f"group_vars/{GROUP}/stack.yml": _yaml(

@@ -1,15 +1,25 @@
-"""The one checker: every violation of the compatibility matrix by a stack on its hardware."""
+"""The one checker: every violation of the compatibility matrix by a stack on its hardware,
+and of the security floors (the versions that fix published vulnerabilities)."""
 
 from __future__ import annotations
 
 import calendar
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
-from typing import Literal
+from typing import Any, Literal
 
+from toolkit.errors import ConfigError
 from toolkit.stack.matrix import Architecture, CudaRow, Fact, Matrix, Source, matrix
-from toolkit.stack.models import HardwareProfile, Stack
+from toolkit.stack.models import (
+    ACCEPTED_RISKS_KEY,
+    AcceptedRisk,
+    HardwareProfile,
+    Stack,
+    parse_accepted_risks,
+)
 from toolkit.stack.resolve import fabric_manager_enabled
+from toolkit.stack.security import Floor, floors
 from toolkit.stack.versions import cuda_full, driver_branch, numeric, parse_nccl
 
 Severity = Literal["error", "warning"]
@@ -37,6 +47,10 @@ RULES: dict[str, str] = {
     "driver.open_min_branch": "open kernel modules exist on the driver branch",
     "driver.branch_known": "the driver branch is a data-center branch the matrix knows",
     "driver.branch_eol": "the driver branch is not past its end of life",
+    "security.floor": "the driver and container toolkit are at least the versions that fix "
+    "their published vulnerabilities",
+    "security.accepted_risk": f"a version below a security floor is used only while "
+    f"{ACCEPTED_RISKS_KEY} accepts each of its CVEs",
 }
 
 
@@ -401,3 +415,91 @@ def _past_eol(eol: str, today: date) -> bool:
     year, month = (int(p) for p in eol.split("-"))
     last_day = date(year, month, calendar.monthrange(year, month)[1])
     return today > last_day
+
+
+_COMPONENTS = {"container_toolkit": "container toolkit", "driver": "driver"}
+
+
+def security(
+    stack: Stack, accepted: Sequence[AcceptedRisk] = (), *, today: date | None = None
+) -> list[Violation]:
+    """Check a stack against the security floors (toolkit/stack/security.yml).
+
+    A version below a floor is an error naming the component, the version, the CVEs and
+    the fixed version, unless every CVE of that floor is accepted (an acceptance holds
+    through its ``until`` day): then it is a warning naming the accepted CVEs.
+
+    Args:
+        stack: The validated stack.
+        accepted: The risks the inventory accepts (``gpunode_accepted_risks``).
+        today: The date acceptances are judged on (default: today).
+
+    Returns:
+        One violation per floor the stack is below, in the data file's order.
+    """
+    today = today or date.today()
+    found = []
+    for floor in floors():
+        version = _version_of(stack, floor)
+        if version is None or numeric(version) >= numeric(floor.version):
+            continue
+        found.append(_below_floor(floor, version, accepted, today))
+    return found
+
+
+def security_report(stack: Stack, host_vars: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The security findings of a node's pinned stack as acceptance records them in run.json
+    (informational: the verdict does not use them; ``gpunode stack check`` refuses them).
+
+    Args:
+        stack: The node's validated stack.
+        host_vars: The node's variables; their ``gpunode_accepted_risks`` is applied. A
+            malformed value (``stack check`` refuses it) accepts nothing here.
+    """
+    try:
+        accepted = parse_accepted_risks(host_vars.get(ACCEPTED_RISKS_KEY, []), ACCEPTED_RISKS_KEY)
+    except ConfigError:
+        accepted = ()
+    return [v.to_dict() for v in security(stack, accepted)]
+
+
+def _version_of(stack: Stack, floor: Floor) -> str | None:
+    if floor.component == "container_toolkit":
+        return stack.container_toolkit
+    driver = stack.driver.version
+    return driver if driver_branch(driver) == floor.branch else None
+
+
+def _below_floor(
+    floor: Floor, version: str, accepted: Sequence[AcceptedRisk], today: date
+) -> Violation:
+    what = _COMPONENTS[floor.component]
+    branch = f" (R{floor.branch})" if floor.branch is not None else ""
+    base = (
+        f"{what} {version}{branch} is below {floor.version}, which fixes "
+        f"{', '.join(floor.cves)} ({floor.severity})"
+    )
+    holding = {r.cve: r for r in accepted if r.until is None or r.until >= today}
+    expired = [
+        f"{r.cve} (until {r.until})"
+        for r in accepted
+        if r.cve in floor.cves and r.cve not in holding
+    ]
+    pending = [cve for cve in floor.cves if cve not in holding]
+    if pending:
+        text = (
+            f"{base}: pin {what} {floor.version} or later, or accept the risk of "
+            f"{', '.join(pending)} in {ACCEPTED_RISKS_KEY}"
+        )
+        if expired:
+            text += f"; expired acceptances: {', '.join(expired)}"
+        return _violation("security.floor", "error", text, floor.source)
+    reasons = "; ".join(_acceptance(holding[cve]) for cve in floor.cves)
+    return _violation(
+        "security.accepted_risk", "warning", f"{base}; risk accepted: {reasons}", floor.source
+    )
+
+
+def _acceptance(risk: AcceptedRisk) -> str:
+    until = f"until {risk.until}" if risk.until else "no end date"
+    return f"{risk.cve} ({until}): {risk.reason}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -13,6 +14,7 @@ from toolkit.config import StrictModel, load_yaml, validate
 from toolkit.disks.spec import DataDisksSpec
 from toolkit.errors import ConfigError
 from toolkit.stack import catalog
+from toolkit.stack.security import Cve
 from toolkit.stack.versions import CUDA_RE, DRIVER_RE, NCCL_RE, PLAIN_RE
 
 OsId = Literal["ubuntu2204", "ubuntu2404", "debian12"]
@@ -117,11 +119,44 @@ class HardwareProfile(StrictModel):
     acceptance: AcceptanceSpec | None = None
 
 
+# The variable (inventory group vars, or a key of the one-file form) that accepts the risk of
+# running a version below a security floor (toolkit/stack/security.yml), CVE by CVE.
+ACCEPTED_RISKS_KEY = "gpunode_accepted_risks"
+
+
+class AcceptedRisk(StrictModel):
+    """One CVE whose risk the owner of the nodes accepts: why, and until when."""
+
+    cve: Cve = Field(description='The CVE id, e.g. "CVE-2025-23266".')
+    reason: str = Field(min_length=1, description="Why the risk is accepted.")
+    until: date | None = Field(
+        default=None, description="The last day the acceptance holds (YYYY-MM-DD); none: always."
+    )
+
+
+class AcceptedRisks(StrictModel):
+    """The value of ``gpunode_accepted_risks``, validated on its own (inventory group vars)."""
+
+    gpunode_accepted_risks: list[AcceptedRisk]
+
+
+def parse_accepted_risks(value: Any, source: str | Path) -> tuple[AcceptedRisk, ...]:
+    """Validate the value of ``gpunode_accepted_risks`` read from ``source``.
+
+    Raises:
+        ConfigError: Not a list of ``{cve, reason, until}``; the message names the source
+            and the key path (``gpunode_accepted_risks[0].cve``).
+    """
+    risks = validate(AcceptedRisks, {ACCEPTED_RISKS_KEY: value}, source)
+    return tuple(risks.gpunode_accepted_risks)
+
+
 class StackFile(StrictModel):
-    """The one-file form: ``stack:`` and ``hardware:`` in one YAML document."""
+    """The one-file form: ``stack:`` and ``hardware:`` (and accepted risks) in one document."""
 
     stack: Stack
     hardware: HardwareProfile
+    gpunode_accepted_risks: list[AcceptedRisk] = Field(default_factory=list)
 
 
 def load_stack_file(path: str | Path) -> StackFile:

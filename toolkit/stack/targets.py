@@ -10,7 +10,7 @@ from typing import Any
 
 from toolkit.errors import ConfigError, StackError
 from toolkit.stack.aptindex import Fetch, fetch_url
-from toolkit.stack.check import Violation, check, has_errors
+from toolkit.stack.check import Violation, check, has_errors, security
 from toolkit.stack.lock import (
     LOCK_KEY,
     OS_VARIABLE,
@@ -22,7 +22,14 @@ from toolkit.stack.lock import (
     verify_lock,
     write_lock,
 )
-from toolkit.stack.models import HardwareProfile, Stack, load_stack_file
+from toolkit.stack.models import (
+    ACCEPTED_RISKS_KEY,
+    AcceptedRisk,
+    HardwareProfile,
+    Stack,
+    load_stack_file,
+    parse_accepted_risks,
+)
 from toolkit.stack.resolve import repository_variables, resolve, stack_id
 
 
@@ -39,6 +46,8 @@ class Target:
     host_overrides: Mapping[str, tuple[Stack, HardwareProfile]] = field(default_factory=dict)
     # The group's variables (its lock `stack_lock` and OSes `gpunode_stack_os` among them).
     group_vars: Mapping[str, Any] = field(default_factory=dict)
+    # The CVEs whose risk the group (or the one-file stack) accepts: `gpunode_accepted_risks`.
+    accepted_risks: tuple[AcceptedRisk, ...] = ()
 
     @property
     def lock(self) -> Mapping[str, Any] | None:
@@ -71,15 +80,23 @@ class Target:
         return [Violation(rule, "warning", f"{text}: {hint} [rule {rule}]", "gpunode stack lock")]
 
     def violations(self, today: date | None = None) -> list[Violation]:
-        """Every violation of the compatibility matrix, the group's and its hosts' own."""
-        found = check(self.stack, self.hardware, today=today) + self.lock_violations()
+        """Every violation of the compatibility matrix and the security floors, the group's
+        and its hosts' own."""
+        found = self._violations(self.stack, self.hardware, today) + self.lock_violations()
         seen = {(v.rule, v.message) for v in found}
         for host, (stack, hardware) in self.host_overrides.items():
-            for violation in check(stack, hardware, today=today):
+            for violation in self._violations(stack, hardware, today):
                 if (violation.rule, violation.message) not in seen:
                     seen.add((violation.rule, violation.message))
                     found.append(replace(violation, message=f"host {host}: {violation.message}"))
         return found
+
+    def _violations(
+        self, stack: Stack, hardware: HardwareProfile, today: date | None
+    ) -> list[Violation]:
+        return check(stack, hardware, today=today) + security(
+            stack, self.accepted_risks, today=today
+        )
 
     def stack_id(self) -> str:
         """The stack id."""
@@ -125,7 +142,8 @@ def load_targets(path: str | Path) -> tuple[bool, list[Target]]:
                 sources = inventory.host_vars(host).sources
                 if any(sources.get(key) != info.sources.get(key) for key in ("stack", "hardware")):
                     overrides[host] = inventory.host_config(host)
-            targets.append(Target(group, stack, hardware, repo_vars, overrides, info.vars))
+            risks = _accepted_risks(info.vars, info.sources, group)
+            targets.append(Target(group, stack, hardware, repo_vars, overrides, info.vars, risks))
         if not targets:
             raise ConfigError(
                 f"{path}: no group has hosts and a `stack:` (group_vars/<group>/stack.yml)"
@@ -134,7 +152,18 @@ def load_targets(path: str | Path) -> tuple[bool, list[Target]]:
     if not path.exists():
         raise ConfigError(f"{path}: no such file or directory")
     stack_file = load_stack_file(path)
-    return False, [Target(None, stack_file.stack, stack_file.hardware)]
+    risks = tuple(stack_file.gpunode_accepted_risks)
+    return False, [Target(None, stack_file.stack, stack_file.hardware, accepted_risks=risks)]
+
+
+def _accepted_risks(
+    group_vars: Mapping[str, Any], sources: Mapping[str, str], group: str
+) -> tuple[AcceptedRisk, ...]:
+    """The group's ``gpunode_accepted_risks``, validated (errors name the file and key)."""
+    if ACCEPTED_RISKS_KEY not in group_vars:
+        return ()
+    source = f"{sources.get(ACCEPTED_RISKS_KEY, 'group_vars')} (group {group})"
+    return parse_accepted_risks(group_vars[ACCEPTED_RISKS_KEY], source)
 
 
 @dataclass(frozen=True)
