@@ -36,6 +36,8 @@ from toolkit.progress import Progress
 from toolkit.remote import Node, open_node, parallel
 from toolkit.report import write_reports
 from toolkit.report.prometheus import TEXTFILE_PATH, render_textfile
+from toolkit.stack.check import security_report
+from toolkit.stack.models import Stack
 
 ENGINES = ("image", "host")
 REMOTE_DIR = "/opt/gpunode/accept"
@@ -167,9 +169,6 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
 
 
 def _security(plan: NodePlan) -> list[dict[str, str]] | None:
-    from toolkit.stack.check import security_report
-    from toolkit.stack.models import Stack
-
     return security_report(plan.stack, plan.host.vars) if isinstance(plan.stack, Stack) else None
 
 

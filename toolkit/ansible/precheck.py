@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.errors import StackError
+from toolkit.inventory import load_inventory
+from toolkit.stack import check, models, stack_id
+from toolkit.stack.check import security as check_security
 
 
 @dataclass
@@ -38,11 +41,6 @@ def check_inventory(inventory: Path, limit: str | None = None) -> Precheck:
             whose CVEs the host's ``gpunode_accepted_risks`` does not accept; the message
             lists every violation with the hosts that share it.
     """
-    from toolkit.inventory import load_inventory
-    from toolkit.stack import check, stack_id
-    from toolkit.stack.check import security
-    from toolkit.stack.models import ACCEPTED_RISKS_KEY, parse_accepted_risks
-
     inv = load_inventory(inventory)
     hosts = inv.hosts_for(limit)
     if not hosts:
@@ -55,9 +53,11 @@ def check_inventory(inventory: Path, limit: str | None = None) -> Precheck:
         result.hosts.append(host.name)
         result.stack_ids[host.name] = stack_id(stack, hardware)
         merged = inv.host_vars(host.name)
-        source = f"{merged.sources.get(ACCEPTED_RISKS_KEY, inventory)} (host {host.name})"
-        accepted = parse_accepted_risks(merged.values.get(ACCEPTED_RISKS_KEY, []), source)
-        for violation in check(stack, hardware) + security(stack, accepted):
+        source = f"{merged.sources.get(models.ACCEPTED_RISKS_KEY, inventory)} (host {host.name})"
+        accepted = models.parse_accepted_risks(
+            merged.values.get(models.ACCEPTED_RISKS_KEY, []), source
+        )
+        for violation in check(stack, hardware) + check_security(stack, accepted):
             if violation.severity == "warning":
                 if violation.message not in seen_warnings:
                     seen_warnings.add(violation.message)
