@@ -3,6 +3,7 @@ measurements, merging, sweeps."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +241,115 @@ def test_a100_busbw_is_the_lowest_healthy_figure() -> None:
     for size in (4 << 30, 8 << 30):
         (measured,) = [m for n, _, s, m in BUSBW_MEASURED if (n, s) == ("a100-sxm-8", size)]
         assert _capture_busbw(capture, size) > measured
+
+
+REAL_DATA = Path(__file__).resolve().parents[1] / "data" / "real" / "floors"
+
+
+def _cells(text: str, label: str) -> list[str]:
+    """The cells of the first Markdown table row whose first cell is ``label``."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.lstrip().startswith("|") and cells[0] == label:
+            return cells
+    raise AssertionError(f"no row {label!r}")
+
+
+def _azure(results: str, label: str) -> float:
+    """A figure of one Azure results file (its section of the excerpt)."""
+    text = (REAL_DATA / "azure-ai-benchmarking-guide.md").read_text()
+    section = text.split(f"## Azure_Results/{results}_results.md", 1)[1].split("## Azure_Results")[
+        0
+    ]
+    return float(_cells(section, label)[1])
+
+
+def _torch_bf16(*devices: str) -> float:
+    """The lowest BF16 TFLOPS of the named devices' rows."""
+    text = (REAL_DATA / "torch-performance-test-data.md").read_text()
+    rows = [
+        line.strip().strip("|").split("|")
+        for line in text.splitlines()
+        if line.startswith("| NVIDIA")
+    ]
+    return min(float(r[4]) for r in rows if r[0].strip() in devices)
+
+
+def _dcgm() -> dict[str, str]:
+    """Each SKU entry of the DCGM excerpt as text, by SKU id."""
+    text = (REAL_DATA / "dcgm-diag-skus.yaml").read_text()
+    return {
+        match.group(1): entry
+        for entry in text.split("  - name:")[1:]
+        if (match := re.search(r"id: '(\w+)'", entry))
+    }
+
+
+def _dcgm_memory(sku: str) -> tuple[float, float]:
+    """(measured, minimum_bandwidth) of a SKU's memory test, both in MB/s."""
+    entry = _dcgm()[sku].split("memory_bandwidth:", 1)[1]
+    shown = re.search(r"shows ~?([0-9]+)", entry)
+    floor = re.search(r"minimum_bandwidth: ([0-9.]+)", entry)
+    assert shown and floor
+    return float(shown.group(1)), float(floor.group(1))
+
+
+def _azure_nhc_h2d(column: str) -> float:
+    text = (REAL_DATA / "azurehpc-health-checks-readme.md").read_text()
+    header = _cells(text, "Check")
+    return float(_cells(text, "check_gpu_bandwidth")[header.index(column)].split()[0])
+
+
+# Each measured figure of profiles.yml, read from the public artefact it cites.
+ARTEFACT_FIGURES = {
+    ("h100-sxm-8", "min_gemm_tflops"): lambda: _torch_bf16("NVIDIA H100 80GB HBM3"),
+    ("h100-sxm-8", "min_mem_bw_gbps"): lambda: _azure("ND_H100_v5", "Copy") * 1000,
+    ("h100-sxm-8", "min_h2d_gbps"): lambda: min(
+        _azure("ND_H100_v5", "Host to Device"), _azure_nhc_h2d("nd96isr_h100_v5 expected")
+    ),
+    ("h200-sxm-8", "min_gemm_tflops"): lambda: _torch_bf16("NVIDIA H200"),
+    ("h200-sxm-8", "min_mem_bw_gbps"): lambda: _azure("ND_H200_v5", "Copy") * 1000,
+    ("h200-sxm-8", "min_h2d_gbps"): lambda: min(
+        _azure("ND_H200_v5", "Host to Device"), _azure_nhc_h2d("nd96isr_h200_v5 expected")
+    ),
+    ("a100-sxm-8", "min_gemm_tflops"): lambda: _torch_bf16("NVIDIA A100 SXM4 80GB"),
+    ("a100-sxm-8", "min_mem_bw_gbps"): lambda: _azure("ND_A100_v4", "Copy") * 1000,
+    ("a100-sxm-8", "min_h2d_gbps"): lambda: min(
+        _azure("ND_A100_v4", "Host to Device"), _azure_nhc_h2d("nd96asr_v4 expected")
+    ),
+    ("l40s-pcie", "min_gemm_tflops"): lambda: _torch_bf16("NVIDIA L40S"),
+    ("l40s-pcie", "min_mem_bw_gbps"): lambda: _dcgm_memory("26b9")[0] / 1000,
+}
+
+
+@pytest.mark.parametrize(("name", "key", "measured"), MEASURED)
+def test_measured_figures_are_read_from_the_cited_artefacts(
+    name: str, key: str, measured: float
+) -> None:
+    assert ARTEFACT_FIGURES[(name, key)]() == pytest.approx(measured)
+
+
+@pytest.mark.parametrize(
+    ("name", "results", "size", "label"),
+    [
+        ("h200-sxm-8", "ND_H200_v5", 8 << 30, "8G"),
+        ("a100-sxm-8", "ND_A100_v4", 4 << 30, "4G"),
+        ("a100-sxm-8", "ND_A100_v4", 8 << 30, "8G"),
+    ],
+)
+def test_measured_busbw_is_read_from_the_azure_results(
+    name: str, results: str, size: int, label: str
+) -> None:
+    (measured,) = [m for n, _, s, m in BUSBW_MEASURED if (n, s) == (name, size)]
+    assert _azure(results, label) == pytest.approx(measured)
+
+
+@pytest.mark.parametrize("sku", ["2330", "20b2", "26b9"])
+def test_dcgm_floors_are_three_quarters_of_its_measurements(sku: str) -> None:
+    """DCGM's own rule, read from its SKU file: the factor of the GEMM and memory floors."""
+    shown, floor = _dcgm_memory(sku)
+    assert floor == pytest.approx(floor_factors().min_mem_bw_gbps.factor * shown, rel=1e-3)
+    assert floor_factors().min_gemm_tflops.factor == floor_factors().min_mem_bw_gbps.factor
 
 
 def _profile(acceptance: dict[str, Any]) -> dict[str, Any]:
