@@ -363,8 +363,8 @@ def build_profile(name: str, raw: Any, factors: FloorFactors) -> ShippedProfile:
         in_force[key] = own
     acceptance = dict(raw["acceptance"])
     loc = (*where, "acceptance")
-    for floor_key in ("min_gemm_tflops", "min_mem_bw_gbps", "min_h2d_gbps"):
-        if floor_key in acceptance:
+    for floor_key in MEASURED_FLOORS:
+        if floor_key != "min_busbw_gbps" and floor_key in acceptance:
             item = _measured(Measured, acceptance[floor_key], floor_key, (*loc, floor_key))
             acceptance[floor_key] = _floor(item, in_force[floor_key])
     for listing in ("allreduce", "multi_node_allreduce"):
