@@ -280,8 +280,10 @@ def test_every_real_profile_sets_the_training_floors_with_sources() -> None:
     for name in ("h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "l40s-pcie"):
         profile = shipped_profile(name)
         spec = profile.acceptance
-        assert spec.max_read_p99_ms and spec.min_files_per_s and spec.max_data_wait_share
-        assert spec.min_gpu_util_pct and spec.min_scaling_efficiency
+        assert spec.max_read_p99_ms and spec.min_files_per_s and spec.min_scaling_efficiency
+        # The loop's utilisation and data wait have no measurement behind them (review
+        # real-hardware-748e562, N6b): shown, not judged, until the loop is redesigned.
+        assert spec.max_data_wait_share is None and spec.min_gpu_util_pct is None
         assert any("MLPerf Storage" in s for s in profile.sources)
     lab = shipped_profile("lab")
     assert lab.acceptance.min_gpu_util_pct is None  # CPU ranks: nothing to sample

@@ -4,6 +4,10 @@ A group's hardware profile may name a shipped profile (``profile: h100-sxm-8``, 
 ``profiles.yml`` next to this module, each figure with its source) and override any floor.
 Floors for the all-reduce are large-message busbw floors at named message sizes: the
 "Avg bus bandwidth" of a size sweep is never gated on (domain.md section 3).
+
+A shipped profile's GEMM, memory-bandwidth, host-to-device and busbw floors follow one rule:
+floor = factor x a cited figure measured on a healthy device of its model (never a datasheet
+peak); :func:`build_profile` derives them. A site's own floors are plain numbers.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 
@@ -70,6 +74,57 @@ class BusbwFloor(StrictModel):
     def size_bytes(self) -> int:
         """The size in bytes."""
         return parse_size(self.size)
+
+
+# The floors a shipped profile derives from measurements (issue 23), each with the unit its
+# measured figure must be written in: floor = factor x measured (see profiles.yml's head).
+MEASURED_FLOORS: dict[str, str] = {
+    "min_gemm_tflops": "TFLOP/s",
+    "min_mem_bw_gbps": "GB/s",
+    "min_h2d_gbps": "GB/s",
+    "min_busbw_gbps": "GB/s",
+}
+FloorKey = Literal["min_gemm_tflops", "min_mem_bw_gbps", "min_h2d_gbps", "min_busbw_gbps"]
+PROFILES_FILE = "toolkit/acceptance/profiles.yml"
+
+
+class FloorFactor(StrictModel):
+    """The share of a healthy device's measured figure a floor asks for, and why."""
+
+    factor: float = Field(gt=0, le=1)
+    source: str = Field(pattern=r"\S")
+
+
+class FloorFactors(StrictModel):
+    """The factor of every measured floor (``floor_factors:`` at the head of profiles.yml)."""
+
+    min_gemm_tflops: FloorFactor
+    min_mem_bw_gbps: FloorFactor
+    min_h2d_gbps: FloorFactor
+    min_busbw_gbps: FloorFactor
+
+
+class Measured(StrictModel):
+    """A floor as a shipped profile writes it: a cited figure measured on a healthy device of
+    the profile's model (never a datasheet peak). The floor is the key's factor times it."""
+
+    measured: float = Field(gt=0)
+    unit: str
+    source: str = Field(pattern=r"\S")
+
+
+class MeasuredBusbw(Measured):
+    """A measured large-message all-reduce busbw at one message size."""
+
+    size: str = Field(description='Message size, e.g. "16GiB".')
+
+    @field_validator("size", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> str:
+        return format_size(parse_size(value))
+
+
+_M = TypeVar("_M", bound=Measured)
 
 
 class AcceptanceSpec(StrictModel):
@@ -198,12 +253,19 @@ class AcceptanceSpec(StrictModel):
 
 
 class ShippedProfile(StrictModel):
-    """A profile shipped with gpunode: the floors and the sources they come from."""
+    """A profile shipped with gpunode: the floors and the sources they come from.
+
+    ``acceptance`` holds the floors in force; in profiles.yml the measured floors
+    (:data:`MEASURED_FLOORS`) are written as :class:`Measured` figures and derived by
+    :func:`build_profile`. ``floor_factors`` replaces the file's factor of a key for this
+    profile only (the lab's, whose figures are of emulated nodes).
+    """
 
     description: str
     gpu_model: str | None = None
     gpu_count: int | None = None
     sources: list[str] = Field(min_length=1)
+    floor_factors: dict[FloorKey, FloorFactor] = Field(default_factory=dict)
     acceptance: AcceptanceSpec
 
 
@@ -237,38 +299,115 @@ def critical_xids() -> dict[int, CriticalXid]:
 
 
 @lru_cache(maxsize=1)
+def _profiles_file() -> dict[str, Any]:
+    text = resources.files("toolkit.acceptance").joinpath("profiles.yml").read_text("utf-8")
+    data = parse_yaml(text, PROFILES_FILE)
+    if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
+        raise ConfigError(f"{PROFILES_FILE}: expected a `profiles:` mapping")
+    return data
+
+
 def shipped_profiles() -> dict[str, dict[str, Any]]:
     """The raw shipped profiles (``profiles.yml``), by name."""
-    text = resources.files("toolkit.acceptance").joinpath("profiles.yml").read_text("utf-8")
-    data = parse_yaml(text, "toolkit/acceptance/profiles.yml")
-    profiles = data.get("profiles") if isinstance(data, dict) else None
-    if not isinstance(profiles, dict):
-        raise ConfigError("toolkit/acceptance/profiles.yml: expected a `profiles:` mapping")
+    profiles: dict[str, dict[str, Any]] = _profiles_file()["profiles"]
     return profiles
 
 
+@lru_cache(maxsize=1)
+def floor_factors() -> FloorFactors:
+    """The factor of each measured floor (``floor_factors:`` in profiles.yml).
+
+    Raises:
+        ConfigError: A factor is missing, out of range or without its source.
+    """
+    from toolkit.config import validate
+
+    raw = _profiles_file().get("floor_factors")
+    return validate(FloorFactors, raw, PROFILES_FILE, prefix=("floor_factors",))
+
+
 def shipped_profile(name: str) -> ShippedProfile:
-    """One shipped profile, validated.
+    """One shipped profile, validated, its measured floors derived.
 
     Raises:
         ConfigError: The name is unknown (with suggestions) or the data is malformed.
     """
-    from toolkit.config import validate
-
     profiles = shipped_profiles()
     if name not in profiles:
         raise ConfigError(
             f"unknown acceptance profile {name!r}" + did_you_mean(name, sorted(profiles))
         )
-    return validate(
-        ShippedProfile,
-        profiles[name],
-        "toolkit/acceptance/profiles.yml",
-        prefix=(
-            "profiles",
-            name,
-        ),
-    )
+    return build_profile(name, profiles[name], floor_factors())
+
+
+def build_profile(name: str, raw: Any, factors: FloorFactors) -> ShippedProfile:
+    """Validate one profile as profiles.yml writes it and derive its measured floors.
+
+    Every GEMM, memory-bandwidth, host-to-device and all-reduce busbw floor is written as a
+    :class:`Measured` figure with its source; the floor in force is ``factor x measured``
+    (the profile's own ``floor_factors`` first, else ``factors``). A floor without a
+    measurement is not written at all: the check is then shown, not judged.
+
+    Raises:
+        ConfigError: Naming the profile and key: a floor written as a bare number, without
+            its measured figure or source, or in another unit than the key's.
+    """
+    from toolkit.config import validate
+
+    where: tuple[str | int, ...] = ("profiles", name)
+    if not isinstance(raw, dict) or not isinstance(raw.get("acceptance"), dict):
+        return validate(ShippedProfile, raw, PROFILES_FILE, prefix=where)
+    head = validate(ShippedProfile, {**raw, "acceptance": {}}, PROFILES_FILE, prefix=where)
+    in_force: dict[str, FloorFactor] = dict(factors)
+    for key, own in head.floor_factors.items():
+        in_force[key] = own
+    acceptance = dict(raw["acceptance"])
+    loc = (*where, "acceptance")
+    for floor_key in MEASURED_FLOORS:
+        if floor_key != "min_busbw_gbps" and floor_key in acceptance:
+            item = _measured(Measured, acceptance[floor_key], floor_key, (*loc, floor_key))
+            acceptance[floor_key] = _floor(item, in_force[floor_key])
+    for listing in ("allreduce", "multi_node_allreduce"):
+        entries = acceptance.get(listing)
+        if not isinstance(entries, list):
+            continue
+        floors = []
+        for i, entry in enumerate(entries):
+            busbw = _measured(MeasuredBusbw, entry, "min_busbw_gbps", (*loc, listing, i))
+            factor = in_force["min_busbw_gbps"]
+            floors.append(
+                {
+                    "size": busbw.size,
+                    "min_busbw_gbps": _floor(busbw, factor),
+                    "source": f"{factor.factor} x {busbw.measured} GB/s measured: {busbw.source}",
+                }
+            )
+        acceptance[listing] = floors
+    return validate(ShippedProfile, {**raw, "acceptance": acceptance}, PROFILES_FILE, prefix=where)
+
+
+def _measured(model: type[_M], entry: Any, key: str, loc: tuple[str | int, ...]) -> _M:
+    """One measured figure, checked: a mapping with its source, in the key's unit."""
+    from toolkit.config import format_loc, validate
+
+    if not isinstance(entry, dict):
+        raise ConfigError(
+            f"{PROFILES_FILE}: {format_loc(loc)}: a shipped floor is written as "
+            f"{{measured: <figure>, unit: {MEASURED_FLOORS[key]}, source: <where measured>}} "
+            f"(the floor is factor x measured), not {clip(repr(entry))}"
+        )
+    item = validate(model, entry, PROFILES_FILE, prefix=loc)
+    if item.unit != MEASURED_FLOORS[key]:
+        raise ConfigError(
+            f"{PROFILES_FILE}: {format_loc((*loc, 'unit'))}: {key} is measured in "
+            f"{MEASURED_FLOORS[key]}, not {item.unit!r}"
+        )
+    return item
+
+
+def _floor(item: Measured, factor: FloorFactor) -> float:
+    """factor x measured, to the thousandth (what a verdict prints as the floor)."""
+    return round(factor.factor * item.measured, 3)
 
 
 def effective(spec: AcceptanceSpec | None) -> AcceptanceSpec:
