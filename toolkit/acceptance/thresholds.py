@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field, field_validator, model_validator
 
 from toolkit.acceptance.topology import TopologySpec
-from toolkit.config import StrictModel, did_you_mean, parse_yaml
+from toolkit.config import StrictModel, did_you_mean, format_loc, parse_yaml, validate
 from toolkit.errors import ConfigError, clip
 
 _SIZE_RE = re.compile(r"^\s*([0-9]{1,15})\s*(B|KiB|MiB|GiB|TiB|K|M|G|T)?\s*\Z")
@@ -284,7 +284,6 @@ def critical_xids() -> dict[int, CriticalXid]:
     Raises:
         ConfigError: The data file is malformed.
     """
-    from toolkit.config import validate
 
     text = resources.files("toolkit.acceptance").joinpath("xids.yml").read_text("utf-8")
     data = parse_yaml(text, "toolkit/acceptance/xids.yml")
@@ -320,7 +319,6 @@ def floor_factors() -> FloorFactors:
     Raises:
         ConfigError: A factor is missing, out of range or without its source.
     """
-    from toolkit.config import validate
 
     raw = _profiles_file().get("floor_factors")
     return validate(FloorFactors, raw, PROFILES_FILE, prefix=("floor_factors",))
@@ -352,7 +350,6 @@ def build_profile(name: str, raw: Any, factors: FloorFactors) -> ShippedProfile:
         ConfigError: Naming the profile and key: a floor written as a bare number, without
             its measured figure or source, or in another unit than the key's.
     """
-    from toolkit.config import validate
 
     where: tuple[str | int, ...] = ("profiles", name)
     if not isinstance(raw, dict) or not isinstance(raw.get("acceptance"), dict):
@@ -388,7 +385,6 @@ def build_profile(name: str, raw: Any, factors: FloorFactors) -> ShippedProfile:
 
 def _measured(model: type[_M], entry: Any, key: str, loc: tuple[str | int, ...]) -> _M:
     """One measured figure, checked: a mapping with its source, in the key's unit."""
-    from toolkit.config import format_loc, validate
 
     if not isinstance(entry, dict):
         raise ConfigError(
