@@ -288,3 +288,10 @@ def test_error_messages_are_escaped_too(tmp_path: Path) -> None:
     assert_clean(code, out, err)
     assert code == 2 and b"no\\x1b[2Jsuch.cert" in err
     assert os.path.lexists(missing) is False
+
+
+def test_runs_list_shows_a_folder_name_that_is_not_utf8(tmp_path: Path) -> None:
+    os.makedirs(os.fsencode(tmp_path / "runs") + b"/caf\xc3x\xff")
+    code, out, err = run("runs", "list", env={"GPUNODE_STATE_DIR": str(tmp_path), "COLUMNS": "200"})
+    assert_clean(code, out, err)
+    assert code == 0 and b"caf\\udcc3x\\udcff" in out
