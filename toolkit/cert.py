@@ -31,7 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from toolkit import runs
-from toolkit.config import format_loc
+from toolkit.config import format_loc, parse_json, read_regular
 from toolkit.errors import EXIT_USAGE, ConfigError, ToolkitError
 from toolkit.inventory import name_path
 
@@ -385,8 +385,7 @@ def _first_line(process: subprocess.CompletedProcess[bytes]) -> str:
 
 
 def _is_private(path: Path) -> bool:
-    with path.open("rb") as handle:
-        return b"PRIVATE KEY" in handle.read(200)
+    return b"PRIVATE KEY" in read_regular(path, "SSH key")[:200]
 
 
 def fingerprint(path: Path) -> str:
@@ -423,12 +422,12 @@ def sign_key_from(
         path, where = Path(value).expanduser(), SIGN_KEY_VAR
         if not path.is_absolute():
             path = base / path
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"{where} {path}: no such key file")
     try:
         private = _is_private(path)
-    except OSError as err:
-        raise ConfigError(f"{where} {path}: cannot read: {err.strerror}") from None
+    except ConfigError as err:
+        raise ConfigError(f"{where} {err.message}") from None
     key_print = fingerprint(path)
     if private and _ssh_keygen(["-y", "-P", "", "-f", str(path)]).returncode != 0:
         raise ConfigError(
@@ -516,17 +515,13 @@ def _dearmor(armor: bytes) -> bytes:
 
 
 def read(path: Path) -> bytes:
-    """A certificate file's bytes.
+    """A certificate file's bytes (a regular file of at most its kind's size limit).
 
     Raises:
-        ConfigError: The file cannot be read (unusable input, exit 2).
+        ConfigError: The file cannot be read, is not a regular file or is too large
+            (unusable input, exit 2).
     """
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    return read_regular(path, "certificate")
 
 
 @dataclass
@@ -555,9 +550,12 @@ def parse(data: bytes) -> Parsed:
     except ValueError as err:
         parsed.problems.append(str(err))
     try:
-        raw = json.loads(parsed.body.decode("ascii"))
-    except (UnicodeDecodeError, ValueError) as err:
-        parsed.problems.append(f"the document is not JSON: {err}")
+        raw = parse_json(parsed.body.decode("ascii"), "the document")
+    except UnicodeDecodeError:
+        parsed.problems.append("the document is not JSON: not ASCII (its canonical form is)")
+        return parsed
+    except ConfigError as err:
+        parsed.problems.append(err.message)
         return parsed
     if not isinstance(raw, dict):
         parsed.problems.append("the document is not a JSON object")
@@ -603,11 +601,9 @@ def _public_key_line(path: Path) -> str:
         ConfigError: Missing, unreadable, a private key, or not one public key.
     """
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise ConfigError(f"--key {path}: file not found") from None
-    except OSError as err:
-        raise ConfigError(f"--key {path}: cannot read: {err.strerror}") from None
+        text = read_regular(path, "SSH key").decode("utf-8", errors="replace")
+    except ConfigError as err:
+        raise ConfigError(f"--key {err.message}") from None
     if "PRIVATE KEY" in text:
         raise ConfigError(f"--key {path} is a private key; give its public key (the .pub file)")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -699,9 +695,13 @@ def verify(
             principal: str | None = PRINCIPAL
         else:
             assert allowed_signers is not None
-            if not allowed_signers.is_file():
-                raise ConfigError(f"--allowed-signers {allowed_signers}: file not found")
-            allowed, principal = allowed_signers, None
+            # ssh-keygen reads a copy: the file itself may be a FIFO or a device.
+            try:
+                signers = read_regular(allowed_signers, "allowed-signers file")
+            except ConfigError as err:
+                raise ConfigError(f"--allowed-signers {err.message}") from None
+            allowed, principal = Path(tmp) / "allowed_signers", None
+            allowed.write_bytes(signers)
         parsed = parse(data)
         outcome = Verification(path=path, document=parsed.document, problems=parsed.problems)
         if parsed.body is None or parsed.armor is None or not parsed.armor_ok:
@@ -777,52 +777,73 @@ class Difference:
         }
 
 
-def _keyed(items: Iterable[Mapping[str, Any]], key: str, label: str) -> dict[str, dict[str, Any]]:
-    return {f"{label} {item.get(key)}": dict(item) for item in items}
-
-
-def _diff_items(
-    section: str, a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]
+def _diff_fields(
+    section: str, item: str, left: Mapping[str, Any], right: Mapping[str, Any]
 ) -> list[Difference]:
+    return [
+        Difference(section, item, key, left.get(key), right.get(key))
+        for key in sorted(set(left) | set(right))
+        if left.get(key) != right.get(key)
+    ]
+
+
+Records = Sequence[Mapping[str, Any]]
+
+
+def _diff_records(section: str, label: str, key: str, a: Records, b: Records) -> list[Difference]:
+    """Two lists of records compared as multisets of whole records.
+
+    Records present on both sides (as often on each) are the same. Of the rest, a record
+    whose ``key`` (a PCI slot, a serial) is set and found once on each side is one item that
+    changed, shown field by field; any other record (no key, as cloud disks have no serial,
+    or a key found more than once) is shown whole, as only in ``a`` or only in ``b``.
+    """
+    only_b = [dict(r) for r in b]
+    only_a = []
+    for record in map(dict, a):
+        if record in only_b:
+            only_b.remove(record)
+        else:
+            only_a.append(record)
+
+    def keys(records: list[dict[str, Any]]) -> list[Any]:
+        return [r.get(key) for r in records]
+
     out = []
-    for item in sorted(set(a) | set(b)):
-        left, right = a.get(item), b.get(item)
-        if left is None or right is None:
-            out.append(Difference(section, item, "present", left is not None, right is not None))
-            continue
-        for key in sorted(set(left) | set(right)):
-            if left.get(key) != right.get(key):
-                out.append(Difference(section, item, key, left.get(key), right.get(key)))
+    for record in only_a:
+        value = record.get(key)
+        item = f"{label} {value if value is not None else '(no ' + key + ')'}"
+        if value is not None and keys(only_a).count(value) == 1 and keys(only_b).count(value) == 1:
+            other = only_b.pop(keys(only_b).index(value))
+            out += _diff_fields(section, item, record, other)
+        else:
+            out.append(Difference(section, item, "record", record, None))
+    for record in only_b:
+        value = record.get(key)
+        item = f"{label} {value if value is not None else '(no ' + key + ')'}"
+        out.append(Difference(section, item, "record", None, record))
     return out
 
 
 def compare(a: Certificate, b: Certificate) -> list[Difference]:
-    """What differs between two certificates: GPUs matched by PCI slot (a swapped board shows
-    as its serial and UUID), disks by serial, NICs by name, then what is installed and what
-    was proven."""
+    """What differs between two certificates: GPUs, disks, NICs and checks compared as
+    multisets of whole records (a changed one matched by PCI slot, serial or name, so a
+    swapped board shows as its serial and UUID), then what is installed and what was proven."""
     da, db = a.model_dump(mode="json"), b.model_dump(mode="json")
     ia, ib = da["identity"], db["identity"]
     diffs: list[Difference] = []
-    for key in ("hostname",):
-        if ia[key] != ib[key]:
-            diffs.append(Difference("identity", "node", key, ia[key], ib[key]))
-    diffs += _diff_items("identity", {"system": ia["system"]}, {"system": ib["system"]})
-    diffs += _diff_items(
-        "identity", _keyed(ia["gpus"], "pci_bus_id", "gpu"), _keyed(ib["gpus"], "pci_bus_id", "gpu")
-    )
-    diffs += _diff_items(
-        "identity", _keyed(ia["disks"], "serial", "disk"), _keyed(ib["disks"], "serial", "disk")
-    )
-    diffs += _diff_items(
-        "identity", _keyed(ia["nics"], "name", "nic"), _keyed(ib["nics"], "name", "nic")
-    )
+    if ia["hostname"] != ib["hostname"]:
+        diffs.append(Difference("identity", "node", "hostname", ia["hostname"], ib["hostname"]))
+    diffs += _diff_fields("identity", "system", ia["system"], ib["system"])
+    diffs += _diff_records("identity", "gpu", "pci_bus_id", ia["gpus"], ib["gpus"])
+    diffs += _diff_records("identity", "disk", "serial", ia["disks"], ib["disks"])
+    diffs += _diff_records("identity", "nic", "name", ia["nics"], ib["nics"])
     pa, pb = da["installed"].pop("packages"), db["installed"].pop("packages")
-    diffs += _diff_items("installed", {"stack": da["installed"]}, {"stack": db["installed"]})
-    diffs += _diff_items("installed", {"packages": pa}, {"packages": pb})
-    checks_a = _keyed(da["proof"].pop("checks"), "name", "check")
-    checks_b = _keyed(db["proof"].pop("checks"), "name", "check")
-    diffs += _diff_items("proof", {"run": da["proof"]}, {"run": db["proof"]})
-    diffs += _diff_items("proof", checks_a, checks_b)
+    diffs += _diff_fields("installed", "stack", da["installed"], db["installed"])
+    diffs += _diff_fields("installed", "packages", pa, pb)
+    checks_a, checks_b = da["proof"].pop("checks"), db["proof"].pop("checks")
+    diffs += _diff_fields("proof", "run", da["proof"], db["proof"])
+    diffs += _diff_records("proof", "check", "name", checks_a, checks_b)
     return diffs
 
 

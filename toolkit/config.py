@@ -8,6 +8,8 @@ in size, aliases and depth, and strict about duplicate keys.
 from __future__ import annotations
 
 import difflib
+import json
+import math
 import os
 import stat
 import types
@@ -38,24 +40,90 @@ Loc = tuple[str | int, ...]
 MAX_YAML_BYTES = 4 * 1024 * 1024
 MAX_YAML_NODES = 100_000  # scalars, lists and mappings, counted with aliases expanded
 MAX_YAML_DEPTH = 64
+MAX_JSON_DEPTH = 64  # gpunode's JSON records nest about ten levels
 _MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<:` may repeat keys on purpose
 
+# The most bytes read from each kind of file gpunode opens (the ``what`` of read_regular):
+# each is far above the real thing, so a larger file is a mistake or an attack.
+FILE_LIMITS: dict[str, int] = {
+    "YAML file": MAX_YAML_BYTES,
+    # A certificate of an 8-GPU node is about 10 KB (docs/certificates.md).
+    "certificate": 1024 * 1024,
+    # An OpenSSH key file (private or public) is a few KB even for RSA 16384 bits.
+    "SSH key": 64 * 1024,
+    "allowed-signers file": 1024 * 1024,
+    # An acceptance run's run.json: about 50 KB per node with topology and training sections.
+    "run record": 64 * 1024 * 1024,
+}
 
-def read_regular(path: str | Path, limit: int, what: str = "file") -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes.
+
+def read_regular(path: str | Path, what: str) -> bytes:
+    """The bytes of a regular file, at most the limit of its kind (:data:`FILE_LIMITS`).
 
     FIFOs, devices (``/dev/zero``) and directories are refused before anything is read: they
     block or never end.
 
+    Args:
+        path: The file.
+        what: Its kind, a key of :data:`FILE_LIMITS`, named in messages.
+
     Raises:
         ConfigError: The file is missing, not a regular file, unreadable or larger than
-            ``limit``; the message names the file.
+            its kind's limit; the message names the file.
     """
+    limit = FILE_LIMITS[what]
     with open_regular(path, what) as stream:
-        data = stream.read(limit + 1)
+        try:
+            data = stream.read(limit + 1)
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
     if len(data) > limit:
         raise ConfigError(f"{path}: {what} larger than {limit} bytes; refusing to read it")
     return data
+
+
+def parse_json(text: str | bytes, source: str | Path) -> Any:
+    """Parse one strict JSON document (RFC 8259), bounded in depth.
+
+    ``NaN``, ``Infinity`` and numbers too large for a float (``1e999``) are not JSON
+    numbers and are refused, and so is nesting deeper than :data:`MAX_JSON_DEPTH` (a
+    document nested 100,000 deep is refused, not a ``RecursionError``). The size is bounded
+    by the caller (:func:`read_regular`).
+
+    Raises:
+        ConfigError: Not such a document; the message names ``source``.
+    """
+
+    def constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON number (RFC 8259)")
+
+    try:
+        value = json.loads(text, parse_constant=constant)
+    except RecursionError:
+        raise ConfigError(f"{source}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ConfigError(f"{source}: not JSON: {clip(str(err), 2 * CLIP_CHARS)}") from None
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ConfigError(f"{source}: a number out of range (not a JSON number, RFC 8259)")
+        if isinstance(item, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise ConfigError(f"{source}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return value
+
+
+def load_json(path: str | Path, what: str) -> Any:
+    """Read one JSON file of a kind of :data:`FILE_LIMITS` (:func:`read_regular`,
+    :func:`parse_json`).
+
+    Raises:
+        ConfigError: The file cannot be read or is not a strict, bounded JSON document.
+    """
+    return parse_json(read_regular(path, what), path)
 
 
 def open_regular(path: str | Path, what: str = "file") -> BinaryIO:
@@ -99,7 +167,7 @@ def load_yaml(path: str | Path) -> Any:
             valid YAML or breaks a limit of the loader; the message names the file and, where
             YAML knows it, the line and column.
     """
-    data = read_regular(path, MAX_YAML_BYTES, "YAML file")
+    data = read_regular(path, "YAML file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -386,7 +454,7 @@ def _item_type(annotation: Any) -> Any:
 def _key_lines(source: str | Path) -> dict[Loc, int]:
     """Line (1-based) of every key and list item of a YAML file; empty when unreadable."""
     try:
-        text = read_regular(source, MAX_YAML_BYTES).decode("utf-8")
+        text = read_regular(source, "YAML file").decode("utf-8")
         root = _compose(text)
     except (ConfigError, UnicodeDecodeError, yaml.YAMLError, ValueError):
         return {}

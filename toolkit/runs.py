@@ -104,16 +104,38 @@ def kind_of(run_id: str) -> str | None:
 
 
 def list_runs(runs: Path | None = None, kind: str | None = None) -> list[RunInfo]:
-    """The recorded runs, oldest first (optionally of one kind)."""
+    """The recorded runs, oldest first (optionally of one kind).
+
+    Raises:
+        ConfigError: The runs folder exists but is not a folder, or cannot be read.
+    """
     runs = runs if runs is not None else runs_dir()
-    if not runs.is_dir():
+    if not _usable_folder(runs):
         return []
-    found = [
-        RunInfo(run_id=p.name, kind=kind_of(p.name), path=p)
-        for p in sorted(runs.iterdir(), key=lambda p: p.name)
-        if p.is_dir()
-    ]
+    try:
+        found = [
+            RunInfo(run_id=p.name, kind=kind_of(p.name), path=p)
+            for p in sorted(runs.iterdir(), key=lambda p: p.name)
+            if p.is_dir()
+        ]
+    except OSError as err:
+        raise ConfigError(f"{runs}: cannot read the runs folder: {err.strerror or err}") from None
     return [r for r in found if kind is None or r.kind == kind]
+
+
+def _usable_folder(runs: Path) -> bool:
+    """Whether the runs folder exists (False: nothing recorded yet).
+
+    Raises:
+        ConfigError: It exists and is not a folder.
+    """
+    if runs.is_dir():
+        return True
+    if os.path.lexists(runs):
+        raise ConfigError(
+            f"{runs}: not a directory; the runs folder ($GPUNODE_STATE_DIR/runs) must be one"
+        )
+    return False
 
 
 def evidence_keep() -> int | None:
@@ -181,7 +203,11 @@ def start_run(kind: str, runs: Path | None = None, now: datetime | None = None) 
         The new run's folder (its name is the run id).
     """
     runs = runs if runs is not None else runs_dir()
+    _usable_folder(runs)
     run_dir = runs / new_run_id(kind, now)
-    run_dir.mkdir(parents=True, exist_ok=False)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=False)
+    except (FileExistsError, NotADirectoryError) as err:
+        raise ConfigError(f"{run_dir}: cannot create the run folder: {err.strerror}") from None
     rotate(runs, kind)
     return run_dir

@@ -451,6 +451,8 @@ def gpunode(*args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         check=False,
+        timeout=60,  # a FIFO read without a writer would block for ever
+        env={**os.environ, "COLUMNS": "200"},
     )
 
 
@@ -473,3 +475,147 @@ def test_cli_exit_codes(signed: Path, keys: tuple[Path, Path], tmp_path: Path) -
     assert same.returncode == 0 and json.loads(same.stdout)["same"] is True
     assert gpunode("compare", str(signed), str(tampered)).returncode == 1
     assert gpunode("compare", str(signed), str(tmp_path / "none.cert")).returncode == 2
+
+
+# --- hostile certificates and inputs (issue 27) ---------------------------------------------------
+
+
+def _signed_bytes(body: bytes, key: Path, tmp_path: Path) -> bytes:
+    """``body`` signed as it is, by OpenSSH itself (cert.sign renders a document first)."""
+    message = tmp_path / "body"
+    message.write_bytes(body)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-Y", "sign", "-n", "gpunode-cert", "-f", str(key), str(message)],
+        check=True,
+        capture_output=True,
+    )
+    return body + (tmp_path / "body.sig").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("number", "problem"), [("NaN", "NaN is not a JSON number"), ("1e999", "out of range")]
+)
+def test_a_signed_non_number_is_refused_cleanly(
+    keys: tuple[Path, Path], tmp_path: Path, number: str, problem: str
+) -> None:
+    body = cert.render(_document()).replace(b'"measured": 2,', f'"measured": {number},'.encode())
+    assert number.encode() in body
+    path = tmp_path / "nan.cert"
+    path.write_bytes(_signed_bytes(body, keys[0], tmp_path))
+    outcome = cert.verify(path, key=Path(f"{keys[0]}.pub"))
+    assert not outcome.valid and any(problem in p for p in outcome.problems), outcome.problems
+    shown = gpunode("show", str(path))
+    assert shown.returncode == 1 and problem in shown.stderr
+    compared = gpunode("compare", str(path), str(path))
+    assert compared.returncode == 2 and problem in compared.stderr
+
+
+def test_a_document_nested_100000_deep_is_refused(signed: Path, tmp_path: Path) -> None:
+    _body, armor = cert.split(signed.read_bytes())
+    path = tmp_path / "deep.cert"
+    path.write_bytes(b"[" * 100_000 + b"]" * 100_000 + b"\n" + armor)
+    assert any("nested deeper than 64" in p for p in cert.show(path).problems)
+    done = gpunode("compare", str(path), str(signed))
+    assert done.returncode == 2 and "nested deeper than 64" in done.stderr
+    assert "internal error" not in done.stderr
+
+
+@pytest.mark.parametrize("command", ["show", "verify", "compare"])
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+def test_a_certificate_that_is_no_regular_file_exits_2(
+    keys: tuple[Path, Path], tmp_path: Path, command: str, kind: str
+) -> None:
+    path = tmp_path / f"{kind}.cert"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    args = {
+        "show": [str(path)],
+        "verify": [str(path), "--key", f"{keys[0]}.pub"],
+        "compare": [str(path), str(path)],
+    }[command]
+    done = gpunode(command, *args)  # bounded by the helper's timeout: a hang fails the test
+    assert done.returncode == 2, done.stderr
+    assert str(path) in done.stderr and "internal error" not in done.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_key_that_is_no_regular_file_exits_2(
+    signed: Path, keys: tuple[Path, Path], tmp_path: Path, kind: str
+) -> None:
+    path = tmp_path / f"{kind}.pub"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    for option in ("--key", "--allowed-signers"):
+        done = gpunode("verify", str(signed), option, str(path))
+        assert done.returncode == 2, done.stderr
+        assert f"{option} {path}: not a regular file" in done.stderr
+    with pytest.raises(ConfigError, match="not a regular file"):
+        cert.sign_key_from(path, {}, tmp_path)
+
+
+def test_an_oversized_certificate_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "big.cert"
+    path.write_bytes(b" " * (1024 * 1024 + 1))
+    done = gpunode("show", str(path))
+    assert done.returncode == 2 and "larger than 1048576 bytes" in done.stderr
+
+
+def _with(*changes: Any) -> cert.Certificate:
+    doc = _document()
+    for change in changes:
+        change(doc["identity"])
+    return cert.validate_document(cert.render(doc))
+
+
+def _cloud_disk(name: str) -> Any:
+    return lambda i: i["disks"].append({"name": name, "model": None, "serial": None, "data": False})
+
+
+def _gpu_without_bus(index: int) -> Any:
+    return lambda i: i["gpus"].append(dict(i["gpus"][0], index=index, pci_bus_id=None))
+
+
+def _same_gpu_again(identity: dict[str, Any]) -> None:
+    identity["gpus"].append(dict(identity["gpus"][0]))
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "item"),
+    [
+        # Cloud and virtio disks have no serial: one of two gone is a difference.
+        ([_cloud_disk("vda"), _cloud_disk("vdb")], [_cloud_disk("vdb")], "disk (no serial)"),
+        ([_gpu_without_bus(2), _gpu_without_bus(3)], [_gpu_without_bus(3)], "gpu (no pci_bus_id)"),
+        # The same record twice (a tampered or broken identity) is not the same identity.
+        ([], [_same_gpu_again], "gpu 00000000:18:00.0"),
+    ],
+)
+def test_compare_sees_records_that_share_or_lack_their_key(
+    before: list[Any], after: list[Any], item: str
+) -> None:
+    a, b = _with(*before), _with(*after)
+    for left, right in ((a, b), (b, a)):
+        identity = [d for d in cert.compare(left, right) if d.section == "identity"]
+        assert [(d.item, d.key) for d in identity] == [(item, "record")], identity
+        assert (identity[0].a is None) != (identity[0].b is None)  # on one side only, whole
+    assert cert.compare(a, a) == [] and cert.compare(b, b) == []
+
+
+def test_cli_compare_says_a_missing_cloud_disk_differs(
+    keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    key = _sign_key(keys[0])
+    doc = _document()
+    (tmp_path / "before").mkdir()
+    before = cert.write(tmp_path / "before", "node-1", doc, key)
+    doc["identity"]["disks"].append({"name": "vdb", "model": None, "serial": None, "data": False})
+    (tmp_path / "after").mkdir()
+    after = cert.write(tmp_path / "after", "node-1", doc, key)
+    done = gpunode("compare", str(after), str(before))
+    assert done.returncode == 1 and "1 difference(s) in identity" in done.stderr
+    assert "disk (no serial)" in done.stdout and "name=vdb" in done.stdout

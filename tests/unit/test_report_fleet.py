@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
+from shared_fixtures import run_cli
 
 from toolkit import runs
+from toolkit.errors import ConfigError
 from toolkit.report.fleet import fleet_history, fleet_summary, render_fleet_html, render_trend
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
@@ -51,8 +58,7 @@ def test_history_follows_each_node_across_runs(tmp_path: Path) -> None:
     _record(tmp_path, 1, [_node("n1", 0.91, True)])
     last = _record(tmp_path, 2, [_node("n1", 0.31, False)])
     runs.start_run("status", tmp_path)  # routine runs are not acceptance results
-    (tmp_path / "broken").mkdir()
-    (tmp_path / "broken" / "run.json").write_text("{not json")
+    runs.start_run("accept", tmp_path, T0)  # cut short: no run.json yet
     history = fleet_history(tmp_path, ["n1", "n2", "n3"])
     assert [e["busbw_at_largest_gbps"] for e in history["n1"].entries] == [0.92, 0.91, 0.31]
     summary = fleet_summary(history)
@@ -81,3 +87,91 @@ def test_cli_writes_the_report(tmp_path: Path, monkeypatch: Any, repo_root: Path
     document = json.loads(result.stdout)
     assert Path(document["report"]).is_file()
     assert document["all_ready"] is False and document["nodes"]
+
+
+# --- malformed run records (issue 27): exit 2 naming the file and the key -------------------------
+
+SAMPLE_HOST = "h100-01"  # a host of inventories/sample
+
+
+def _bad(change: Any) -> dict[str, Any]:
+    node = _node(SAMPLE_HOST, 0.9, True)
+    change(node)
+    return node
+
+
+@pytest.mark.parametrize(
+    ("node", "named"),
+    [
+        ("node-1", r"nodes\[0\]: expected a mapping"),
+        (_bad(lambda n: n.pop("verdict")), r"nodes\[0\]\.verdict: required key is missing"),
+        (_bad(lambda n: n.update(busbw_at_largest_gbps="fast")), r"nodes\[0\]\.busbw_at_largest"),
+        (
+            _bad(lambda n: n["allreduce_rows"][0].update(size_bytes="1M")),
+            r"nodes\[0\]\.allreduce_rows\[0\]\.size_bytes",
+        ),
+        (
+            _bad(lambda n: n["floors"][0].update(size_bytes=-1)),
+            r"nodes\[0\]\.floors\[0\]\.size_bytes: Input should be greater than or equal to 0",
+        ),
+        (_bad(lambda n: n.update(checks="all ok")), r"nodes\[0\]\.checks: expected a list"),
+        (_bad(lambda n: n["checks"][0].pop("ok")), r"nodes\[0\]\.checks\[0\]\.ok"),
+    ],
+)
+def test_a_malformed_node_entry_exits_2_naming_the_key(
+    tmp_path: Path,
+    monkeypatch: Any,
+    capsys: pytest.CaptureFixture[str],
+    repo_root: Path,
+    node: Any,
+    named: str,
+) -> None:
+    run_id = _record(tmp_path / "runs", 0, [node])
+    with pytest.raises(ConfigError, match=named):
+        fleet_history(tmp_path / "runs", [SAMPLE_HOST])
+    monkeypatch.setenv("GPUNODE_STATE_DIR", str(tmp_path))
+    code, out, err = run_cli(capsys, "report", "-i", str(repo_root / "inventories" / "sample"))
+    assert code == 2, out + err
+    assert f"{run_id}/run.json" in err and re.search(named, err), err
+    assert not (tmp_path / "runs" / "fleet-report.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested deeper than 64 levels"),
+        ('{"run_id": "r", "nodes": [], "x": NaN}', "NaN is not a JSON number"),
+        ('{"run_id": "r", "nodes": [], "x": 1e999}', "out of range"),
+        ("{not json", "not JSON"),
+        ("[]", "expected a mapping"),
+    ],
+)
+def test_a_run_json_that_is_no_record_exits_2(tmp_path: Path, text: str, problem: str) -> None:
+    run_dir = runs.start_run("accept", tmp_path, T0)
+    (run_dir / "run.json").write_text(text)
+    with pytest.raises(ConfigError, match=problem) as raised:
+        fleet_history(tmp_path, ["n1"])
+    assert str(run_dir / "run.json") in raised.value.message
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+def test_a_run_json_that_is_no_regular_file_exits_2(
+    tmp_path: Path, repo_root: Path, kind: str
+) -> None:
+    path = runs.start_run("accept", tmp_path / "runs", T0) / "run.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkit", "report", "-i", str(repo_root / "inventories/sample")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,  # a FIFO read without a writer would block for ever
+        env={**os.environ, "GPUNODE_STATE_DIR": str(tmp_path)},
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"{path}: " in done.stderr and "internal error" not in done.stderr

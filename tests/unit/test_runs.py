@@ -120,3 +120,23 @@ def test_cli_lists_and_prunes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert pruned.exit_code == 0, pruned.output
     assert len(json.loads(pruned.stdout)["removed"]) == 2
     assert len(runs.list_runs(tmp_path / "runs")) == 1
+
+
+def test_a_runs_folder_that_is_a_file_is_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shared_fixtures import REPO, run_cli
+
+    (tmp_path / "runs").write_text("not a folder\n")
+    with pytest.raises(ConfigError, match=r"runs: not a directory"):
+        runs.list_runs(tmp_path / "runs")
+    with pytest.raises(ConfigError, match=r"runs: not a directory"):
+        runs.start_run("status", tmp_path / "runs")
+    monkeypatch.setenv("GPUNODE_STATE_DIR", str(tmp_path))
+    report = ["report", "-i", str(REPO / "inventories" / "sample")]
+    for args in (["runs", "list"], ["runs", "prune", "--yes"], report):
+        code, _out, err = run_cli(capsys, *args)
+        assert code == 2, err
+        assert "internal error" not in err
+    code, _out, err = run_cli(capsys, "runs", "list")
+    assert f"{tmp_path / 'runs'}: not a directory" in err

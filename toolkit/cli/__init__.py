@@ -9,6 +9,7 @@ become a message on stderr and a documented exit code; a traceback is shown only
 from __future__ import annotations
 
 import importlib
+import io
 import sys
 import traceback
 from typing import Any, NoReturn
@@ -17,6 +18,7 @@ import click
 
 from toolkit import __version__
 from toolkit.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, ToolkitError, clip
+from toolkit.printable import printable
 
 # name -> (module:attribute, one-line summary shown by ``gpunode --help``)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -105,7 +107,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exit_:
         sys.exit(exit_.exit_code)
     except click.ClickException as err:
-        err.show()
+        # Click's message quotes the user's arguments: shown through the one rule for text
+        # from outside, like every other message.
+        shown = io.StringIO()
+        err.show(file=shown)
+        click.echo(printable(shown.getvalue(), lines=True), err=True, nl=False)
         code = EXIT_USAGE if isinstance(err, click.UsageError) else err.exit_code
         _fail(as_json, type(err).__name__, err.format_message(), code)
     except (KeyboardInterrupt, click.Abort):
@@ -131,7 +137,7 @@ def _fail(as_json: bool, kind: str, message: str, exit_code: int) -> NoReturn:
 def _report(err: ToolkitError) -> None:
     if _debug:
         traceback.print_exc()
-    click.echo(f"Error: {err.message}", err=True)
+    click.echo(f"Error: {printable(err.message, lines=True)}", err=True)
 
 
 def run_context() -> dict[str, Any]:

@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 from rich.table import Table
-from rich.text import Text
 
 from toolkit.cli.options import (
     engine_option,
@@ -16,7 +15,7 @@ from toolkit.cli.options import (
     multi_node_option,
     sign_key_option,
 )
-from toolkit.cli.output import emit_json, err_console, out_console, say
+from toolkit.cli.output import emit_json, out_console, say, shown
 from toolkit.errors import EXIT_FAILED, EXIT_OK, AcceptanceError
 
 
@@ -87,29 +86,27 @@ def accept(
         emit_json(run.summary())
     else:
         _print_verdicts(run.summary())
-        err_console.print(
-            f"Run {run.run_id} recorded in {run.run_dir}: report.html, junit.xml, run.json"
-        )
+        say(f"Run {run.run_id} recorded in {run.run_dir}: report.html, junit.xml, run.json")
         for node in run.summary()["nodes"]:
             if node["certificate"]:
-                err_console.print(f"{node['host']}: certificate {node['certificate']}")
+                say(f"{node['host']}: certificate {node['certificate']}")
             elif node["certificate_note"]:
-                err_console.print(f"{node['host']}: {node['certificate_note']}")
+                say(f"{node['host']}: {node['certificate_note']}")
     click.get_current_context().exit(EXIT_OK if run.all_ready else EXIT_FAILED)
 
 
 def _print_verdicts(summary: dict[str, Any]) -> None:
-    table = Table(title=f"gpunode acceptance (run {summary['run_id']})")
+    table = Table(title=shown(f"gpunode acceptance (run {summary['run_id']})"))
     for column in ("node", "verdict", "stack id", "busbw (GB/s)", "failed checks"):
         table.add_column(column)
     for node in summary["nodes"]:
         failed = "; ".join(f"{f['check']}: {f['message']}" for f in node["failed_checks"])
         table.add_row(
-            node["host"],
-            node["verdict"],
-            node.get("stack_id") or "-",
-            _fmt(node.get("busbw_at_largest_gbps")),
-            failed or "-",
+            shown(node["host"]),
+            shown(node["verdict"]),
+            shown(node.get("stack_id") or "-"),
+            shown(_fmt(node.get("busbw_at_largest_gbps"))),
+            shown(failed or "-"),
         )
     out_console.print(table)
 
@@ -152,23 +149,26 @@ def parse_cmd(file: Path, allow_truncated: bool, as_json: bool) -> None:
 
 
 def _print_parsed(file: Path, doc: dict[str, Any]) -> None:
-    table = Table(title=f"{file.name}: {doc['ranks'] or '?'} ranks ({doc['ranks_source'] or '-'})")
+    title = f"{file.name}: {doc['ranks'] or '?'} ranks ({doc['ranks_source'] or '-'})"
+    table = Table(title=shown(title))
     for column in ("size (B)", "oop busbw", "ip busbw", "oop wrong", "ip wrong"):
         table.add_column(column, justify="right")
     for row in doc["rows"]:
         oop, inp = row["out_of_place"] or {}, row["in_place"] or {}
         table.add_row(
-            str(row["size_bytes"]),
-            _fmt(oop.get("busbw_gbps")),
-            _fmt(inp.get("busbw_gbps")),
-            str(oop.get("wrong", "-")),
-            str(inp.get("wrong", "-")),
+            shown(row["size_bytes"]),
+            shown(_fmt(oop.get("busbw_gbps"))),
+            shown(_fmt(inp.get("busbw_gbps"))),
+            shown(oop.get("wrong", "-")),
+            shown(inp.get("wrong", "-")),
         )
     out_console.print(table)
     out_console.print(
-        f"peak busbw {doc['peak_busbw_gbps']:.2f} GB/s; at {doc['largest_size_bytes']} B: "
-        f"{doc['busbw_at_largest_gbps']:.2f} GB/s; wrong {doc['wrong_total']}; "
-        f"NCCL {doc['nccl_version'] or 'unknown'}; {'OK' if doc['ok'] else 'NOT OK'}"
+        shown(
+            f"peak busbw {doc['peak_busbw_gbps']:.2f} GB/s; at {doc['largest_size_bytes']} B: "
+            f"{doc['busbw_at_largest_gbps']:.2f} GB/s; wrong {doc['wrong_total']}; "
+            f"NCCL {doc['nccl_version'] or 'unknown'}; {'OK' if doc['ok'] else 'NOT OK'}"
+        )
     )
     for reason in [*doc["errors"], *doc["problems"]]:
-        out_console.print(Text(f"not ok: {reason}"), soft_wrap=True)
+        out_console.print(shown(f"not ok: {reason}"), soft_wrap=True)

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from toolkit.cli.options import json_option
-from toolkit.cli.output import emit_json, err_console, out_console
+from toolkit.cli.output import emit_json, err_console, out_console, shown
 from toolkit.errors import EXIT_FAILED, EXIT_OK
 
 _FILE = click.Path(dir_okay=False, path_type=Path)
@@ -85,9 +85,10 @@ def verify_cmd(file: Path, key: Path | None, allowed_signers: Path | None, as_js
 def compare_cmd(a: Path, b: Path, as_json: bool) -> None:
     """Show what differs between two certificates (signatures are not checked here).
 
-    GPUs are matched by PCI slot, so a swapped board shows by its serial and UUID; disks by
-    serial, NICs by name. Exit 0 when identity and installed stack agree (only the proof
-    differs), 1 when they do not.
+    GPUs, disks and NICs are compared as whole records: a changed one is matched by PCI slot,
+    serial or name (a swapped board shows by its serial and UUID); one without that key (a
+    cloud disk has no serial) or sharing it shows whole. Exit 0 when identity and installed
+    stack agree (only the proof differs), 1 when they do not.
     """
     from toolkit import cert as core
 
@@ -103,13 +104,17 @@ def compare_cmd(a: Path, b: Path, as_json: bool) -> None:
             }
         )
     else:
-        table = Table(title=f"{a.name} -> {b.name}")
+        table = Table(title=shown(f"{a.name} -> {b.name}"))
         for column in ("section", "item", "key", "a", "b"):
             table.add_column(column, overflow="fold")
         for diff in diffs:
             style = "bold" if diff.section == "identity" else ""
             table.add_row(
-                Text(diff.section, style=style), diff.item, diff.key, _cell(diff.a), _cell(diff.b)
+                shown(diff.section, style),
+                shown(diff.item),
+                shown(diff.key),
+                _cell(diff.a),
+                _cell(diff.b),
             )
         out_console.print(table)
         err_console.print(
@@ -120,23 +125,29 @@ def compare_cmd(a: Path, b: Path, as_json: bool) -> None:
     click.get_current_context().exit(EXIT_OK if not changed else EXIT_FAILED)
 
 
-def _cell(value: Any) -> str:
-    return "-" if value is None else str(value)
+def _cell(value: Any) -> Text:
+    """A value of a certificate as one table cell: a record as ``key=value`` pairs."""
+    if value is None:
+        return shown("-")
+    if isinstance(value, list):
+        return shown(", ".join(str(v) for v in value))
+    if isinstance(value, dict):
+        return shown(", ".join(f"{k}={'-' if v is None else v}" for k, v in value.items()))
+    return shown(value)
 
 
 def _print_outcome(outcome: dict[str, Any], verified: bool) -> None:
     summary = outcome["summary"]
     if summary:
-        table = Table(show_header=False, title=str(outcome["path"]), title_justify="left")
+        table = Table(show_header=False, title=shown(outcome["path"]), title_justify="left")
         table.add_column("field")
         table.add_column("value", overflow="fold")
         for key, value in summary.items():
-            shown = ", ".join(str(v) for v in value) if isinstance(value, list) else _cell(value)
-            table.add_row(key, shown)
-        table.add_row("signer", outcome["signer"] or "-")
+            table.add_row(shown(key), _cell(value))
+        table.add_row(shown("signer"), _cell(outcome["signer"]))
         out_console.print(table)
     if outcome["valid"]:
         word = "valid: signed by the given key" if verified else "signature matches (key unchecked)"
-        err_console.print(Text(word, style="green"))
+        err_console.print(shown(word, "green"))
     for problem in outcome["problems"]:
-        err_console.print(Text(f"invalid: {problem}", style="bold red"))
+        err_console.print(shown(f"invalid: {problem}", "bold red"))

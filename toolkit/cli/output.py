@@ -8,6 +8,9 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
+
+from toolkit.printable import printable
 
 # A command's result for people (tables, verdicts) goes to stdout; with --json only JSON does.
 out_console = Console(highlight=False)
@@ -54,11 +57,18 @@ def emit_error_json(kind: str, message: str, exit_code: int) -> None:
     emit_json({"ok": False, "error": {"kind": kind, "message": message, "exit_code": exit_code}})
 
 
+def shown(value: object, style: str = "", *, lines: bool = False) -> Text:
+    """The one way a value from a node, a file or a certificate reaches the terminal: plain
+    text, never read as Rich markup, with its control characters escaped
+    (:func:`toolkit.printable.printable`; ``lines``: keep newlines and tabs)."""
+    return Text(printable(value, lines=lines), style=style)
+
+
 def say(message: str) -> None:
-    """A message for people (stderr), as plain text: never read as markup, and never broken
-    into lines by the console (a builder's ``Step 1/9 : FROM sha256:...``, a URL or a path is
-    copied from it whole; the terminal wraps what is too long for it)."""
-    err_console.print(message, soft_wrap=True, markup=False)
+    """A message for people (stderr), as plain text (:func:`shown`: escaped, never markup),
+    and never broken into lines by the console (a builder's ``Step 1/9 : FROM sha256:...``, a
+    URL or a path is copied from it whole; the terminal wraps what is too long for it)."""
+    err_console.print(shown(message, lines=True), soft_wrap=True)
 
 
 def live_display(as_json: bool) -> Any:

@@ -8,6 +8,7 @@ import click
 
 from toolkit.cli.options import compose, inventory_option, json_option, limit_option
 from toolkit.cli.output import emit_json, say
+from toolkit.errors import ConfigError
 
 
 @click.command()
@@ -33,8 +34,11 @@ def report(inventory: Path, limit: str | None, as_json: bool, out: Path | None) 
     hosts = [h.name for h in load_inventory(inventory).hosts_for(limit)]
     history = fleet_history(runs.runs_dir(), hosts)
     target = out or runs.runs_dir() / "fleet-report.html"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render_fleet_html(str(inventory), history), encoding="utf-8")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(render_fleet_html(str(inventory), history), encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{target}: cannot write the report: {err.strerror or err}") from None
     if as_json:
         emit_json({**fleet_summary(history), "report": str(target)})
     else:

@@ -6,7 +6,8 @@ import click
 from rich.table import Table
 
 from toolkit.cli.options import json_option, yes_option
-from toolkit.cli.output import emit_json, out_console, say
+from toolkit.cli.output import emit_json, out_console, say, shown
+from toolkit.printable import printable
 
 _KIND = click.option("--kind", default=None, help="Only runs of this kind (accept, up, ...).")
 
@@ -31,11 +32,15 @@ def list_(kind: str | None, as_json: bool) -> None:
     if as_json:
         emit_json({"runs_dir": str(core.runs_dir()), "runs": [r.to_dict() for r in found]})
         return
-    table = Table(title=f"runs ({core.runs_dir()})", title_justify="left")
+    table = Table(title=shown(f"runs ({core.runs_dir()})"), title_justify="left")
     for column in ("run id", "kind", "kept"):
         table.add_column(column)
     for info in found:
-        table.add_row(info.run_id, info.kind or "-", "evidence" if info.evidence else "rotates")
+        table.add_row(
+            shown(info.run_id),
+            shown(info.kind or "-"),
+            shown("evidence" if info.evidence else "rotates"),
+        )
     out_console.print(table)
 
 
@@ -53,8 +58,10 @@ def prune(kind: str | None, keep: int, yes: bool, as_json: bool) -> None:
     candidates = core.list_runs(kind=kind)
     if not yes and not as_json:
         click.confirm(
-            f"Remove all but the newest {keep} run(s) of "
-            f"{'kind ' + kind if kind else 'every kind'} from {core.runs_dir()}?",
+            printable(
+                f"Remove all but the newest {keep} run(s) of "
+                f"{'kind ' + kind if kind else 'every kind'} from {core.runs_dir()}?"
+            ),
             abort=True,
             err=True,
         )

@@ -9,7 +9,7 @@ import click
 from rich.text import Text
 
 from toolkit.cli.options import inventory_option, json_option, limit_option
-from toolkit.cli.output import emit_json, err_console, out_console
+from toolkit.cli.output import emit_json, err_console, out_console, shown
 from toolkit.errors import StackError
 
 _PATH = click.argument(
@@ -155,8 +155,10 @@ def show(
     for group, document in documents.items():
         for violation in document["violations"]:
             where = f"group {group}: " if group is not None else ""
-            text = Text(f"{where}{violation['severity']}: ", style=_STYLE[violation["severity"]])
-            text.append(f"{violation['rule']}: {violation['message']}")
+            text = Text.assemble(
+                shown(f"{where}{violation['severity']}: ", _STYLE[violation["severity"]]),
+                shown(f"{violation['rule']}: {violation['message']}"),
+            )
             err_console.print(text, soft_wrap=True)
     if failed:
         where = f" (groups: {', '.join(str(g) for g in failed)})" if is_inventory else ""
@@ -225,36 +227,34 @@ _SECTIONS = ("driver", "cuda", "nccl", "fabric_manager", "container_toolkit", "c
 
 def _print_resolved(path: Path, group: str | None, document: dict[str, Any], deb822: bool) -> None:
     name = f"group {group}" if group is not None else str(path)
-    head = Text()
-    head.append(f"{name}: ", style="bold")
-    head.append(f"stack {document['stack_id']}")
+    head = Text.assemble(shown(f"{name}: ", "bold"), shown(f"stack {document['stack_id']}"))
     out_console.print(head, soft_wrap=True)
     for os_id, resolved in document["resolved"].items():
         note = "" if resolved.get("locked") else "  (not locked: versions are requirements)"
-        out_console.print(Text(f"  {os_id}{note}", style="bold"), soft_wrap=True)
+        out_console.print(shown(f"  {os_id}{note}", style="bold"), soft_wrap=True)
         for section in _SECTIONS:
             part = resolved[section]
             if part is None:
                 continue
             if section == "fabric_manager" and not part["enabled"]:
-                out_console.print(Text(f"    # {section}: not installed"), soft_wrap=True)
+                out_console.print(shown(f"    # {section}: not installed"), soft_wrap=True)
                 continue
-            out_console.print(Text(f"    # {section} {part['version']}"), soft_wrap=True)
+            out_console.print(shown(f"    # {section} {part['version']}"), soft_wrap=True)
             pinning = part.get("pinning_packages") or {}
             if pinning:
-                out_console.print(Text("    # version lock: install before the driver"))
+                out_console.print(shown("    # version lock: install before the driver"))
             for package, version in pinning.items():
-                out_console.print(Text(f"    {package}={version}"), soft_wrap=True)
+                out_console.print(shown(f"    {package}={version}"), soft_wrap=True)
             if pinning:
-                out_console.print(Text("    # driver packages"))
+                out_console.print(shown("    # driver packages"))
             for package, version in part["packages"].items():
-                out_console.print(Text(f"    {package}={version}"), soft_wrap=True)
-        out_console.print(Text("    # repositories"), soft_wrap=True)
+                out_console.print(shown(f"    {package}={version}"), soft_wrap=True)
+        out_console.print(shown("    # repositories"), soft_wrap=True)
         for index, repo in enumerate(resolved["repositories"]):
             if deb822 and index:
                 out_console.print("")  # deb822 stanzas are separated by a blank line
             for line in _repo_lines(repo, deb822):
-                out_console.print(Text(f"    {line}"), soft_wrap=True)
+                out_console.print(shown(f"    {line}"), soft_wrap=True)
 
 
 def _repo_lines(repo: dict[str, str], deb822: bool) -> list[str]:

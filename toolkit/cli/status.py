@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from toolkit.cli.options import inventory_option, json_option, limit_option
-from toolkit.cli.output import emit_json, live_display, out_console
+from toolkit.cli.output import emit_json, live_display, out_console, shown
 from toolkit.errors import EXIT_FAILED, ToolkitError
 
 _STYLE = {"ready": "green", "provisioned": "cyan", "new": "dim", "not-ready": "bold red"}
@@ -50,11 +50,11 @@ def status(inventory: Path, limit: str | None, as_json: bool) -> None:
         out_console.print(fleet_table([n.to_dict() for n in nodes]))
         for node in nodes:
             for line in node.to_dict()["reason"] or ([] if node.ready else ["not ready"]):
-                out_console.print(Text.assemble((f"{node.host}: ", "bold red"), str(line)))
+                out_console.print(Text.assemble(shown(f"{node.host}: ", "bold red"), shown(line)))
             for line in node.drift:
-                out_console.print(Text.assemble((f"{node.host}: ", "yellow"), line))
+                out_console.print(Text.assemble(shown(f"{node.host}: ", "yellow"), shown(line)))
             if node.certificate:
-                out_console.print(Text.assemble(f"{node.host}: certificate ", node.certificate))
+                out_console.print(shown(f"{node.host}: certificate {node.certificate}"))
     if not nodes:
         raise ToolkitError(f"{inventory}: no node answered", EXIT_FAILED)
     not_ready = sorted(n.host for n in nodes if not n.ready)
@@ -70,11 +70,11 @@ def _upstream(version: object) -> str:
 def _version_cell(entry: dict[str, Any] | None) -> Text:
     """The pinned version in green, or what is installed (or loaded) in red."""
     if not entry:
-        return Text("-", style="dim")
+        return shown("-", "dim")
     if entry["ok"]:
-        return Text(_upstream(entry["pinned"]), style="green")
-    shown = entry.get("installed") if entry.get("installed") != entry["pinned"] else None
-    return Text(_upstream(shown or entry.get("loaded")), style="bold red")
+        return shown(_upstream(entry["pinned"]), "green")
+    found = entry.get("installed") if entry.get("installed") != entry["pinned"] else None
+    return shown(_upstream(found or entry.get("loaded")), "bold red")
 
 
 def fleet_table(nodes: list[dict[str, Any]]) -> Table:
@@ -97,13 +97,13 @@ def fleet_table(nodes: list[dict[str, Any]]) -> Table:
         mount = "-" if not data["mount_point"] else (data["fstype"] or "NONE")
         busbw = node["busbw_at_largest_gbps"]
         table.add_row(
-            node["host"],
-            Text(str(node["state"]), style=_STYLE.get(str(node["state"]), "yellow")),
-            Text(f"{seen}/{gpus['expected']}", style=gpu_style),
+            shown(node["host"]),
+            shown(node["state"], _STYLE.get(str(node["state"]), "yellow")),
+            shown(f"{seen}/{gpus['expected']}", gpu_style),
             _version_cell(versions.get("driver")),
             _version_cell(versions.get("cuda")),
             _version_cell(versions.get("nccl")),
-            Text(mount, style="bold red" if mount == "NONE" else ""),
-            "-" if busbw is None else f"{busbw:.3g}",
+            shown(mount, "bold red" if mount == "NONE" else ""),
+            shown("-" if busbw is None else f"{busbw:.3g}"),
         )
     return table

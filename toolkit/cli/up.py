@@ -23,7 +23,7 @@ from toolkit.cli.options import (
     sign_key_option,
     yes_option,
 )
-from toolkit.cli.output import emit_json, err_console, live_display, out_console, say
+from toolkit.cli.output import emit_json, err_console, live_display, out_console, say, shown
 from toolkit.errors import EXIT_FAILED, EXIT_OK
 
 _STATUS_STYLE = {"done": "green", "skipped": "dim", "failed": "bold red"}
@@ -100,7 +100,9 @@ def up(
             if not node["ready"]:
                 failed = node["failed_stage"]
                 why = [node["stages"][failed]["detail"]] if failed else node["reason"]
-                out_console.print(Text.assemble((f"{host}: ", "bold red"), "; ".join(why)))
+                out_console.print(
+                    Text.assemble(shown(f"{host}: ", "bold red"), shown("; ".join(why)))
+                )
         say(f"run {outcome.run_id} in {outcome.elapsed_s:.0f}s: {outcome.run_dir}/up.json")
         if outcome.report:
             say(f"acceptance report: {outcome.report}")
@@ -144,7 +146,9 @@ def readiness_table(document: dict[str, Any]) -> Table:
             if failed
             else "; ".join(node["reason"]) or (stages.get("accept") or {}).get("detail", "")
         )
-        state = Text(str(node["state"] or "-"), style="green" if node["ready"] else "bold red")
+        state = shown(node["state"] or "-", "green" if node["ready"] else "bold red")
         # One line per node: the full reasons are printed under the table.
-        table.add_row(host, *cells, state, shorten(detail, REASON_WIDTH, placeholder="…"))
+        table.add_row(
+            shown(host), *cells, state, shown(shorten(detail, REASON_WIDTH, placeholder="…"))
+        )
     return table

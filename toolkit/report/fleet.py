@@ -10,15 +10,79 @@ shows before it fails.
 
 from __future__ import annotations
 
-import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from toolkit import runs
+from toolkit.config import load_json, validate
 from toolkit.report.html import PLOT_H, PLOT_W, STYLE, render_svg, value_cell
+
+RECORD = "run.json"  # an acceptance run's record (toolkit.report.write_reports writes it)
+
+
+# --- the run record, as this report reads it ------------------------------------------------
+# Only the keys read here are checked; a record carries more (acceptance's run summary), kept
+# as they are. Numbers are strict: "fast" is no busbw, 1.5 no size.
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+
+class _Check(_Entry):
+    name: str
+    ok: bool
+    message: str | None = None
+
+
+class _Failed(_Entry):
+    check: str
+    message: str | None = None
+
+
+class _Row(_Entry):
+    size_bytes: int = Field(ge=0)
+    busbw_gbps: float = Field(ge=0)
+
+
+class _Floor(_Entry):
+    size_bytes: int = Field(ge=0)
+    min_busbw_gbps: float = Field(ge=0)
+
+
+class _Node(_Entry):
+    host: str
+    verdict: str
+    installed_stack_id: str | None = None
+    busbw_at_largest_gbps: float | None = Field(default=None, ge=0)
+    checks: list[_Check] = []
+    failed_checks: list[_Failed] = []
+    allreduce_rows: list[_Row] = []
+    floors: list[_Floor] | None = None
+
+
+class RunRecord(_Entry):
+    """An acceptance run's ``run.json``: the keys the fleet report reads."""
+
+    run_id: str
+    started: str | None = None
+    nodes: list[_Node]
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """One acceptance run's record, checked against :class:`RunRecord`.
+
+    Raises:
+        ConfigError: Not a regular file, too large, not strict JSON, or not a run record
+            (the file, the key path and the rule are named; exit 2).
+    """
+    return validate(RunRecord, load_json(path, "run record"), path).model_dump()
 
 
 @dataclass
@@ -38,17 +102,17 @@ def _acceptance_summaries(runs_dir: Path) -> Iterable[dict[str, Any]]:
     for info in runs.list_runs(runs_dir):
         if info.kind not in ("accept", None):
             continue
-        path = info.path / "run.json"
-        try:
-            summary = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(summary, dict) and isinstance(summary.get("nodes"), list):
-            yield summary
+        path = info.path / RECORD
+        if os.path.lexists(path):  # a run that was cut short has no record
+            yield read_record(path)
 
 
 def fleet_history(runs_dir: Path, hosts: Iterable[str]) -> dict[str, NodeHistory]:
-    """Per host of the inventory: its results from every recorded acceptance run."""
+    """Per host of the inventory: its results from every recorded acceptance run.
+
+    Raises:
+        ConfigError: A recorded run's ``run.json`` is unreadable or malformed (named).
+    """
     history = {host: NodeHistory(host) for host in hosts}
     for summary in sorted(_acceptance_summaries(runs_dir), key=lambda s: str(s.get("started"))):
         for node in summary["nodes"]:
