@@ -1,7 +1,8 @@
 """The stack lock, resolved against small signed repositories that the tests build.
 
-The repositories are shaped like NVIDIA's (flat, ``deb <url> /``, InRelease signed, Packages.gz
-listed with its SHA256) and carry the Debian revisions seen in public install scripts: Ubuntu
+The repositories are flat (``deb <url> /``) and InRelease-signed like NVIDIA's, listing
+Packages.gz under SHA256 (apt-ftparchive's shape; NVIDIA's own SHA512-only index is read in
+test_stack_aptindex_real.py) and carry the Debian revisions seen in public install scripts: Ubuntu
 driver packages at ``-0ubuntu1`` and ``-1ubuntu1`` beside ``-1``
 (``cuda-drivers-550=550.90.07-1`` next to ``libnvidia-compute-550=550.90.07-0ubuntu1``;
 ``nvidia-driver-580-open=580.159.04-1ubuntu1``), and a 590-style index whose Ubuntu names

@@ -3,8 +3,9 @@
 :func:`build_repository` builds two flat repositories shaped like NVIDIA's (the CUDA
 repository ``compute/cuda/repos/debian12/x86_64/`` and the container toolkit's
 ``libnvidia-container/stable/deb/amd64/``), each used as ``deb [signed-by=<keyring>] <url> /``.
-Both are signed (``InRelease`` and ``Release.gpg``) with a lab key generated once into the
-destination, so apt's signature checks run for real on the nodes.
+Each publishes its index in the shape of the NVIDIA repository it stands in for
+(:data:`_SHAPES`), signed with a lab key generated once into the destination, so apt's
+signature and hash checks run for real on the nodes.
 
 The user's ``~/.gnupg`` is never touched: every gpg call runs in a throw-away ``GNUPGHOME``
 (with a short path, because gpg-agent's socket path is limited) whose agent is stopped
@@ -18,6 +19,7 @@ import contextlib
 import gzip
 import hashlib
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -31,7 +33,7 @@ from toolkit.filelock import file_lock
 from toolkit.lab import catalog
 
 # Bumped when the layout or build recipe changes in a way the digest would not see.
-RECIPE = "2"
+RECIPE = "3"
 # File times inside the .debs, so that a package's bytes depend only on its recipe.
 SOURCE_DATE_EPOCH = 1704067200  # 2024-01-01T00:00:00Z
 
@@ -39,14 +41,45 @@ CUDA_SUITE = "compute/cuda/repos/debian12/x86_64"
 CONTAINER_TOOLKIT_SUITE = "libnvidia-container/stable/deb/amd64"
 KEY_UID = "gpunode lab repository signing key <lab-repo@gpunode.invalid>"
 
-# Release-file fields, like NVIDIA's, so that roles pinning by origin work unchanged.
-_RELEASE_FIELDS = {
-    CUDA_SUITE: {"Origin": "NVIDIA", "Label": "NVIDIA CUDA", "Architectures": "amd64 all"},
-    CONTAINER_TOOLKIT_SUITE: {
-        "Origin": "NVIDIA",
-        "Label": "libnvidia-container",
-        "Architectures": "amd64 all",
-    },
+
+@dataclass(frozen=True)
+class _Shape:
+    """How one lab repository publishes its index.
+
+    Attributes:
+        fields: Release fields, like NVIDIA's, so that roles pinning by origin work unchanged.
+        hashes: The digests the Release lists (apt-ftparchive's MD5, SHA1, SHA256, SHA512).
+        packages: The Packages files served (``Packages``, ``Packages.gz``, ``Packages.xz``).
+        detached: Whether ``Release`` and ``Release.gpg`` are served beside ``InRelease``.
+    """
+
+    fields: dict[str, str]
+    hashes: tuple[str, ...]
+    packages: tuple[str, ...]
+    detached: bool
+
+
+_ALL_HASHES = ("MD5", "SHA1", "SHA256", "SHA512")
+_SHAPES = {
+    # The CUDA repository's index shape is not verified (review real-hardware-748e562, N1:
+    # "Not verified: whether the CUDA repo's InRelease carries SHA256"): apt-ftparchive's own,
+    # every digest, Packages and Packages.gz, InRelease and Release.gpg.
+    CUDA_SUITE: _Shape(
+        fields={"Origin": "NVIDIA", "Label": "NVIDIA CUDA", "Architectures": "amd64 all"},
+        hashes=_ALL_HASHES,
+        packages=("Packages", "Packages.gz"),
+        detached=True,
+    ),
+    # NVIDIA's container-toolkit repository (NVIDIA/libnvidia-container, gh-pages,
+    # stable/deb/amd64/ at 24feed94 and 69f4ab79; tests/data/real/libnvidia-container/): an
+    # InRelease listing SHA512 alone, for Packages and Packages.xz; no Packages.gz, Release
+    # or Release.gpg.
+    CONTAINER_TOOLKIT_SUITE: _Shape(
+        fields={"Origin": "NVIDIA", "Label": "libnvidia-container", "Architectures": "amd64 all"},
+        hashes=("SHA512",),
+        packages=("Packages", "Packages.xz"),
+        detached=False,
+    ),
 }
 _SUITE_OF_REPOSITORY = {"cuda": CUDA_SUITE, "container-toolkit": CONTAINER_TOOLKIT_SUITE}
 
@@ -162,8 +195,8 @@ def _stamp_matches(stamp: Path, digest: str) -> bool:
 def _tree_complete(www: Path) -> bool:
     return all(
         (www / suite / name).is_file()
-        for suite in _RELEASE_FIELDS
-        for name in ("InRelease", "Release.gpg", "Packages")
+        for suite, shape in _SHAPES.items()
+        for name in ("InRelease", *shape.packages)
     )
 
 
@@ -263,7 +296,7 @@ def _publish_keys(www: Path, keydir: Path, fingerprint: str) -> None:
 
 
 def _build_tree(www: Path, keydir: Path) -> None:
-    for suite in _RELEASE_FIELDS:
+    for suite in _SHAPES:
         (www / suite).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpunode-debs-") as scratch:
         for spec in catalog.packages():
@@ -272,8 +305,8 @@ def _build_tree(www: Path, keydir: Path) -> None:
     with _gnupg_home() as home:
         _gpg(home, "--import", str(keydir / "lab-signing-key.asc"))
         fingerprint = (keydir / "fingerprint").read_text().strip()
-        for suite, fields in _RELEASE_FIELDS.items():
-            _index_and_sign(www / suite, fields, home, fingerprint)
+        for suite, shape in _SHAPES.items():
+            _index_and_sign(www / suite, shape, home, fingerprint)
 
 
 def build_deb(spec: catalog.PackageSpec, scratch: Path, out: Path) -> Path:
@@ -316,19 +349,23 @@ def build_deb(spec: catalog.PackageSpec, scratch: Path, out: Path) -> Path:
     return out
 
 
-def _index_and_sign(suite_dir: Path, fields: dict[str, str], home: Path, fingerprint: str) -> None:
+def _index_and_sign(suite_dir: Path, shape: _Shape, home: Path, fingerprint: str) -> None:
     if not any(suite_dir.glob("*.deb")):
         raise LabError(f"lab repository {suite_dir.name}: no packages to index")
-    packages = _tool(["apt-ftparchive", "packages", "."], cwd=suite_dir)
-    (suite_dir / "Packages").write_text(packages)
-    with (
-        (suite_dir / "Packages.gz").open("wb") as raw,
-        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
-    ):
-        gz.write(packages.encode())
+    packages = _tool(["apt-ftparchive", "packages", "."], cwd=suite_dir).encode()
+    packed = {
+        "Packages": packages,
+        "Packages.gz": gzip.compress(packages, mtime=0),
+        "Packages.xz": lzma.compress(packages, format=lzma.FORMAT_XZ),
+    }
+    for name in shape.packages:
+        (suite_dir / name).write_bytes(packed[name])
     options: list[str] = []
-    for key, value in fields.items():
+    for key, value in shape.fields.items():
         options += ["-o", f"APT::FTPArchive::Release::{key}={value}"]
+    for digest in _ALL_HASHES:
+        wanted = "true" if digest in shape.hashes else "false"
+        options += ["-o", f"APT::FTPArchive::Release::{digest}={wanted}"]
     release = _tool(["apt-ftparchive", *options, "release", "."], cwd=suite_dir)
     (suite_dir / "Release").write_text(release)
     sign = ["--local-user", fingerprint, "--digest-algo", "SHA512"]
@@ -340,6 +377,9 @@ def _index_and_sign(suite_dir: Path, fields: dict[str, str], home: Path, fingerp
         str(suite_dir / "InRelease"),
         str(suite_dir / "Release"),
     )
+    if not shape.detached:
+        (suite_dir / "Release").unlink()
+        return
     _gpg(
         home,
         *sign,

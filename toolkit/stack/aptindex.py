@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import lzma
 import re
 import subprocess
 import tempfile
@@ -267,14 +268,83 @@ _EXACT_RELATION = re.compile(
 )
 
 
+# The Release fields that list index files, strongest first. Debian's repository format
+# (https://wiki.debian.org/DebianRepository/Format, "MD5Sum, SHA1, SHA256") lets a Release
+# carry any of them; apt trusts only SHA256 and SHA512. NVIDIA's container-toolkit repository
+# lists SHA512 alone (tests/data/real/libnvidia-container/*/InRelease); apt-ftparchive writes both.
+_RELEASE_HASHES: tuple[tuple[str, Callable[[bytes], str]], ...] = (
+    ("SHA512", lambda data: hashlib.sha512(data).hexdigest()),
+    ("SHA256", lambda data: hashlib.sha256(data).hexdigest()),
+)
+# The Packages files read, preferred first (the smallest download), with how each unpacks.
+# NVIDIA's container-toolkit repository publishes Packages and Packages.xz, no .gz.
+_PACKAGES_FILES: tuple[tuple[str, Callable[[bytes], bytes]], ...] = (
+    ("Packages.xz", lzma.decompress),
+    ("Packages.gz", gzip.decompress),
+    ("Packages", lambda data: data),
+)
+
+
+def _listed_files(release: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Hash field -> (file name -> hex digest) of every hash field a Release paragraph has."""
+    out: dict[str, dict[str, str]] = {}
+    for field_name, value in release.items():
+        files = {}
+        for line in value.splitlines():
+            parts = line.split()
+            if len(parts) == 3:
+                files[parts[2]] = parts[0].lower()
+        if files:
+            out[field_name] = files
+    return out
+
+
+def _read_packages(base: str, release: dict[str, str], fetch: Fetch) -> bytes:
+    """The Packages text a signed Release vouches for, by its strongest listed hash.
+
+    The Packages files listed under that hash are tried in :data:`_PACKAGES_FILES` order; one
+    that cannot be read gives way to the next (as apt does), one whose hash differs is an error.
+    """
+    listed = _listed_files(release)
+    for hash_name, digest in _RELEASE_HASHES:
+        files = listed.get(hash_name, {})
+        candidates = [(name, unpack) for name, unpack in _PACKAGES_FILES if name in files]
+        if not candidates:
+            continue
+        unread = []
+        for name, unpack in candidates:
+            try:
+                data = fetch(base + name)
+            except StackError as err:
+                unread.append(err.message)
+                continue
+            if digest(data) != files[name]:
+                raise StackError(
+                    f"{base}{name}: its {hash_name} differs from the one the signed Release lists"
+                )
+            try:
+                return unpack(data)
+            except (lzma.LZMAError, OSError, EOFError) as err:
+                raise StackError(f"{base}{name}: cannot unpack it: {err}") from err
+        raise StackError(f"{base}: no listed Packages file can be read: {'; '.join(unread)}")
+    offered = "; ".join(f"{h}: {', '.join(sorted(f))}" for h, f in listed.items()) or "no files"
+    raise StackError(
+        f"{base}: the signed Release lists no Packages file (Packages.xz, Packages.gz or "
+        f"Packages) under SHA512 or SHA256; it lists {offered}"
+    )
+
+
 def read_index(uri: str, key: bytes, fetch: Fetch = fetch_url) -> list[IndexEntry]:
     """Read a flat repository's (``deb <uri> /``) signed package index.
 
     InRelease (or Release with Release.gpg) is checked with ``gpgv`` against ``key``; the
-    Packages file (``Packages.gz`` preferred) must have the SHA256 the Release lists.
+    Packages file (``Packages.xz``, ``Packages.gz`` or plain ``Packages``, whichever the Release
+    lists, in that order) must have the digest the Release lists under its strongest hash
+    (SHA512, else SHA256).
 
     Raises:
-        StackError: Unreadable, unsigned or badly signed, or a Packages file whose SHA256
+        StackError: Unreadable, unsigned or badly signed, a Release listing no Packages file
+            under SHA512 or SHA256 (naming what it lists), or a Packages file whose digest
             differs from the Release's, naming the URL.
     """
     base = uri if uri.endswith("/") else uri + "/"
@@ -294,19 +364,7 @@ def read_index(uri: str, key: bytes, fetch: Fetch = fetch_url) -> list[IndexEntr
             raise StackError(f"{base}InRelease: {err.message}") from err
         text = clearsigned_text(inrelease)
     fields = paragraphs(text)
-    listed: dict[str, str] = {}
-    for line in (fields[0].get("SHA256", "") if fields else "").splitlines():
-        parts = line.split()
-        if len(parts) == 3:
-            listed[parts[2]] = parts[0]
-    name = next((n for n in ("Packages.gz", "Packages") if n in listed), None)
-    if name is None:
-        raise StackError(f"{base}: the Release lists no Packages file with a SHA256")
-    data = fetch(base + name)
-    if hashlib.sha256(data).hexdigest() != listed[name]:
-        raise StackError(f"{base}{name}: its SHA256 differs from the one the signed Release lists")
-    if name.endswith(".gz"):
-        data = gzip.decompress(data)
+    data = _read_packages(base, fields[0] if fields else {}, fetch)
     return [
         IndexEntry(
             package=p["Package"],
