@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from shared_fixtures import run_cli
 
 from toolkit.acceptance.nccltests import MAX_LINE_BYTES, parse
@@ -473,6 +475,13 @@ def test_bad_values_exit_2_naming_file_and_key(
         "https://mirror.example/\u2028cuda/",
         "https://",
         "ftp://mirror.example/cuda/",
+        # issue 27: what a shell or an apt sources line reads
+        "https://mirror.example/cuda/$(touch$IFS/tmp/pwned)/",
+        "https://mirror.example/cuda/`touch /tmp/pwned`/",
+        "https://mirror.example/cuda/#/",
+        "https://mirror.example/cuda/;touch/",
+        "https://mirror.example/cuda/&&touch/",
+        "https://mirror.example/cuda/${IFS}/",
     ],
 )
 def test_repository_urls_are_validated(url: str) -> None:
@@ -543,3 +552,64 @@ def test_pip_source_urls_follow_the_url_rule() -> None:
         _url_var(values, "gpunode_pip_index_url", "group_vars/all")
     ok = {"gpunode_pip_index_url": "https://pypi.example/simple"}
     assert _url_var(ok, "gpunode_pip_index_url", "x") == "https://pypi.example/simple"
+
+
+# --- issue 27: host key checking and image variables, through the CLI ----------------------------
+
+
+def _sample(tmp_path: Path, repo_root: Path, **image_vars: Any) -> Path:
+    target = tmp_path / "inventory"
+    shutil.copytree(repo_root / "inventories" / "sample", target)
+    # Read after the sample's own group_vars/all files (sorted by name), so these win.
+    (target / "group_vars" / "all" / "zz-test.yml").write_text(yaml.safe_dump(image_vars))
+    return target
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://mirror.example/cuda/$(touch$IFS/tmp/pwned)/",
+        "https://mirror.example/cuda/`touch /tmp/pwned`/",
+        "https://mirror.example/cuda/#",
+    ],
+)
+def test_image_build_refuses_a_repository_url_a_shell_would_read(
+    tmp_path: Path, repo_root: Path, capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    inventory = _sample(
+        tmp_path,
+        repo_root,
+        gpunode_nvidia_repo_url=url,
+        gpunode_image_base="sha256:" + "a" * 64,
+    )
+    code, _out, err = gpunode(capsys, "image", "build", "-i", str(inventory), "-g", "h100_sxm")
+    assert code == 2, err
+    assert "gpunode_nvidia_repo_url" in err and "$ ` ( ) ; & ! * #" in err
+
+
+def test_image_build_reads_allow_tag_base_as_a_boolean(
+    tmp_path: Path, repo_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tag = "nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+    for text in ("false", "no", "0", "off"):
+        inventory = _sample(
+            tmp_path / text, repo_root, gpunode_image_allow_tag_base=text, gpunode_image_base=tag
+        )
+        code, _out, err = gpunode(capsys, "image", "verify", "-i", str(inventory), "-g", "h100_sxm")
+        assert code == 2 and "not pinned by digest" in err, (text, err)
+    inventory = _sample(
+        tmp_path / "maybe", repo_root, gpunode_image_allow_tag_base="maybe", gpunode_image_base=tag
+    )
+    code, _out, err = gpunode(capsys, "image", "verify", "-i", str(inventory), "-g", "h100_sxm")
+    assert code == 2 and "gpunode_image_allow_tag_base is 'maybe', not a boolean" in err
+
+
+def test_a_host_range_of_a_number_and_a_letter_exits_2_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  children:\n    gpus:\n      hosts:\n        n[0:z]:\n"
+    )
+    code, _out, err = gpunode(capsys, "image", "build", "-i", str(tmp_path))
+    assert code == 2, err
+    assert "gpus.hosts" in err and "bad host range 'n[0:z]'" in err
