@@ -13,7 +13,6 @@ from shared_fixtures import REPO
 # so a skip means a broken set-up, not a missing optional tool. Only these reasons, which a
 # machine cannot fix by installing something, may skip there.
 CI_ALLOWED_SKIPS = (
-    "shared capture",  # ../shared/fixtures is not part of the project
     "kernel has no md",  # software RAID needs a kernel with md
 )
 

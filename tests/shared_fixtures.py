@@ -1,9 +1,7 @@
-"""What several test tiers share: the shared captures, which Python has torch, lab facts, a
+"""What several test tiers share: the repository's root, which Python has torch, lab facts, a
 healthy node's training sections and the checks the lab judges on them.
 
-The captures in ``../shared/fixtures`` beside the repository are not part of the project:
-tests read them there and skip cleanly when absent. (A module of its own, not conftest.py:
-several conftest modules share that name.)
+(A module of its own, not conftest.py: several conftest modules share that name.)
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
 
 
 def torch_python() -> str | None:

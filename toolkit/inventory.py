@@ -38,9 +38,34 @@ _RANGE_RE = re.compile(r"\[([0-9]{1,9}|[a-z]):([0-9]{1,9}|[a-z])(?::([0-9]{1,9})
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,252}\Z")
 # The most hosts one range pattern may name (`node[0:99][0:99]` is already 10,000).
 MAX_RANGE_HOSTS = 10_000
-_OFF = {"no", "off", "false", "0"}
-# Trust on first use is no check either: an attacker's first answer would be trusted.
-_UNCHECKED = {*_OFF, "accept-new"}
+# The variables that switch host key checking (ansible-core's ssh and paramiko_ssh connection
+# plugins, `host_key_checking` option). Ansible's config manager reads a boolean option with
+# convert_bool.boolean(value, strict=False) (config/manager.py, ensure_type): anything that is
+# not one of its true values is false, so only those keep checking on.
+HOST_KEY_CHECKING_VARS = (
+    "ansible_host_key_checking",
+    "ansible_ssh_host_key_checking",
+    "ansible_paramiko_host_key_checking",
+)
+# The variables whose words reach ssh, scp or sftp (ansible-core's ssh connection plugin:
+# ssh_args, ssh_common_args, ssh_extra_args, scp_extra_args, sftp_extra_args); the plugin
+# splits each with shlex (_split_ssh_args).
+SSH_ARGS_VARS = (
+    "ansible_ssh_args",
+    "ansible_ssh_common_args",
+    "ansible_ssh_extra_args",
+    "ansible_scp_extra_args",
+    "ansible_sftp_extra_args",
+)
+# OpenSSH's getopt strings (openssh-portable ssh.c, scp.c, sftp.c): the letters that take an
+# argument, which is the rest of the word (`-oX=Y`, `-4o X=Y`) or the next word.
+# ssh: "1246ab:c:e:fgi:kl:m:no:p:qstvx" "AB:CD:E:F:GI:J:KL:MNO:P:Q:R:S:TVw:W:XYy";
+# scp: "12346ABCTdfOpqRrstvD:F:J:P:S:c:i:l:o:X:";
+# sftp: "1246AafhNpqrvCc:D:i:l:o:s:S:b:B:F:J:P:R:X:".
+_SSH_ARG_LETTERS = ("bceilmopBDEFIJLOPQRSwW", "DFJPSciloX", "cDilosSbBFJPRX")
+# StrictHostKeyChecking values that check (readconf.c, multistate_strict_host_key); `no`,
+# `off`, `false` and `accept-new` (a first key trusted unseen) do not.
+_CHECKING = {"yes", "true", "ask"}
 
 
 @dataclass(frozen=True)
@@ -224,18 +249,20 @@ class Inventory:
                     return key, value
             return None, None
 
-        for key in ("ansible_host_key_checking", "ansible_ssh_host_key_checking"):
-            if key in values and str(values[key]).strip().lower() in _OFF:
+        for key in HOST_KEY_CHECKING_VARS:
+            if key in values and not ansible_boolean(values[key], strict=False):
                 raise ConfigError(
-                    f"{merged.sources[key]}: {key} of host {name!r} turns host key checking "
-                    "off; gpunode never connects without checking host keys"
+                    f"{merged.sources[key]}: {key} of host {name!r} is "
+                    f"{clip(repr(values[key]))}, which Ansible reads as false: it turns host "
+                    "key checking off; gpunode never connects without checking host keys "
+                    "(remove it or set it to true)"
                 )
         _key, address = var("ansible_host", "ansible_ssh_host")
         port_key, port = var("ansible_port", "ansible_ssh_port")
         _key, user = var("ansible_user", "ansible_ssh_user")
         _key, key_file = var("ansible_ssh_private_key_file", "ansible_private_key_file")
         known_hosts = None
-        for key in ("ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_args"):
+        for key in SSH_ARGS_VARS:
             _k, args = var(key)
             if args is None:
                 continue
@@ -383,23 +410,87 @@ def _config(
     return stack, hardware
 
 
-def _known_hosts(args: str, where: str) -> str | None:
-    """The UserKnownHostsFile of SSH arguments; host key checking turned off is an error."""
+def ansible_boolean(value: Any, *, strict: bool = True) -> bool:
+    """An inventory value read as a boolean the way Ansible reads it (ansible-core's
+    ``module_utils.parsing.convert_bool.boolean``: yes/no, true/false, on/off, y/n, t/f, 1/0).
+
+    Args:
+        value: The value as loaded from YAML.
+        strict: As Ansible's: when False, whatever is not true is false (Ansible's reading of
+            connection options); when True, a value that is not a boolean raises.
+
+    Raises:
+        TypeError: ``strict`` and not one of Ansible's booleans (callers name the key).
+    """
+    from ansible.module_utils.parsing.convert_bool import boolean
+
+    return bool(boolean(value, strict=strict))
+
+
+def inventory_flag(values: Mapping[str, Any], key: str, where: str) -> bool:
+    """A boolean inventory variable (false when unset), read as Ansible reads booleans.
+
+    Raises:
+        ConfigError: Set to something that is not a boolean; the message names the key.
+    """
+    value = values.get(key)
+    if value is None:
+        return False
+    try:
+        return ansible_boolean(value)
+    except TypeError:
+        raise ConfigError(
+            f"{where}: {key} is {clip(repr(value))}, not a boolean (true/false, yes/no)"
+        ) from None
+
+
+def _ssh_words(args: str, where: str) -> list[tuple[str, str]]:
+    """The options of SSH arguments as ssh, scp or sftp would read them: (letter, argument)
+    pairs, every reading of every tool together (a word one tool reads as an argument may be
+    an option to another)."""
     try:
         words = shlex.split(args)
     except ValueError as err:
         raise ConfigError(f"{where}: cannot parse SSH arguments: {err}") from None
-    options: list[str] = []
-    for index, word in enumerate(words):
-        if word == "-o" and index + 1 < len(words):
-            options.append(words[index + 1])
-        elif word.startswith("-o") and len(word) > 2:
-            options.append(word[2:])
+    found: list[tuple[str, str]] = []
+    for letters in _SSH_ARG_LETTERS:
+        index = 0
+        while index < len(words):
+            word = words[index]
+            index += 1
+            if not word.startswith("-") or word == "-":
+                continue  # not an option word (getopt on Linux reads past it)
+            for at in range(1, len(word)):
+                if word[at] in letters:
+                    argument = word[at + 1 :]
+                    if not argument and index < len(words):
+                        argument, index = words[index], index + 1
+                    found.append((word[at], argument))
+                    break
+    return found
+
+
+def _ssh_option(option: str) -> tuple[str, str]:
+    """``Keyword value`` of one ``-o`` argument, split as OpenSSH splits a config line
+    (readconf.c: the keyword ends at whitespace or one ``=``; the value may be quoted)."""
+    match = re.match(r"\s*([^\s=]*)\s*=?\s*(\S*)", option)
+    assert match is not None  # every part may be empty
+    return match[1].lower(), match[2].strip("\"'")
+
+
+def _known_hosts(args: str, where: str) -> str | None:
+    """The UserKnownHostsFile of SSH arguments; host key checking turned off is an error."""
     known_hosts = None
-    for option in options:
-        name, _sep, value = option.replace("=", " ", 1).partition(" ")
-        name, value = name.strip().lower(), value.strip()
-        if name == "stricthostkeychecking" and value.lower() in _UNCHECKED:
+    for letter, argument in _ssh_words(args, where):
+        if letter == "F":
+            raise ConfigError(
+                f"{where}: -F {clip(argument)} names an ssh config file, which could turn host "
+                "key checking off unseen; put the options in the variable itself"
+            )
+        if letter != "o":
+            continue
+        name, value = _ssh_option(argument)
+        if name == "stricthostkeychecking" and value.lower() not in _CHECKING:
             raise ConfigError(
                 f"{where}: StrictHostKeyChecking={clip(value)} turns host key checking off"
                 + (
@@ -407,13 +498,13 @@ def _known_hosts(args: str, where: str) -> str | None:
                     if value.lower() == "accept-new"
                     else ""
                 )
-                + "; add the host's key to a known_hosts file "
+                + " (only yes or ask check); add the host's key to a known_hosts file "
                 "(ssh-keyscan -H <host> >> known_hosts, then compare its fingerprint with the "
                 "host's own `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`) and use "
                 "StrictHostKeyChecking=yes with UserKnownHostsFile=<that file>"
             )
         if name == "userknownhostsfile" and value:
-            known_hosts = value.split()[0]
+            known_hosts = value
             if known_hosts == "/dev/null":
                 raise ConfigError(
                     f"{where}: UserKnownHostsFile=/dev/null turns host key checking off; name "
@@ -476,6 +567,11 @@ def _expand(pattern: str, where: str) -> list[str]:
     total = 1
     for match in _RANGE_RE.finditer(pattern):
         start, end, step = match.group(1), match.group(2), int(match.group(3) or 1)
+        if start.isdigit() != end.isdigit():
+            raise ConfigError(
+                f"{where}: bad host range {clip(pattern)!r}: both ends must be numbers or "
+                "both letters"
+            )
         first, last = (int(start), int(end)) if start.isdigit() else (ord(start), ord(end))
         total *= max(0, (last - first) // max(step, 1) + 1)
         if total > MAX_RANGE_HOSTS:

@@ -48,8 +48,11 @@ def sweep() -> str:
     return "".join(lines)
 
 
-def write_capture(path: Path) -> int:
+def write_capture(path: Path, corrupt: bool = False) -> int:
+    """The capture; ``corrupt``: every row's first #wrong is `x`, so no row parses."""
     block = sweep() * 64
+    if corrupt:
+        block = block.replace("      0 ", "      x ")
     written = 0
     with path.open("w", encoding="ascii") as out:
         out.write(HEADER)
@@ -122,3 +125,20 @@ def test_bench_parse_200mb_capture(tmp_path: Path) -> None:
         if name == "--json":
             document = json.loads(out.read_text())
             assert document["ok"] is True and len(document["rows"]) == 32
+
+
+def test_bench_parse_200mb_capture_of_unparseable_rows(tmp_path: Path) -> None:
+    """Every row refused (issue 27): each is a problem, counted past the first 20, and no row
+    is left; the goal is the same, under 30 s."""
+    capture = tmp_path / "all_reduce_perf.txt"
+    size = write_capture(capture, corrupt=True)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "toolkit", "accept", "parse", str(capture), "--json"]
+    seconds, cpu, peak_mib, code = run_measured(command, out)
+    print(
+        f"\naccept parse, {size / 1e6:.0f} MB of unparseable rows: {seconds:.1f} s wall, "
+        f"{cpu:.1f} s CPU, peak {peak_mib:.0f} MiB, exit {code}"
+    )
+    # No row parses: not an nccl-tests output at all (exit 2), never ok.
+    assert code == 2, out.read_text()[-2000:]
+    assert cpu < 30

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shared_fixtures import SHARED_FIXTURES
+from shared_fixtures import REPO
 
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, infer_ranks, parse, strip_prefix
 
-CAPTURES = SHARED_FIXTURES / "nccl-tests"
+# Public captures of real runs (tests/data/real/SOURCES.md; each file's first line names it).
+CAPTURES = REPO / "tests" / "data" / "real" / "nccl-tests"
 DATA = Path(__file__).parent / "data" / "nccl"
 
 # file -> expected figures, read off the captures by hand.
@@ -270,14 +271,11 @@ def _check(doc: dict[str, Any], expected: dict[str, Any]) -> None:
 
 
 def _capture(name: str) -> Path:
-    path = CAPTURES / name
-    if not path.exists():
-        pytest.skip(f"shared capture {path} is absent")
-    return path
+    return CAPTURES / name
 
 
 @pytest.mark.parametrize("name", sorted(CAPTURE_CASES))
-def test_shared_captures(name: str) -> None:
+def test_real_captures(name: str) -> None:
     expected = CAPTURE_CASES[name]
     text = _capture(name).read_text()
     result = parse(text, allow_truncated=expected.get("truncated", False))
@@ -286,15 +284,13 @@ def test_shared_captures(name: str) -> None:
     assert result.complete is not expected.get("truncated", False)
 
 
-def test_a_shared_capture_without_footer_is_incomplete_by_default() -> None:
+def test_a_real_capture_without_footer_is_incomplete_by_default() -> None:
     result = parse(_capture("h100_16gpu_2node_p5_efa_srun_prefix.txt").read_text())
     assert not result.ok and not result.complete
     assert result.problems[0].startswith("incomplete capture: no footer")
 
 
-def test_every_shared_capture_has_a_case() -> None:
-    if not CAPTURES.is_dir():
-        pytest.skip("shared captures are absent")
+def test_every_real_capture_has_a_case() -> None:
     assert {p.name for p in CAPTURES.iterdir()} == set(CAPTURE_CASES)
 
 
@@ -402,3 +398,58 @@ def test_cli_parse_text_table() -> None:
     result = _cli(str(DATA / "legacy_validated.txt"))
     assert result.returncode == 0
     assert "90.80" in result.stdout and "OK" in result.stdout
+
+
+# A child process reads a capture of unparseable rows, made as it is read (never whole in
+# memory), and reports its peak memory growth: streaming keeps it flat whatever the size.
+STREAM_CHILD = r"""
+import io, json, resource, sys, time
+from toolkit.acceptance.nccltests import parse_stream
+
+ROW = b"    16777216  4194304  float  sum  -1  120.5  139.23  139.23  x  119.9  139.93  139.93  0\n"
+END = (b"   268435456  67108864  float  sum  -1  1490.0  180.16  180.16  0  1489.1  180.27  180.27"
+       b"  0\n# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 118.26\n")
+
+class Made(io.RawIOBase):
+    def __init__(self, rows):
+        self.rows = rows
+        self.tail = END
+    def readable(self):
+        return True
+    def read(self, n=-1):
+        if self.rows:
+            k = min(self.rows, max(1, n // len(ROW)))
+            self.rows -= k
+            return ROW * k
+        tail, self.tail = self.tail, b""
+        return tail
+
+rows = int(sys.argv[1])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.process_time()
+result = parse_stream(Made(rows))
+print(json.dumps({
+    "cpu_s": time.process_time() - start,
+    "growth_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024,
+    "ok": result.ok, "rows": len(result.rows), "problems": list(result.problems),
+}))
+"""
+
+
+def test_a_capture_of_unparseable_rows_streams_in_bounded_memory() -> None:
+    rows = 400_000  # about 34 MB of rows, every one unparseable
+    child = subprocess.run(
+        [sys.executable, "-c", STREAM_CHILD, str(rows)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    figures = json.loads(child.stdout)
+    print(
+        f"\n{rows} unparseable rows: {figures['cpu_s']:.1f} s CPU, +{figures['growth_mib']:.0f} MiB"
+    )
+    assert figures["ok"] is False and figures["rows"] == 1
+    assert figures["problems"][-1] == f"... and {rows - 20} more problems"
+    assert figures["growth_mib"] < 16  # the rows alone are 34 MB
+    # 200 MB in under 30 s is 6.7 MB/s; this machine's CPU must do at least a third of that.
+    assert figures["cpu_s"] < 34 / 6.7 * 3

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from shared_fixtures import run_cli
 
 from toolkit.acceptance.nccltests import MAX_LINE_BYTES, parse
@@ -142,6 +144,68 @@ def test_nccl_tests_failure_lines_are_not_ok() -> None:
     assert not result.ok and "reported a failure at line 12" in result.problems[0]
 
 
+# Issue 27, class A: one row grammar. A large row with wrong counts, hidden several ways.
+BAD_LARGEST = ROWS[2].replace("      0   1489.1", "     17   1489.1")
+HEADER_LINES = HEADER.splitlines()
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # a row carrying NCCL log text after its numbers
+        [*ROWS[:2], BAD_LARGEST + " node1:9448:9448 [0] NCCL INFO Channel 00/0 via P2P/IPC"],
+        [*ROWS[:2], ROWS[2][:60] + " 1234 node1:9448:9448 [0] NCCL INFO Channel 00/0 via P2P/IPC"],
+        # a row carrying an `NCCL version` fragment
+        [*ROWS[:2], BAD_LARGEST + " NCCL version 2.21.5+cuda12.4"],
+        # an elided line inside a table: rows are missing
+        [ROWS[0], "...", *ROWS[1:]],
+        # another tool's line inside a table
+        [ROWS[0], "mpirun: Warning: forwarding signal 2", *ROWS[1:]],
+    ],
+)
+def test_a_table_line_that_is_not_a_row_is_never_ok(lines: list[str]) -> None:
+    result = parse(capture(lines))
+    assert not result.ok
+    assert any(p.startswith("unparsed row at line ") for p in result.problems)
+
+
+def test_a_corrupt_row_after_the_footer_is_not_ok() -> None:
+    result = parse(capture(footer=FOOTER + BAD_LARGEST.replace("1490.0", "1490.0.0") + "\n"))
+    assert not result.ok
+    assert result.problems[0].startswith("unparsed row at line ")
+    # Free text after the footer is not in the closed list either; comments and logs are.
+    assert not parse(capture(footer=FOOTER + "all done, 17 wrong\n")).ok
+    fine = FOOTER + "#\n\nnode-a:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 - Destroy COMPLETE\n"
+    assert parse(capture(footer=fine)).ok
+
+
+def test_a_second_column_header_after_the_footer_is_incomplete() -> None:
+    second = "\n".join(HEADER_LINES[-3:]) + "\n"
+    result = parse(capture(footer=FOOTER + second))
+    assert not result.ok and not result.complete
+    assert result.problems[0].startswith("incomplete capture: no footer")
+
+
+def test_a_corrupt_first_row_without_a_column_header_is_not_ok() -> None:
+    text = "\n".join([ROWS[0].replace("30.12", "30..12"), *ROWS[1:]]) + "\n" + FOOTER
+    result = parse(text)
+    assert not result.ok
+    assert result.problems[0].startswith("unparsed row at line 1: ")
+
+
+def test_sizes_beyond_the_row_grammar_are_not_ok() -> None:
+    huge = ROWS[2].replace("   268435456", "99999999999999999999", 1)
+    assert not parse(capture([*ROWS[:2], huge])).ok
+
+
+def test_the_real_captures_nccl_log_lines_are_not_rows() -> None:
+    # NCCL's own debug line between the rows (the legacy real capture has one) is skipped.
+    log = "hostname:3442:3442 [0] NCCL INFO Launch mode Parallel"
+    warn = "node-a:10204:10231 [1] transport/net.cc:1002 NCCL WARN NET/IB : retrying"
+    assert parse(capture([ROWS[0], log, ROWS[1], warn, ROWS[2]])).ok
+    assert parse(capture([ROWS[0], "NCCL version 2.27.3+cuda12.9", *ROWS[1:]])).ok
+
+
 def _json_capture(**changes: Any) -> str:
     data = Path(__file__).parent / "data" / "nccl" / "h200_8gpu_json.json"
     document = json.loads(data.read_text())
@@ -177,6 +241,33 @@ def test_json_with_wrongly_typed_fields_is_refused_or_not_ok(changes: dict[str, 
         assert result.nccl_version is None
     else:
         assert not result.ok
+
+
+@pytest.mark.parametrize("size", ["1" + "0" * 400, str(1 << 63), "-1", "1e400", "1.5"])
+def test_json_numbers_out_of_range_are_not_ok(
+    size: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(_json_capture())
+    document["results"][2]["size"] = "SIZE"
+    text = json.dumps(document).replace('"SIZE"', size)
+    result = parse(text)
+    assert not result.ok and result.problems[0].startswith("unparsed row results[2]")
+    path = tmp_path / "huge.json"
+    path.write_text(text)
+    code, out, _err = gpunode(capsys, "accept", "parse", str(path), "--json")
+    assert code == 1 and strict_json(out)["ok"] is False
+
+
+@pytest.mark.parametrize("okay", [True, False, "True", "yes", "ok", None, 1])
+def test_json_okay_is_true_false_or_unchecked_exactly(okay: Any) -> None:
+    for section in ("out_of_bounds", "average_bus_bandwidth"):
+        document = json.loads(_json_capture())
+        if okay is None:
+            del document[section]["okay"]
+        else:
+            document[section]["okay"] = okay
+        result = parse(json.dumps(document))
+        assert not result.ok and f"{section}.okay is " in result.problems[0]
 
 
 def test_json_with_non_finite_numbers_is_not_ok() -> None:
@@ -384,6 +475,13 @@ def test_bad_values_exit_2_naming_file_and_key(
         "https://mirror.example/\u2028cuda/",
         "https://",
         "ftp://mirror.example/cuda/",
+        # issue 27: what a shell or an apt sources line reads
+        "https://mirror.example/cuda/$(touch$IFS/tmp/pwned)/",
+        "https://mirror.example/cuda/`touch /tmp/pwned`/",
+        "https://mirror.example/cuda/#/",
+        "https://mirror.example/cuda/;touch/",
+        "https://mirror.example/cuda/&&touch/",
+        "https://mirror.example/cuda/${IFS}/",
     ],
 )
 def test_repository_urls_are_validated(url: str) -> None:
@@ -454,3 +552,64 @@ def test_pip_source_urls_follow_the_url_rule() -> None:
         _url_var(values, "gpunode_pip_index_url", "group_vars/all")
     ok = {"gpunode_pip_index_url": "https://pypi.example/simple"}
     assert _url_var(ok, "gpunode_pip_index_url", "x") == "https://pypi.example/simple"
+
+
+# --- issue 27: host key checking and image variables, through the CLI ----------------------------
+
+
+def _sample(tmp_path: Path, repo_root: Path, **image_vars: Any) -> Path:
+    target = tmp_path / "inventory"
+    shutil.copytree(repo_root / "inventories" / "sample", target)
+    # Read after the sample's own group_vars/all files (sorted by name), so these win.
+    (target / "group_vars" / "all" / "zz-test.yml").write_text(yaml.safe_dump(image_vars))
+    return target
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://mirror.example/cuda/$(touch$IFS/tmp/pwned)/",
+        "https://mirror.example/cuda/`touch /tmp/pwned`/",
+        "https://mirror.example/cuda/#",
+    ],
+)
+def test_image_build_refuses_a_repository_url_a_shell_would_read(
+    tmp_path: Path, repo_root: Path, capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    inventory = _sample(
+        tmp_path,
+        repo_root,
+        gpunode_nvidia_repo_url=url,
+        gpunode_image_base="sha256:" + "a" * 64,
+    )
+    code, _out, err = gpunode(capsys, "image", "build", "-i", str(inventory), "-g", "h100_sxm")
+    assert code == 2, err
+    assert "gpunode_nvidia_repo_url" in err and "$ ` ( ) ; & ! * #" in err
+
+
+def test_image_build_reads_allow_tag_base_as_a_boolean(
+    tmp_path: Path, repo_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tag = "nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+    for text in ("false", "no", "0", "off"):
+        inventory = _sample(
+            tmp_path / text, repo_root, gpunode_image_allow_tag_base=text, gpunode_image_base=tag
+        )
+        code, _out, err = gpunode(capsys, "image", "verify", "-i", str(inventory), "-g", "h100_sxm")
+        assert code == 2 and "not pinned by digest" in err, (text, err)
+    inventory = _sample(
+        tmp_path / "maybe", repo_root, gpunode_image_allow_tag_base="maybe", gpunode_image_base=tag
+    )
+    code, _out, err = gpunode(capsys, "image", "verify", "-i", str(inventory), "-g", "h100_sxm")
+    assert code == 2 and "gpunode_image_allow_tag_base is 'maybe', not a boolean" in err
+
+
+def test_a_host_range_of_a_number_and_a_letter_exits_2_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  children:\n    gpus:\n      hosts:\n        n[0:z]:\n"
+    )
+    code, _out, err = gpunode(capsys, "image", "build", "-i", str(tmp_path))
+    assert code == 2, err
+    assert "gpus.hosts" in err and "bad host range 'n[0:z]'" in err

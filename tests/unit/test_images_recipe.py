@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from test_stack_support import make
 
-from toolkit.errors import ConfigError
+from toolkit.errors import ConfigError, ImageError
 from toolkit.images.recipe import LABEL_INPUT_DIGEST, Recipe, make_recipe
 from toolkit.images.render import render
 from toolkit.stack import resolve
@@ -135,3 +136,68 @@ def test_changing_one_input_changes_the_digest(change: dict[str, Any]) -> None:
 
 def test_the_repository_key_is_an_input() -> None:
     assert render(recipe(), key=b"one").digest != render(recipe(), key=b"two").digest
+
+
+# --- issue 27: inventory values never become Dockerfile or shell syntax --------------------------
+
+
+@pytest.mark.parametrize(
+    ("allow", "accepted"),
+    [("false", False), ("no", False), ("0", False), (False, False), ("yes", True), (True, True)],
+)
+def test_allow_tag_base_is_read_as_a_boolean(allow: Any, accepted: bool) -> None:
+    tag = "nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+    if accepted:
+        assert recipe(gpunode_image_base=tag, gpunode_image_allow_tag_base=allow).base == tag
+    else:
+        with pytest.raises(ConfigError, match="not pinned by digest"):
+            recipe(gpunode_image_base=tag, gpunode_image_allow_tag_base=allow)
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        "debian:12\nRUN touch /tmp/pwned",
+        "debian:12 AS x",
+        "debian:$TAG",
+        "sha256:" + "a" * 64 + "\n",
+        "x@sha256:" + "a" * 64 + "\nRUN touch /tmp/pwned",
+    ],
+)
+def test_a_base_that_is_not_one_reference_is_refused_even_with_tags_allowed(base: str) -> None:
+    with pytest.raises(ConfigError, match=r"gpunode_image_base .* is not an image reference"):
+        recipe(gpunode_image_base=base, gpunode_image_allow_tag_base=True)
+
+
+def test_render_refuses_a_recipe_value_a_dockerfile_would_read() -> None:
+    good = recipe()
+    for change in ({"base": "debian:12\nRUN id"}, {"nccl": "2.21.5 $HOME"}):
+        with pytest.raises(ImageError, match=next(iter(change))):
+            render(Recipe(**{**good.__dict__, **change}), key=b"k")
+
+
+# Hostile but valid: every character the URL rule lets through that a shell would still read
+# (`?`, `~`, `=`, `,`, `+`, `%`, `:`) where it could.
+HOSTILE_REPO = "http://mirror.example:8080/cuda~1/{os}/{arch}/?a=b,c+d%20"
+HOSTILE_LINKS = "https://mirror.example/wheels~x/?k=v,w+x%2F"
+
+
+def test_a_rendered_dockerfile_quotes_every_inventory_value_in_its_run_lines() -> None:
+    r = recipe(gpunode_nvidia_repo_url=HOSTILE_REPO, gpunode_pip_find_links=HOSTILE_LINKS)
+    assert r.apt is not None
+    text = render(r, key=b"k").dockerfile
+    runs = [line for line in text.replace("\\\n", " ").splitlines() if line.startswith("RUN ")]
+    assert len(runs) == 2
+    values = [r.apt.uri, HOSTILE_LINKS, *(f"{n}={v}" for n, v in r.apt_packages.items())]
+    found = 0
+    for run in runs:
+        for value in values:
+            start = run.find(value)
+            while start != -1:
+                found += 1
+                # Inside single quotes, or made only of characters no shell reads.
+                inside = run[:start].count("'") % 2 == 1
+                assert inside or re.fullmatch(r"[\w@%+=:,./-]+", value), (value, run)
+                start = run.find(value, start + 1)
+    assert found == len(values)
+    assert f"'deb [signed-by=/usr/share/keyrings/gpunode-nvidia.gpg] {r.apt.uri} /'" in text

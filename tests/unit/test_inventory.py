@@ -208,6 +208,27 @@ def test_hosts_for_errors(inventory_dir: Path, pattern: str, expected: str) -> N
         ("ansible_ssh_common_args: '-o UserKnownHostsFile=/dev/null'\n", "/dev/null"),
         ("ansible_host_key_checking: false\n", "ansible_host_key_checking"),
         ("ansible_ssh_host_key_checking: 'False'\n", "ansible_ssh_host_key_checking"),
+        # Issue 27: Ansible reads these as false (convert_bool.boolean, strict=False).
+        *(
+            (f"ansible_host_key_checking: {v}\n", "which Ansible reads as false")
+            for v in ("n", "f", "N", "F", "0.0", "'0.0'", "maybe", "''", "null")
+        ),
+        ("ansible_paramiko_host_key_checking: off\n", "ansible_paramiko_host_key_checking"),
+        # ... and OpenSSH reads these as StrictHostKeyChecking off.
+        ("ansible_ssh_common_args: '-4o StrictHostKeyChecking=no'\n", "=no turns host key"),
+        (
+            "ansible_ssh_common_args: \"-o 'StrictHostKeyChecking\\taccept-new'\"\n",
+            "=accept-new turns host key",
+        ),
+        ("ansible_ssh_common_args: '-vo StrictHostKeyChecking=false'\n", "=false turns"),
+        ("ansible_ssh_common_args: '-o stricthostkeychecking=\"no\"'\n", "=no turns"),
+        ("ansible_ssh_common_args: '-o StrictHostKeyChecking'\n", "= turns host key"),
+        ("ansible_ssh_args: '-C -o ControlMaster=auto -oStrictHostKeyChecking=off'\n", "=off"),
+        ("ansible_ssh_extra_args: '-p 22 -o StrictHostKeyChecking=no'\n", "=no turns"),
+        ("ansible_scp_extra_args: '-o StrictHostKeyChecking=no'\n", "=no turns"),
+        ("ansible_sftp_extra_args: '-o StrictHostKeyChecking=no'\n", "=no turns"),
+        ("ansible_ssh_common_args: '-F /tmp/ssh_config'\n", "-F /tmp/ssh_config names"),
+        ("ansible_ssh_common_args: '-4F/tmp/ssh_config'\n", "-F /tmp/ssh_config names"),
         ("ansible_port: 70000\n", "not a TCP port"),
         ('ansible_user: \'{{ lookup("env", "USER") }}\'\n', "templated values"),
     ],
@@ -220,6 +241,23 @@ def test_unsafe_or_bad_connection_settings_are_refused(
         load_inventory(root)
     assert expected in info.value.message
     assert "group_vars/l40s/ssh.yml" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ansible_host_key_checking: y\n",
+        "ansible_host_key_checking: 'True'\n",
+        "ansible_ssh_host_key_checking: 1\n",
+        "ansible_ssh_common_args: '-p 2222 -4o StrictHostKeyChecking=ask'\n",
+        "ansible_ssh_common_args: '-oStrictHostKeyChecking=yes -o UserKnownHostsFile=/k'\n",
+        # -o's argument is a word of its own: the next word is not an option
+        "ansible_ssh_common_args: '-o ProxyCommand=x -l -F'\n",
+    ],
+)
+def test_settings_that_keep_host_key_checking_on_are_read(tmp_path: Path, text: str) -> None:
+    root = make_inventory(tmp_path, {"group_vars/l40s/ssh.yml": text})
+    assert load_inventory(root).hosts_for(None)
 
 
 def test_malformed_stack_names_group_vars_file_and_key(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ Formats read (domain.md section 3, "nccl-tests output"; nccl-tests ``src/util.cu
 
 - the text table of current nccl-tests (size, count, type, redop, root, then out-of-place and
   in-place time/algbw/busbw/#wrong), with or without ``mpirun --tag-output`` (``[1,0]<stdout>:``)
-  and ``srun -l`` (``0: ``) prefixes, with interleaved ``NCCL INFO``/MPI lines and elided
-  ``...`` lines;
+  and ``srun -l`` (``0: ``) prefixes, with whole NCCL log lines between the rows and other
+  tools' lines (commands, MPI warnings, an elided ``...``) before the first table;
 - the legacy table (before 2022): no root column and an ``error`` column that is a relative
   error, not a count;
 - ``#wrong`` printed with ``%g`` (``1.04858e+06``) or ``N/A`` when validation is off;
@@ -17,8 +17,12 @@ Formats read (domain.md section 3, "nccl-tests output"; nccl-tests ``src/util.cu
 When device lines are absent the rank count is inferred from busbw/algbw = 2(n-1)/n, which
 holds for all_reduce only.
 
-The parser is strict, because its verdict is the product: every line of a results table is a
-parsed row or a problem ("unparsed row at line N"); ``#wrong`` is a non-negative integer;
+The parser is strict, because its verdict is the product. One row grammar: inside a results
+table (from its column header or first row to its footer) every line is a comment (``#``), a
+whole NCCL log line, a bare ``NCCL version`` line, or a row that parses; anything else is a
+problem ("unparsed row at line N"). Before the first table other tools' lines are skipped, but
+a line that starts like a row must parse; after a footer only comments, NCCL log lines and a
+new table may follow. ``#wrong`` is a non-negative integer; sizes and counts are below 10**18;
 non-finite numbers are invalid data; a footer other than ``N OK`` fails; a capture whose last
 table has no footer is incomplete; any entry of the JSON ``errors`` list fails. A result with a
 problem is never ok. It streams (:func:`parse_stream`): lines are cut at
@@ -46,6 +50,9 @@ MAX_DEVICES = 65536  # `#  Rank ...` lines
 MAX_PROBLEMS = 20  # problems listed; the rest are counted
 MAX_JSON_BYTES = 16 * 1024 * 1024  # a -J document of a real sweep is a few kilobytes
 _CHUNK = 1 << 20
+# What `okay` of the -J footer sections may be: nccl-tests' jsonBool writes "true"/"false", and
+# the average's "unchecked" when no minimum (-G / NCCL_TESTS_MIN_BW) was set.
+_JSON_OKAY = ("true", "false", "unchecked")
 
 # Prefixes added by launchers: `mpirun --tag-output` and `srun -l` (task ids may be padded).
 _PREFIX_RE = re.compile(r"^(?:\[[0-9]+,[0-9]+\]<(?:stdout|stderr)>:|\s*[0-9]+:(?: |$))")
@@ -67,25 +74,37 @@ _TESTS_VERSION_RE = re.compile(
 _HEADER_COLS_RE = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+(?P<rest>.*)$")
 _PARAMS_RE = re.compile(r"^#\s*nThread\s+(?P<nthread>[0-9]{1,9})\s+nGpus\s+(?P<ngpus>[0-9]{1,9})\b")
 _VALIDATION_RE = re.compile(r"validation:\s*([0-9]{1,9})")
-_INT_RE = re.compile(r"[0-9]{1,20}\Z")
+_INT_RE = re.compile(r"[0-9]{1,18}\Z")  # sizes and counts: below 10**18, so below 2**63
 _ROOT_RE = re.compile(r"-?[0-9]{1,10}\Z")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}\Z")  # a data type or reduction
-_FLOAT_RE = re.compile(r"[0-9]{1,20}(?:\.[0-9]{0,20})?(?:[eE][-+]?[0-9]{1,3})?\Z")
+_FLOAT_RE = re.compile(r"[0-9]{1,20}(?:\.[0-9]{0,20})?(?:[eE][-+]?[0-9]{1,2})?\Z")
 # `#wrong` is a count printed with %g: digits, or 1.04858e+06 for large counts.
 _WRONG_RE = re.compile(r"(?:[0-9]{1,20}|[0-9](?:\.[0-9]{1,6})?e\+[0-9]{2})\Z")
-# The common row, current layout, in one match (the per-column path below explains refusals).
+# The current layout's 13-column row in one match: the same grammar as the per-column path
+# (_parse_row), which only explains a refusal, so a 13-column line this refuses is no row.
 _NUM = r"([0-9]{1,20}(?:\.[0-9]{0,20})?(?:[eE][-+]?[0-9]{1,2})?)"  # finite by its length
 _WRONG = r"([0-9]{1,20}|N/A|[0-9](?:\.[0-9]{1,6})?e\+[0-9]{2})"
 _ROW_RE = re.compile(
-    r"([0-9]{1,20})\s+([0-9]{1,20})\s+([A-Za-z_][A-Za-z0-9_]{0,31})\s+"
+    r"([0-9]{1,18})\s+([0-9]{1,18})\s+([A-Za-z_][A-Za-z0-9_]{0,31})\s+"
     r"([A-Za-z_][A-Za-z0-9_]{0,31})\s+(-?[0-9]{1,10})"
     + rf"\s+{_NUM}\s+{_NUM}\s+{_NUM}\s+{_WRONG}"
     * 2
 )
-# A line that starts like a number, or is mostly numbers, is a row: inside a table it must
-# parse (a row whose first column is garbled is still a row).
+# Before the first table, a line that starts like a number is a row and must parse (inside a
+# table every line that is not a comment or an NCCL log line is a row).
 _ROWLIKE_RE = re.compile(r"[-+.]?[0-9]")
-_NCCL_LOG_RE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b")
+# A whole NCCL debug line, as NCCL's src/debug.cc prints it (github.com/NVIDIA/nccl):
+# "%s:%d:%d [%d] NCCL INFO " (host:pid:tid [cudaDev]), "... [%d] %s:%d NCCL WARN " (file:line),
+# "... [%d] %f %s:%d NCCL TRACE ", "%s:%d:%d NCCL CALL "; newer releases may put a
+# NCCL_DEBUG_TIMESTAMP_FORMAT stamp in brackets first. Anchored at the line's start: a row
+# with log text after its numbers is a row, and must parse.
+_NCCL_LOG_RE = re.compile(
+    r"(?:\[[^\]]{0,64}\] ?)?[^\s:\[\]]+:[0-9]{1,10}:[0-9]{1,10} "
+    r"(?:\[[0-9]{1,4}\] (?:[0-9.]+ )?(?:\S+:[0-9]+ (?:\(\S+\) )?)?)?"
+    r"NCCL (?:INFO|WARN|TRACE|ATTN|CALL)\b"
+)
+# NCCL_DEBUG=VERSION prints the version on a line of its own: "NCCL version 2.27.3+cuda12.9".
+_NCCL_VERSION_LINE_RE = re.compile(_NCCL_VERSION_RE.pattern + r"\s*\Z")
 # nccl-tests' own failure lines (common.h: "Test NCCL failure", "Test CUDA failure", ...).
 _FAILURE_RE = re.compile(r"\bTest (?:NCCL |CUDA )?failure\b")
 
@@ -359,6 +378,11 @@ class _Problems:
         self.listed: list[str] = []
         self.count = 0
 
+    @property
+    def full(self) -> bool:
+        """No room left to list one more: the next are only counted."""
+        return len(self.listed) >= MAX_PROBLEMS
+
     def add(self, message: str) -> None:
         self.count += 1
         if len(self.listed) < MAX_PROBLEMS:
@@ -454,7 +478,7 @@ def _parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRe
     validation_on: bool | None = None
     in_table = False  # between a column header (or first row) and its footer
     shape: int | None = None  # the column count of the table's rows: all rows have it
-    footer: set[str] = set()  # footer lines seen since the last row
+    footer: set[str] = set()  # footer lines seen since the last row (or column header)
     for number, raw, cut in lines:
         body = strip_prefix(raw).strip()
         if not body:
@@ -515,7 +539,9 @@ def _parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRe
             elif m := _HEADER_COLS_RE.match(body):
                 rest = m["rest"].split()
                 layout = "current" if rest and rest[0] == "root" else "legacy"
+                # A new table: it needs rows and a footer of its own.
                 in_table, shape = True, None
+                footer.clear()
             elif m := _TESTS_VERSION_RE.match(body):
                 tests_version = clip(m["v"])
                 nccl_version = nccl_version or _version_from_code(int(m["lib"]))
@@ -525,18 +551,20 @@ def _parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRe
                 if vm:
                     validation_on = vm.group(1) != "0"
             continue
-        if _FAILURE_RE.search(body):
+        if "failure" in body and _FAILURE_RE.search(body):
             problems.add(f"nccl-tests reported a failure at line {number}: {clip(body)!r}")
             continue
-        if m := _NCCL_VERSION_RE.search(body):
-            nccl_version = nccl_version or m["v"]
+        if _NCCL_LOG_RE.match(body) or _NCCL_VERSION_LINE_RE.match(body):
+            if m := _NCCL_VERSION_RE.search(body):
+                nccl_version = nccl_version or m["v"]
             continue
-        if _NCCL_LOG_RE.search(body):
-            continue
+        if not (in_table or footer or _ROWLIKE_RE.match(body)):
+            continue  # before the first table: another tool's line
         tokens = body.split()
-        if not _ROWLIKE_RE.match(body) and not _mostly_numbers(tokens):
-            continue  # another tool's line, an elided `...`
-        if cut:
+        if fast and len(tokens) == 13 and problems.full:
+            # Refused by _ROW_RE, the same grammar; no room left to explain why: count it.
+            row, reason = None, ""
+        elif cut:
             row, reason = None, "line too long"
         elif shape is not None and len(tokens) != shape:
             # A row cut short can look like a shorter layout (13 -> 9 columns).
@@ -550,8 +578,13 @@ def _parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRe
             footer.clear()
             if layout is None:
                 layout = "current" if row.root is not None else "legacy"
-        elif in_table:
+        elif in_table or not footer or _ROWLIKE_RE.match(body):
             problems.add(f"unparsed row at line {number}: {reason}: {clip(body)!r}")
+        else:
+            problems.add(
+                f"line {number} after the footer is not a row, a comment or an NCCL log "
+                f"line: {clip(body)!r}"
+            )
     rows = table.rows
     if not rows:
         first = f" ({problems.listed[0]})" if problems.listed else ""
@@ -583,12 +616,6 @@ def _parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRe
         problems=problems.result(),
         complete=complete,
     )
-
-
-def _mostly_numbers(tokens: list[str]) -> bool:
-    if len(tokens) < 5:
-        return False
-    return 2 * sum(1 for t in tokens if _ROWLIKE_RE.match(t)) >= len(tokens)
 
 
 def _parse_row(tokens: list[str], layout: str | None) -> tuple[Row | None, str]:
@@ -637,7 +664,7 @@ def _placement(tokens: list[str], *, legacy: bool) -> Placement:
     time_us, algbw, busbw = (_finite(t) for t in tokens[:3])
     last = tokens[3]
     if legacy:
-        error = None if last.upper() == "N/A" else _finite(last, "error")
+        error = None if last == "N/A" else _finite(last, "error")
         return Placement(time_us, algbw, busbw, wrong=None, error=error)
     return Placement(time_us, algbw, busbw, wrong=_wrong(last))
 
@@ -663,7 +690,7 @@ def _fast_wrong(token: str) -> int | None:
 
 def _wrong(token: str) -> int | None:
     # `%6g` prints large counts as 1.04858e+06; validation off prints N/A.
-    if token.upper() == "N/A":
+    if token == "N/A":
         return None
     if not _WRONG_RE.match(token):
         raise ValueError(f"#wrong {clip(token)!r} is not a non-negative integer")
@@ -776,13 +803,17 @@ def parse_json(document: Any) -> NcclTestsResult:
     complete = oob is not None and avg is not None
     if not complete and not footer_failed:
         problems.add("incomplete document: no out_of_bounds count or average bus bandwidth")
-    # jsonBool writes the strings "true"/"false"; "unchecked" when no minimum was set.
-    footer_failed = (
-        footer_failed
-        or (oob or 0) > 0
-        or _is_false(oob_doc.get("okay"))
-        or _is_false(avg_doc.get("okay"))
-    )
+    for name, section in (("out_of_bounds", oob_doc), ("average_bus_bandwidth", avg_doc)):
+        okay = section.get("okay")
+        if not (isinstance(okay, str) and okay in _JSON_OKAY):
+            problems.add(
+                f"{name}.okay is {clip(repr(okay))}, not one of "
+                + ", ".join(f'"{o}"' for o in _JSON_OKAY)
+            )
+            footer_failed = True
+        elif okay == "false":
+            footer_failed = True
+    footer_failed = footer_failed or (oob or 0) > 0
     raw_errors = document.get("errors")
     entries = raw_errors if isinstance(raw_errors, list) else [raw_errors]
     errors = [clip(str(e)) for e in entries if e not in (None, "", [], {})]
@@ -873,9 +904,11 @@ def _is_count(value: Any) -> TypeGuard[int]:
 
 
 def _json_number(value: Any) -> float:
-    """A finite non-negative JSON number (never a bool, a string or nan)."""
+    """A finite non-negative JSON number below 2**63 (never a bool, a string or nan)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{clip(repr(value))} is not a number")
+    if isinstance(value, int) and not 0 <= value < 1 << 63:
+        raise ValueError(f"{clip(repr(value))} is out of range (0 to 2**63)")
     number = float(value)
     if not math.isfinite(number) or number < 0:
         raise ValueError(f"{clip(repr(value))} is not a finite non-negative number")
@@ -890,7 +923,3 @@ def _json_count(value: Any) -> int:
     if not number.is_integer() or number >= 1 << 63:
         raise ValueError(f"{clip(repr(value))} is not a non-negative integer")
     return int(number)
-
-
-def _is_false(value: Any) -> bool:
-    return value is False or value == "false"

@@ -27,14 +27,21 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from toolkit import __version__
-from toolkit.errors import ConfigError
+from toolkit.errors import ConfigError, clip
+from toolkit.inventory import inventory_flag
 from toolkit.stack.versions import cuda_major_minor
 
 REPOSITORY = "gpunode-training"
 DEFAULT_OS = "ubuntu2204"
-DIGEST_RE = re.compile(r"^(?:sha256:[0-9a-f]{64}|[^\s@]+@sha256:[0-9a-f]{64})$")
+# An image reference as the Docker reference grammar allows (distribution/reference: a
+# domain with a port, path components, a tag, a digest): nothing a Dockerfile line reads.
+REFERENCE_RE = re.compile(r"[a-z0-9][a-z0-9._/:@-]{0,254}\Z", re.IGNORECASE)
+DIGEST_RE = re.compile(
+    r"(?:sha256:[0-9a-f]{64}|[A-Za-z0-9][A-Za-z0-9._/:-]{0,254}@sha256:[0-9a-f]{64})\Z"
+)
 LOCK_LINE_RE = re.compile(
-    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+)(?:\s+--hash=sha256:[0-9a-f]{64})+$"
+    r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)"
+    r"(?:[ \t]+--hash=sha256:[0-9a-f]{64})+\Z"
 )
 # The pip distribution that carries NCCL for a CUDA major (PyPI: nvidia-nccl-cu12; CUDA 13
 # builds are published as nvidia-nccl-cu13).
@@ -122,6 +129,11 @@ def check_base(base: str | None, allow_tag: bool, where: str) -> str:
             f"{where}: gpunode_image_base is not set; name the training image's base by "
             "digest (nvcr.io/nvidia/cuda@sha256:...) or local image ID (sha256:...)"
         )
+    if not REFERENCE_RE.match(base):
+        raise ConfigError(
+            f"{where}: gpunode_image_base {clip(repr(base))} is not an image reference "
+            "(letters, digits and . _ / : @ -, as name[:tag][@sha256:digest] or sha256:<id>)"
+        )
     if not DIGEST_RE.match(base) and not allow_tag:
         raise ConfigError(
             f"{where}: gpunode_image_base {base!r} is not pinned by digest; a tag can move "
@@ -182,7 +194,7 @@ def make_recipe(
     Raises:
         ConfigError: A variable breaks a rule (the message names it).
     """
-    allow_tag = bool(values.get("gpunode_image_allow_tag_base", False))
+    allow_tag = inventory_flag(values, "gpunode_image_allow_tag_base", where)
     base = check_base(_var(values, "gpunode_image_base", where), allow_tag, where)
     lock = check_lock(values.get("gpunode_acceptance_requirements"), where)
     find_links = _url_var(values, "gpunode_pip_find_links", where)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import shlex
 import tarfile
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import jinja2
 
 from toolkit.acceptance.payload import runner_source
 from toolkit.ansible.content import find_content
-from toolkit.errors import ImageError, StackError
+from toolkit.errors import ImageError, StackError, clip
 from toolkit.images.recipe import (
     LABEL_CUDA,
     LABEL_INPUT_DIGEST,
@@ -35,6 +36,10 @@ from toolkit.stack.aptindex import fetch_url
 
 TEMPLATE = "Dockerfile.j2"
 KEY_FILE = "nvidia-repo.key"
+# What a recipe value may hold to land in the Dockerfile: no whitespace, quote, `$` (a
+# Dockerfile variable), `#`, backslash or anything a shell reads. The URL and base rules
+# (check_url, check_base) already keep inventory values inside it; this is the last guard.
+_DOCKERFILE_VALUE_RE = re.compile(r"[A-Za-z0-9._:/@+~%=,?-]*\Z")
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,31 @@ def pip_source(recipe: Recipe) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
+def check_values(recipe: Recipe) -> None:
+    """Refuse a recipe with a value the Dockerfile or its shell would read as syntax.
+
+    Raises:
+        ImageError: A value holds such a character; the message names the value.
+    """
+    values = {
+        "base": recipe.base,
+        "stack_id": recipe.stack_id,
+        "os": recipe.os,
+        "cuda": recipe.cuda,
+        "nccl": recipe.nccl,
+        "gpunode_version": recipe.gpunode_version,
+        **{f"apt_packages.{n}": f"{n}={v}" for n, v in recipe.apt_packages.items()},
+    }
+    if recipe.apt:
+        values.update({"apt.uri": recipe.apt.uri, "apt.suite": recipe.apt.suite})
+    for name, value in values.items():
+        if not _DOCKERFILE_VALUE_RE.match(value):
+            raise ImageError(
+                f"the image recipe's {name} {clip(repr(value))} holds a character a "
+                "Dockerfile or a shell reads (whitespace, a quote, $, #, a backslash, ...)"
+            )
+
+
 def render(recipe: Recipe, key: bytes | None = None, templates: Path | None = None) -> Context:
     """The build context of a recipe.
 
@@ -100,8 +130,10 @@ def render(recipe: Recipe, key: bytes | None = None, templates: Path | None = No
         templates: Where the templates are (default ``images/training/``).
 
     Raises:
-        ImageError: The template is missing or the key cannot be fetched.
+        ImageError: The template is missing, the key cannot be fetched or a value would be
+            read as Dockerfile or shell syntax (:func:`check_values`).
     """
+    check_values(recipe)
     folder = templates or template_dir()
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(folder)),
@@ -109,6 +141,7 @@ def render(recipe: Recipe, key: bytes | None = None, templates: Path | None = No
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.filters["shquote"] = shlex.quote
     try:
         template = env.get_template(TEMPLATE)
     except jinja2.TemplateNotFound as err:

@@ -28,11 +28,13 @@ _ARM_ARCHITECTURES = frozenset({"grace_hopper", "grace_blackwell"})
 DEB_ARCH = {"x86_64": "amd64", "sbsa": "arm64"}
 # A requirement on the upstream version only: any Debian revision.
 ANY_REVISION = "-*"
-# A repository URL: http(s) with a host, or file; RFC 3986 characters only, so no whitespace,
-# control character or quote can reach an apt sources line or a template.
+# A repository URL: http(s) with a host, or file; RFC 3986 characters less the ones a shell or
+# an apt sources line reads (`$ ( ) ; & ! * #`, and backticks and quotes, which RFC 3986 lacks),
+# so no whitespace, control character, quote, command substitution or comment can reach an apt
+# sources line, a shell or a template.
 _URL_RE = re.compile(
     r"(?:https?://(?:[A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?|file://)"
-    r"(?:/[A-Za-z0-9\-._~:/?#@!$&()*+,;=%]*)?\Z"
+    r"(?:/[A-Za-z0-9\-._~:/?@+,=%]*)?\Z"
 )
 _FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}\Z")
 
@@ -219,12 +221,13 @@ def check_url(value: str, where: str, hint: str = "") -> str:
 
     Raises:
         ConfigError: Not an http(s):// URL with a host or a file:// URL, or it holds
-            whitespace, a control character or a quote; the message names ``where``.
+            whitespace, a control character, a quote or a character a shell or apt reads
+            (``$ ( ) ; & ! * #``, a backtick); the message names ``where``.
     """
     if not _URL_RE.match(value):
         raise ConfigError(
             f"{where}: {clip(repr(value))} is not an http(s):// or file:// URL without "
-            f"whitespace, control characters or quotes{hint}"
+            f"whitespace, control characters, quotes or any of $ ` ( ) ; & ! * #{hint}"
         )
     return value
 
