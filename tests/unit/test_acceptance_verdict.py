@@ -624,6 +624,9 @@ def test_unreported_counters_are_shown_not_failed() -> None:
     checks = {c.name: c for c in verdict.checks}
     assert "not reported: gpu_recovery_action on GPU 0" in checks["health.recovery_action"].message
     assert "remapped_rows.failure on GPU 0" in checks["health.row_remap"].message
+    result["gpus"]["memory_error"] = "nvidia-smi -q exited 15"
+    check = next(c for c in judge(result, EXPECT, SPEC).checks if c.name == "health.ecc")
+    assert check.ok and "(nvidia-smi -q: nvidia-smi -q exited 15)" in check.message
 
 
 TOPO = (Path(__file__).parent / "data" / "topo" / "h100-sxm-8.txt").read_text()

@@ -143,8 +143,11 @@ def history(gpus: list[dict[str, Any]]) -> str:
     return "lifetime (history, not judged): " + "; ".join(parts)
 
 
-def judge(gpus: list[dict[str, Any]]) -> list[Finding]:
-    """Every rule's check over the GPUs, in ``RULES`` order; one finding per check id."""
+def judge(gpus: list[dict[str, Any]], error: str | None = None) -> list[Finding]:
+    """Every rule's check over the GPUs, in ``RULES`` order; one finding per check id.
+
+    ``error`` is why ``nvidia-smi -q`` gave nothing (its counters then read not reported).
+    """
     order: list[str] = []
     failing: dict[str, list[str]] = {}
     unreported: dict[str, list[str]] = {}
@@ -171,6 +174,8 @@ def judge(gpus: list[dict[str, Any]]) -> list[Finding]:
             gone = unreported[check]
             more = f" (+{len(gone) - 3} more)" if len(gone) > 3 else ""
             message += f"; not reported: {', '.join(gone[:3])}{more}"
+            if error:
+                message += f" (nvidia-smi -q: {error})"
         if check == "health.ecc":
             message += f"; {history(gpus)}"
         findings.append(Finding(check, not bad, message, bad))

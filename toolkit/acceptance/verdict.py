@@ -418,7 +418,7 @@ def _health_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
         # The memory-error rules and their sources live in memory_health.py.
         checks += [
             Check(f.check, f.ok, f.message, measured=f.measured or None)
-            for f in memory_health.judge(listed)
+            for f in memory_health.judge(listed, gpus.get("memory_error"))
         ]
         if spec.check_pcie:
             checks.append(_pcie_check(listed, result.get("gpu_perf") or {}, spec))
