@@ -244,7 +244,7 @@ def memory_health(gpu: dict[str, Any]) -> dict[str, Any]:
     pages = gpu.get("Retired Pages")
     pending_pages = None
     if isinstance(pages, dict):
-        # "Pending Page Blacklist" (older drivers), "Pending Page Retirement" (newer).
+        # "Pending Page Blacklist" in the captures (tests/data/real/); read by its prefix.
         pending_pages = next(
             (_q_flag(v) for k, v in pages.items() if k.startswith("Pending")), None
         )
