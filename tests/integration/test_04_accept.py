@@ -303,9 +303,10 @@ XID_WINDOW_S = 45
 def test_fault_pairs_only_the_real_fault_is_not_ready(
     lab_inventory: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
-    """`pcie-idle` (link lowered while idle) and `old-xid` (an XID before the window) leave a
-    node ready; `pcie` (a link whose maximum is Gen3 x8) and `xid` (a recent critical XID) do
-    not. One acceptance run over both nodes per pair."""
+    """`pcie-idle` (link lowered while idle), `old-xid` (an XID before the window) and
+    `remapped` (a row remapped and reset long ago) leave a node ready; `pcie` (a link whose
+    maximum is Gen3 x8) and `xid` (a recent critical XID) do not. One acceptance run over both
+    nodes per pair."""
     from toolkit.lab import lab as lab_core
 
     inventory, names = lab_inventory
@@ -317,7 +318,7 @@ def test_fault_pairs_only_the_real_fault_is_not_ready(
         data["hardware"]["acceptance"]["xid_window_h"] = XID_WINDOW_S / 3600
         path.write_text(yaml.safe_dump(data, sort_keys=False))
     old_xid_at = time.monotonic()
-    lab_core.set_faults(LAB, benign, ["old-xid", "pcie-idle"])
+    lab_core.set_faults(LAB, benign, ["old-xid", "pcie-idle", "remapped"])
     lab_core.set_faults(LAB, faulty, ["pcie"])
     try:
         first = _accept(windowed, names, tmp_path / "first", multi=False)
@@ -344,6 +345,9 @@ def test_fault_pairs_only_the_real_fault_is_not_ready(
     assert ok["verdict"] == "ready", ok["failed_checks"]
     xid = next(c for c in ok["checks"] if c["name"] == "health.xid")
     assert "XID 119" in xid["message"] and "outside the window" in xid["message"]
+    # The remapped GPU's lifetime counts are shown, not judged (review N6a).
+    ecc = next(c for c in ok["checks"] if c["name"] == "health.ecc")
+    assert ecc["ok"] and "aggregate uncorrectable ECC 2" in ecc["message"], ecc
     bad = _node(second, names[1])
     assert bad["verdict"] == "not-ready"
     assert "health.xid" in {f["check"] for f in bad["failed_checks"]}, bad["failed_checks"]

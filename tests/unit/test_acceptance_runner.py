@@ -89,6 +89,125 @@ def test_xid_times_are_wall_clock(line: str, when: str) -> None:
     assert event["time"] == when
 
 
+REAL = Path(__file__).resolve().parents[1] / "data" / "real"
+
+
+def _capture(name: str) -> dict[str, dict[str, Any]]:
+    return nr.parse_smi_q((REAL / name).read_text())
+
+
+def test_smi_q_h100_565_reads_every_counter() -> None:
+    """A real 8x H100 SXM `nvidia-smi -q` (driver 565.57.01, Hopper's SRAM parity and SEC-DED
+    counters, the recovery action line): every counter read, all clean."""
+    gpus = _capture("nvidia-smi-q.h100-sxm-8.565.57.01.txt")
+    assert len(gpus) == 8 and "00000000:18:00.0" in gpus and "00000000:DB:00.0" in gpus
+    for tree in gpus.values():
+        assert tree["Product Name"] == "NVIDIA H100 80GB HBM3"
+        assert nr.memory_health(tree) == {
+            "ecc_uncorrected_volatile": 0,
+            "ecc_uncorrected_aggregate": 0,
+            "retired_pages_pending": None,  # Hopper retires no pages: N/A
+            "remapped_rows": {
+                "correctable": 0,
+                "uncorrectable": 0,
+                "pending": False,
+                "failure": False,
+            },
+            "recovery_action": "None",
+        }
+
+
+def test_smi_q_h100_535_has_no_recovery_action() -> None:
+    """Driver 535.161.08 prints no "GPU Recovery Action" line: not reported, not a failure."""
+    gpus = _capture("nvidia-smi-q.h100-sxm-8.535.161.08.txt")
+    assert len(gpus) == 8
+    health = [nr.memory_health(tree) for tree in gpus.values()]
+    assert all(h["recovery_action"] is None for h in health)
+    assert all(h["ecc_uncorrected_volatile"] == 0 for h in health)
+    assert all(h["remapped_rows"] and h["remapped_rows"]["pending"] is False for h in health)
+
+
+def test_smi_q_a10_with_a_pending_remap() -> None:
+    """A real A10 with 4 rows remapped for uncorrectable errors, pending a reset (leptonai/gpud
+    test data): the volatile count is 0, the pending remap is what needs the reset."""
+    (tree,) = _capture("nvidia-smi-q.a10.535.129.03.txt").values()
+    health = nr.memory_health(tree)
+    assert health["ecc_uncorrected_volatile"] == 0
+    assert health["remapped_rows"] == {
+        "correctable": 0,
+        "uncorrectable": 4,
+        "pending": True,
+        "failure": False,
+    }
+
+
+def test_smi_q_titan_v_old_layout_is_not_reported() -> None:
+    """A real TITAN V (Volta: "Single Bit"/"Double Bit" counters, all N/A; "Remapped Rows :
+    N/A"): nothing reported, nothing made up."""
+    (tree,) = _capture("nvidia-smi-q.titan-v.560.35.03.txt").values()
+    assert nr.memory_health(tree) == {
+        "ecc_uncorrected_volatile": None,
+        "ecc_uncorrected_aggregate": None,
+        "retired_pages_pending": None,
+        "remapped_rows": None,
+        "recovery_action": None,
+    }
+
+
+def test_smi_q_volta_double_bit_totals_are_read() -> None:
+    """The Volta layout with numbers: the TITAN V capture's N/A edited to counts."""
+    text = (REAL / "nvidia-smi-q.titan-v.560.35.03.txt").read_text()
+    text = text.replace("Total                     : N/A", "Total                     : 3")
+    text = text.replace(
+        "Pending Page Blacklist            : N/A", "Pending Page Blacklist            : Yes"
+    )
+    (tree,) = nr.parse_smi_q(text).values()
+    health = nr.memory_health(tree)
+    assert (health["ecc_uncorrected_volatile"], health["ecc_uncorrected_aggregate"]) == (3, 3)
+    assert health["retired_pages_pending"] is True
+
+
+def test_parse_xids_places_lines_by_boot() -> None:
+    """journalctl prints "-- Boot <id> --" between boots: lines before the last marker are
+    an earlier boot's (their monotonic stamps are that boot's, never dated with this one)."""
+    log = (
+        "[ 5.000000] host kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=0, fallen off the bus\n"
+        "-- Boot 0123456789abcdef0123456789abcdef --\n"
+        "[ 7.000000] host kernel: NVRM: Xid (PCI:0000:18:00): 95, pid=0, uncontained\n"
+        "host kernel: NVRM: Xid (PCI:0000:2a:00): 154, GPU recovery action changed\n"
+    )
+    boot = datetime(2025, 6, 1, 10, 0, 0, tzinfo=timezone.utc).timestamp()
+    events = nr.parse_xids(log, boot)
+    assert [(e["xid"], e["boot"], e["time"]) for e in events] == [
+        (79, "previous", None),
+        (95, "this", "2025-06-01T10:00:07Z"),
+        (154, "this", None),
+    ]
+    # No marker: this boot when the command reads this boot only, unknown otherwise.
+    line = "NVRM: Xid (PCI:0000:18:00): 48, DBE\n"
+    assert nr.parse_xids(line, boot, this_boot=True)[0]["boot"] == "this"
+    assert nr.parse_xids(line, boot)[0]["boot"] is None
+
+
+@pytest.mark.parametrize(
+    ("command", "this_boot"),
+    [
+        ("journalctl -k -b -o short-monotonic --no-pager", True),  # the default
+        ("journalctl -b -t kernel -o short-monotonic --no-pager", True),  # the lab's
+        ("journalctl -k -o short-iso", True),  # -k implies -b (journalctl(1))
+        ("journalctl --boot=0 -t kernel", True),
+        ("dmesg", True),
+        ("journalctl -k -b -1", False),
+        ("journalctl -b all -k", False),
+        ("journalctl -o short-iso", False),
+        ("journalctl -k --file /var/log/journal/x.journal", False),
+        ("grep NVRM /var/log/kern.log", False),
+    ],
+)
+def test_this_boot_only(command: str, this_boot: bool) -> None:
+    assert nr.this_boot_only(command) is this_boot
+
+
 def test_boot_time_is_now_less_uptime() -> None:
     boot = nr.boot_time()
     assert boot is not None
@@ -171,7 +290,13 @@ def test_query_gpus_healthy(lab_env: Any) -> None:
     assert gpu["name"] == "NVIDIA H100 80GB HBM3"
     assert (gpu["pcie_gen_current"], gpu["pcie_gen_max"]) == (5, 5)
     assert gpu["ecc_uncorrected_volatile"] == 0
-    assert len(out["remapped_rows"]) == 8
+    # The memory counters, from the stand-in's `nvidia-smi -q`.
+    assert all(
+        g["remapped_rows"]
+        == {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False}
+        and g["recovery_action"] == "None"
+        for g in out["list"]
+    )
     # The board identity the handover certificate carries.
     assert all(len(g["serial"]) == 13 and g["serial"].startswith("1") for g in out["list"])
     assert gpu["vbios_version"] == "96.00.99.00.01"
@@ -199,7 +324,9 @@ def test_query_identity_reads_dmi_disks_and_nics(tmp_path: Path) -> None:
     ("fault", "check", "text"),
     [
         ("missing-gpu", "gpu.count", "7 GPUs != 8 expected"),
-        ("ecc", "health.ecc", "volatile 2"),
+        ("ecc", "health.ecc", "ecc.errors.uncorrected.volatile.total = 2"),
+        ("remap-failure", "health.row_remap", "remapped_rows.failure = Yes"),
+        ("xid154", "health.recovery_action", "gpu_recovery_action = Reset"),
         ("pcie", "health.pcie", "max link Gen3 < Gen5 (GPU max Gen5, host port max Gen3)"),
     ],
 )
@@ -221,7 +348,27 @@ def test_lab_faults_reach_the_verdict(lab_env: Any, fault: str, check: str, text
     failed = {c.name: c.message for c in verdict.failed}
     assert check in failed and text in failed[check], failed
     if fault == "ecc":
-        assert "health.retired_pages" in failed  # the lab's ECC fault leaves a pending remap
+        # The lab's ECC fault leaves a pending remap too.
+        assert "remapped_rows.pending = Yes" in failed["health.row_remap"]
+
+
+def test_lab_remapped_long_ago_is_ready(lab_env: Any) -> None:
+    """The `remapped` fault (lifetime counts above 0, nothing since the driver loaded, nothing
+    pending) reaches the verdict as history, not as a reason."""
+    gpus = nr.query_gpus(lab_env(["remapped"]))
+    (gpu,) = [g for g in gpus["list"] if g["ecc_uncorrected_aggregate"]]
+    assert gpu["ecc_uncorrected_volatile"] == 0 and gpu["ecc_uncorrected_aggregate"] == 2
+    assert gpu["remapped_rows"] == {
+        "correctable": 0,
+        "uncorrectable": 1,
+        "pending": False,
+        "failure": False,
+    }
+    from toolkit.acceptance import memory_health
+
+    findings = {f.check: f for f in memory_health.judge(gpus["list"])}
+    assert all(f.ok for f in findings.values()), findings
+    assert "aggregate uncorrectable ECC 2" in findings["health.ecc"].message
 
 
 @pytest.mark.parametrize("faults", [[], ["topo"]])

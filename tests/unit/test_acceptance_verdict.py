@@ -34,6 +34,13 @@ def healthy() -> dict[str, Any]:
             "ecc_uncorrected_volatile": 0,
             "ecc_uncorrected_aggregate": 0,
             "retired_pages_pending": None,
+            "remapped_rows": {
+                "correctable": 0,
+                "uncorrectable": 0,
+                "pending": False,
+                "failure": False,
+            },
+            "recovery_action": "None",
             "pcie_gen_current": 5,
             "pcie_gen_max": 5,
             "pcie_width_current": 16,
@@ -52,16 +59,6 @@ def healthy() -> dict[str, Any]:
             "error": None,
             "count": 2,
             "list": gpus,
-            "remapped_rows": [
-                {
-                    "bus_id": b,
-                    "correctable": 0,
-                    "uncorrectable": 0,
-                    "pending": False,
-                    "failure": False,
-                }
-                for b in BUS
-            ],
         },
         "versions": {
             "driver_loaded": "550.127.05",
@@ -136,7 +133,9 @@ def test_healthy_node_is_ready() -> None:
         "versions.installed",
         "versions.driver_loaded",
         "health.ecc",
+        "health.row_remap",
         "health.retired_pages",
+        "health.recovery_action",
         "health.pcie",
         "health.throttle",
         "health.xid",
@@ -184,19 +183,35 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
 FAULTS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("missing gpu", _drop_gpu, "gpu.count", "1 GPUs != 2 expected"),
     ("wrong model", _gpu(1, name="NVIDIA A100-SXM4-80GB"), "gpu.model", "A100"),
-    ("ecc volatile", _gpu(0, ecc_uncorrected_volatile=3), "health.ecc", "volatile 3"),
-    ("ecc aggregate", _gpu(1, ecc_uncorrected_aggregate=1), "health.ecc", "aggregate 1"),
+    (
+        "ecc volatile",
+        _gpu(0, ecc_uncorrected_volatile=3, ecc_uncorrected_aggregate=3),
+        "health.ecc",
+        "ecc.errors.uncorrected.volatile.total = 3",
+    ),
     (
         "row remap pending",
-        _set("gpus.remapped_rows.0.pending", True),
-        "health.retired_pages",
-        "row remap pending",
+        _set("gpus.list.0.remapped_rows.pending", True),
+        "health.row_remap",
+        "GPU 0 (00000000:18:00.0): remapped_rows.pending = Yes: a row remap waits",
+    ),
+    (
+        "row remap failure",
+        _set("gpus.list.1.remapped_rows.failure", True),
+        "health.row_remap",
+        "remapped_rows.failure = Yes: a row remapping failed: the GPU meets NVIDIA's RMA policy",
     ),
     (
         "pages pending",
-        _gpu(0, retired_pages_pending="Yes"),
+        _gpu(0, retired_pages_pending=True),
         "health.retired_pages",
-        "retired pages pending",
+        "retired_pages.pending = Yes",
+    ),
+    (
+        "recovery action",
+        _gpu(1, recovery_action="Reboot"),
+        "health.recovery_action",
+        "gpu_recovery_action = Reboot",
     ),
     (
         "pcie max",
@@ -471,13 +486,23 @@ def test_pcie_judges_max_and_under_load(
 # --- XIDs: a critical list within a window; every XID is shown -----------------------------
 
 
-def _xids(*events: tuple[int, str | None], provisioned: str | None = None) -> dict[str, Any]:
+def _xids(
+    *events: tuple[int, str | None],
+    provisioned: str | None = None,
+    boot: str | None = None,
+) -> dict[str, Any]:
     r = healthy()
     r["started"] = "2025-06-02T12:00:00Z"
     if provisioned:
         r["state"]["provisioned_at"] = provisioned
     r["kernel_log"]["xid_events"] = [
-        {"bus_id": "0000:18:00", "xid": xid, "time": when, "line": f"NVRM: Xid ...: {xid}"}
+        {
+            "bus_id": "0000:18:00",
+            "xid": xid,
+            "time": when,
+            "boot": boot,
+            "line": f"NVRM: Xid ...: {xid}",
+        }
         for xid, when in events
     ]
     return r
@@ -505,7 +530,16 @@ XID_CASES = [
         True,
     ),
     ("inside the hours window", _xids((119, "2025-06-02T10:30:00Z")), {"xid_window_h": 2}, False),
-    ("no time: counted", _xids((48, None), provisioned="2025-06-01T10:00:00Z"), {}, False),
+    # An XID line without a time: judged when it is from this boot (or its boot is unknown),
+    # never when the runner places it in an earlier boot (journalctl's boot markers).
+    ("no time, boot unknown: counted", _xids((48, None)), {}, False),
+    ("no time, this boot: counted", _xids((48, None), boot="this"), {}, False),
+    ("no time, an earlier boot: not judged", _xids((79, None), boot="previous"), {}, True),
+    # NVIDIA's Xid catalog: 94 contained ECC error (reset "when convenient"), 154 the GPU's
+    # recovery action changed, 95/140 RESET_GPU.
+    ("94 contained ECC", _xids((94, "2025-06-02T11:00:00Z")), {}, False),
+    ("154 recovery action", _xids((154, "2025-06-02T11:00:00Z")), {}, False),
+    ("140 ECC unrecovered", _xids((140, "2025-06-02T11:00:00Z")), {}, False),
     ("the profile's own list", _xids((13, "2025-06-02T11:00:00Z")), {"critical_xids": [13]}, False),
 ]
 
@@ -536,8 +570,63 @@ def test_xid_window_is_the_later_of_provision_and_hours() -> None:
 
 def test_critical_xids_carry_their_sources() -> None:
     table = critical_xids()
-    assert {48, 79, 119}.issubset(table) and not {13, 31, 43} & set(table)
-    assert all(entry.sources and entry.name for entry in table.values())
+    assert {48, 79, 94, 95, 119, 154}.issubset(table) and not {13, 31, 43} & set(table)
+    assert all(entry.sources and entry.name and entry.action for entry in table.values())
+    # The catalog's reset/reboot class is all there (immediate action RESET_GPU, RESTART_BM).
+    assert {46, 62, 64, 109, 110, 120, 136, 140, 143, 155, 156, 158} <= set(table)
+    assert table[79].action == "RESTART_BM" and table[95].action == "RESET_GPU"
+
+
+def test_xid_messages_name_the_xid_and_nvidias_action() -> None:
+    result = _xids((154, "2025-06-02T11:00:00Z"))
+    result["kernel_log"]["xid_events"].append(
+        {"bus_id": "0000:2a:00", "xid": 79, "time": None, "boot": "previous", "line": "..."}
+    )
+    check = next(c for c in judge(result, EXPECT, SPEC).checks if c.name == "health.xid")
+    assert not check.ok and check.measured == [154]
+    assert (
+        "XID 154 on 0000:18:00 at 2025-06-02T11:00:00Z (GPU Recovery Action Changed; "
+        "NVIDIA's action: XID_154)" in check.message
+    )
+    assert "XID 79 on 0000:2a:00 an earlier boot (not judged: an earlier boot)" in check.message
+
+
+def test_a_row_remapped_long_ago_is_ready() -> None:
+    """Review N6a: a GPU whose uncorrectable error was remapped and reset long ago (aggregate
+    and remapped counts above 0, volatile 0, nothing pending, no failure) is ready, and its
+    history is shown."""
+    result = healthy()
+    result["gpus"]["list"][1].update(
+        ecc_uncorrected_volatile=0,
+        ecc_uncorrected_aggregate=2,
+        remapped_rows={"correctable": 0, "uncorrectable": 1, "pending": False, "failure": False},
+        recovery_action="None",
+    )
+    verdict = judge(result, EXPECT, SPEC)
+    assert verdict.ready, verdict.reasons()
+    ecc = next(c for c in verdict.checks if c.name == "health.ecc")
+    assert "GPU 1 (00000000:2A:00.0): aggregate uncorrectable ECC 2" in ecc.message
+    assert "rows remapped (uncorrectable) 1" in ecc.message
+    assert "history, not judged" in ecc.message
+
+
+def test_unreported_counters_are_shown_not_failed() -> None:
+    result = healthy()
+    for gpu in result["gpus"]["list"]:
+        gpu.update(
+            ecc_uncorrected_volatile=None,
+            ecc_uncorrected_aggregate=None,
+            remapped_rows=None,
+            recovery_action=None,
+        )
+    verdict = judge(result, EXPECT, SPEC)
+    assert verdict.ready, verdict.reasons()
+    checks = {c.name: c for c in verdict.checks}
+    assert "not reported: gpu_recovery_action on GPU 0" in checks["health.recovery_action"].message
+    assert "remapped_rows.failure on GPU 0" in checks["health.row_remap"].message
+    result["gpus"]["memory_error"] = "nvidia-smi -q exited 15"
+    check = next(c for c in judge(result, EXPECT, SPEC).checks if c.name == "health.ecc")
+    assert check.ok and "(nvidia-smi -q: nvidia-smi -q exited 15)" in check.message
 
 
 TOPO = (Path(__file__).parent / "data" / "topo" / "h100-sxm-8.txt").read_text()

@@ -90,7 +90,7 @@ def test_json_round_trip_is_exact() -> None:
     assert text.endswith("\n")
     assert NodeHardware.from_json(text) == hw
     data = json.loads(text)
-    assert data["schema_version"] == SCHEMA_VERSION == 4
+    assert data["schema_version"] == SCHEMA_VERSION == 5
     assert data["faults"] == ["ecc", "xid"]
     assert data["gpus"][0]["pci_bus_id"] == "00000000:07:00.0"
 
@@ -117,6 +117,30 @@ def test_fault_ecc_hits_exactly_one_gpu() -> None:
     assert gpu.remapped_rows_uncorrectable == 1
     assert not gpu.remapped_rows_failure
     assert sum(1 for g in hw.gpus if g.remapped_rows_pending) == 1
+
+
+def test_fault_remapped_is_history_only() -> None:
+    hw = NodeHardware.for_node("H100", 8, True, ["remapped"], seed="r", index=1)
+    (gpu,) = [g for g in hw.gpus if g.ecc_uncorrected_aggregate]
+    assert gpu.ecc_uncorrected_volatile == 0 and gpu.ecc_uncorrected_aggregate == 2
+    assert gpu.remapped_rows_uncorrectable == 1
+    assert not gpu.remapped_rows_pending and not gpu.remapped_rows_failure
+    assert gpu.recovery_action == "None"
+
+
+def test_fault_remap_failure_and_xid154() -> None:
+    hw = NodeHardware.for_node("H100", 8, True, ["remap-failure", "xid154"], seed="r")
+    (failed,) = [g for g in hw.gpus if g.remapped_rows_failure]
+    assert failed.remapped_rows_uncorrectable == 8
+    (reset,) = [g for g in hw.gpus if g.recovery_action != "None"]
+    assert reset.recovery_action == "Reset"
+    (event,) = hw.xid_events
+    assert (event.fault, event.xid, event.gpu_index) == ("xid154", 154, reset.index)
+    assert event.kernel_line.endswith(
+        "154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+    )
+    assert hw.kernel_messages(["xid154"]) == [event.kernel_line]
+    assert hw.kernel_messages(["xid"]) == []
 
 
 @pytest.mark.parametrize(("model", "gen_max"), [("H100", 5), ("H200", 5), ("L40S", 4)])

@@ -334,6 +334,62 @@ def test_fault_ecc(tmp_path: Path) -> None:
     assert sum(1 for line in table.splitlines() if line.endswith("|                    2 |")) == 1
 
 
+def _q_block(out: str, bus: str) -> str:
+    """One GPU's part of ``nvidia-smi -q``."""
+    start = out.index(f"GPU {bus}\n")
+    end = out.find("\nGPU ", start + 1)
+    return out[start : end if end > 0 else None]
+
+
+@pytest.mark.parametrize(
+    ("fault", "lines"),
+    [
+        # Remapped and reset long ago: lifetime counts only, nothing pending.
+        (
+            "remapped",
+            [
+                "            DRAM Uncorrectable            : 0\n",  # volatile
+                "            DRAM Uncorrectable            : 2\n",  # aggregate
+                "        Uncorrectable Error               : 1\n",
+                "        Pending                           : No\n",
+                "        Remapping Failure Occurred        : No\n",
+                "    GPU Recovery Action                   : None\n",
+            ],
+        ),
+        (
+            "remap-failure",
+            [
+                "        Uncorrectable Error               : 8\n",
+                "        Remapping Failure Occurred        : Yes\n",
+            ],
+        ),
+        ("xid154", ["    GPU Recovery Action                   : Reset\n"]),
+    ],
+)
+def test_memory_faults_in_the_full_query(tmp_path: Path, fault: str, lines: list[str]) -> None:
+    n = Node(tmp_path)
+    hw = n.hardware(NodeHardware.for_node("H100", 8, True, [fault], seed="f"))
+    n.load(V550)
+    rc, out = n.run("-q")
+    assert rc == 0
+    changed = [
+        g
+        for g in hw.gpus
+        if g.ecc_uncorrected_aggregate or g.remapped_rows_failure or g.recovery_action != "None"
+    ]
+    assert len(changed) == 1
+    block = _q_block(out, changed[0].pci_bus_id)
+    for line in lines:
+        assert line in block, (line, block)
+    # Every other GPU reads clean.
+    assert out.count("    GPU Recovery Action                   : None\n") == (
+        8 if fault != "xid154" else 7
+    )
+    rc, out = n.run("--query-gpu=index,gpu_recovery_action", "--format=csv,noheader")
+    assert rc == 0
+    assert f"{changed[0].index}, {changed[0].recovery_action}" in out.splitlines()
+
+
 def test_remapped_rows_query_rejects_gpu_fields(node: Node) -> None:
     rc, out = node.run("--query-remapped-rows=memory.total", "--format=csv")
     assert rc == 2

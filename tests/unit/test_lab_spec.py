@@ -81,7 +81,8 @@ def test_parse_fault_rejects_with_the_rule(text: str, rule: str) -> None:
 
 def test_check_fault_lists_known_faults() -> None:
     with pytest.raises(
-        ConfigError, match="missing-gpu, ecc, xid, old-xid, pcie, pcie-idle, slow-net"
+        ConfigError,
+        match="missing-gpu, ecc, remapped, remap-failure, xid, old-xid, xid154, pcie, pcie-idle",
     ):
         check_fault("melted")
 

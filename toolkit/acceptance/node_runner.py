@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import stat
@@ -67,9 +68,6 @@ INVENTORY_FIELDS = (
     "vbios_version",
 )
 HEALTH_FIELDS = (
-    "ecc.errors.uncorrected.volatile.total",
-    "ecc.errors.uncorrected.aggregate.total",
-    "retired_pages.pending",
     "pcie.link.gen.current",
     "pcie.link.gen.max",
     "pcie.link.width.current",
@@ -85,17 +83,25 @@ HEALTH_FIELDS = (
 LINK_FIELDS = ("pcie.link.gen.current", "pcie.link.width.current")
 # Newer drivers call the throttle bitmask "clocks_event_reasons".
 FIELD_ALIASES = {"clocks_throttle_reasons.active": "clocks_event_reasons.active"}
-REMAPPED_FIELDS = (
-    "gpu_bus_id",
-    "remapped_rows.correctable",
-    "remapped_rows.uncorrectable",
-    "remapped_rows.pending",
-    "remapped_rows.failure",
-)
+# The memory-error counters come from `nvidia-smi -q` (one report, every generation): its
+# "ECC Errors" section names the uncorrectable counters per generation (Volta and older:
+# "Double Bit" > "Total"; Ampere: "SRAM/DRAM Uncorrectable"; Hopper: "SRAM Uncorrectable
+# Parity", "SRAM Uncorrectable SEC-DED", "DRAM Uncorrectable"), "Retired Pages" (page
+# retirement, Volta and older), "Remapped Rows" (row remapping, Ampere and newer) and
+# "GPU Recovery Action" (newer drivers) are read as they are; see the captures in
+# tests/data/real/ (tests/data/real/SOURCES.md). A value the GPU does not report ("N/A", a
+# missing line) is None: "not reported", never a failure.
+SMI_Q_ABSENT = {
+    "n/a",
+    "not supported",
+    "unknown error",
+    "requested functionality has been deprecated",
+}
 XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[^)]*)\): (?P<xid>\d+)(?:, (?P<rest>.*))?")
 # Kernel log time stamps: seconds since boot (`journalctl -o short-monotonic`, dmesg) or a
 # wall-clock time (`journalctl -o short-iso`).
 MONOTONIC_RE = re.compile(r"^\s*\[\s*(?P<s>\d+\.\d+)\]")
+BOOT_MARKER_RE = re.compile(r"^-- (?:Boot [0-9a-f]{32}|Reboot) --\s*$")
 ISO_RE = re.compile(r"^\s*(?P<t>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)")
 # The system's identity (Linux drivers/firmware/dmi-id.c: one value and a newline per file;
 # the serials are readable by root only). The inventory may name another folder
@@ -164,6 +170,102 @@ def parse_smi_csv(text: str, fields: tuple[str, ...]) -> list[dict[str, str | No
     return rows
 
 
+def parse_smi_q(text: str) -> dict[str, dict[str, Any]]:
+    """``nvidia-smi -q`` as one tree per GPU, keyed by its bus id (``00000000:18:00.0``).
+
+    A line ``Key : value`` is a leaf; a line without a colon opens a section holding the
+    lines indented below it (four spaces a level).
+    """
+    gpus: dict[str, dict[str, Any]] = {}
+    stack: list[tuple[int, dict[str, Any]]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        depth = (len(line) - len(line.lstrip(" "))) // 4
+        if depth == 0:
+            stack = []
+            if line.startswith("GPU "):
+                tree: dict[str, Any] = {}
+                gpus[line[4:].strip()] = tree
+                stack = [(0, tree)]
+            continue
+        if not stack:
+            continue
+        while len(stack) > 1 and stack[-1][0] >= depth:
+            stack.pop()
+        parent = stack[-1][1]
+        key, colon, value = line.partition(":")
+        if colon:
+            parent[key.strip()] = value.strip()
+        else:
+            child: dict[str, Any] = {}
+            parent[key.strip()] = child
+            stack.append((depth, child))
+    return gpus
+
+
+def _q_value(value: Any) -> str | None:
+    """A ``-q`` leaf, or None when the GPU does not report it."""
+    if not isinstance(value, str) or value.strip("[]").lower() in SMI_Q_ABSENT or not value:
+        return None
+    return value
+
+
+def _q_count(value: Any) -> int | None:
+    text = _q_value(value)
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def _q_flag(value: Any) -> bool | None:
+    text = (_q_value(value) or "").lower()
+    return {"yes": True, "no": False}.get(text)
+
+
+def _q_uncorrectable(ecc: Any, span: str) -> int | None:
+    """The uncorrectable ECC errors of ``Volatile`` or ``Aggregate``: the sum of every
+    uncorrectable counter (nvidia-smi's ``ecc.errors.uncorrected.<span>.total``)."""
+    counters = ecc.get(span) if isinstance(ecc, dict) else None
+    if not isinstance(counters, dict):
+        return None
+    double_bit = counters.get("Double Bit")  # Volta and older
+    if isinstance(double_bit, dict):
+        values = [double_bit.get("Total")]
+    else:
+        values = [v for k, v in counters.items() if "Uncorrectable" in k]
+    numbers = [_q_count(v) for v in values]
+    if not numbers or any(n is None for n in numbers):
+        return None
+    return sum(n for n in numbers if n is not None)
+
+
+def memory_health(gpu: dict[str, Any]) -> dict[str, Any]:
+    """One GPU's memory-error counters from its ``-q`` tree (None: not reported)."""
+    ecc = gpu.get("ECC Errors")
+    pages = gpu.get("Retired Pages")
+    pending_pages = None
+    if isinstance(pages, dict):
+        # "Pending Page Blacklist" in the captures (tests/data/real/); read by its prefix.
+        pending_pages = next(
+            (_q_flag(v) for k, v in pages.items() if k.startswith("Pending")), None
+        )
+    rows = gpu.get("Remapped Rows")
+    remapped = None
+    if isinstance(rows, dict):
+        remapped = {
+            "correctable": _q_count(rows.get("Correctable Error")),
+            "uncorrectable": _q_count(rows.get("Uncorrectable Error")),
+            "pending": _q_flag(rows.get("Pending")),
+            "failure": _q_flag(rows.get("Remapping Failure Occurred")),
+        }
+    return {
+        "ecc_uncorrected_volatile": _q_uncorrectable(ecc, "Volatile"),
+        "ecc_uncorrected_aggregate": _q_uncorrectable(ecc, "Aggregate"),
+        "retired_pages_pending": pending_pages,
+        "remapped_rows": remapped,
+        "recovery_action": _q_value(gpu.get("GPU Recovery Action")),
+    }
+
+
 def query_gpus(smi: str) -> dict[str, Any]:
     """GPU inventory and health from nvidia-smi."""
     out: dict[str, Any] = {
@@ -171,8 +273,8 @@ def query_gpus(smi: str) -> dict[str, Any]:
         "error": None,
         "count": 0,
         "list": [],
-        "remapped_rows": [],
         "unsupported_fields": [],
+        "memory_error": None,
     }
     rc, stdout, stderr = sh(
         [smi, f"--query-gpu={','.join(INVENTORY_FIELDS)}", "--format=csv,noheader,nounits"]
@@ -207,7 +309,7 @@ def query_gpus(smi: str) -> dict[str, Any]:
                 continue
             for row in value_by_bus:
                 health.setdefault(str(row["pci.bus_id"]), {})[field] = row[field]
-    listed = []
+    listed: list[dict[str, Any]] = []
     for gpu in gpus:
         h = health.get(str(gpu["pci.bus_id"]), {})
         listed.append(
@@ -219,11 +321,6 @@ def query_gpus(smi: str) -> dict[str, Any]:
                 "driver_version": gpu["driver_version"],
                 "serial": gpu["serial"],
                 "vbios_version": gpu["vbios_version"],
-                "ecc_uncorrected_volatile": smi_int(h.get("ecc.errors.uncorrected.volatile.total")),
-                "ecc_uncorrected_aggregate": smi_int(
-                    h.get("ecc.errors.uncorrected.aggregate.total")
-                ),
-                "retired_pages_pending": h.get("retired_pages.pending"),
                 "pcie_gen_current": smi_int(h.get("pcie.link.gen.current")),
                 "pcie_gen_max": smi_int(h.get("pcie.link.gen.max")),
                 "pcie_width_current": smi_int(h.get("pcie.link.width.current")),
@@ -233,22 +330,13 @@ def query_gpus(smi: str) -> dict[str, Any]:
                 "throttle_active": smi_int(h.get("clocks_throttle_reasons.active")),
             }
         )
-    rc, stdout, _ = sh(
-        [smi, f"--query-remapped-rows={','.join(REMAPPED_FIELDS)}", "--format=csv,noheader,nounits"]
-    )
-    if rc == 0:
-        for row in parse_smi_csv(stdout, REMAPPED_FIELDS):
-            out["remapped_rows"].append(
-                {
-                    "bus_id": row["gpu_bus_id"],
-                    "correctable": smi_int(row["remapped_rows.correctable"]),
-                    "uncorrectable": smi_int(row["remapped_rows.uncorrectable"]),
-                    "pending": (row["remapped_rows.pending"] or "").lower() in {"yes", "1", "true"},
-                    "failure": (row["remapped_rows.failure"] or "").lower() in {"yes", "1", "true"},
-                }
-            )
-    else:
-        out["unsupported_fields"].append("remapped_rows")
+    # The memory-error counters: see SMI_Q_ABSENT's comment (missing ones stay None).
+    rc, stdout, stderr = sh([smi, "-q"], timeout=120)
+    memory = parse_smi_q(stdout) if rc == 0 else {}
+    if rc != 0:
+        out["memory_error"] = (stdout + stderr).strip()[-300:] or f"nvidia-smi -q exited {rc}"
+    for gpu in listed:
+        gpu.update(memory_health(memory.get(str(gpu["bus_id"]), {})))
     out.update(ok=True, count=len(listed), list=listed)
     return out
 
@@ -295,7 +383,8 @@ def query_versions(smi: str | None, packages: list[str]) -> dict[str, Any]:
 
 
 def read_kernel_log(command: str) -> dict[str, Any]:
-    """XID events from the kernel log (the inventory's command, then dmesg), with their times."""
+    """XID events from the kernel log (the inventory's command, then dmesg), with their times
+    and boots."""
     out: dict[str, Any] = {
         "command": command,
         "ok": False,
@@ -314,8 +403,52 @@ def read_kernel_log(command: str) -> dict[str, Any]:
     boot = boot_time()
     out["ok"] = True
     out["boot_time"] = iso(boot) if boot is not None else None
-    out["xid_events"] = parse_xids(stdout, boot)
+    out["xid_events"] = parse_xids(stdout, boot, this_boot_only(out["command"]))
     return out
+
+
+def this_boot_only(command: str) -> bool:
+    """Whether a kernel-log command prints this boot's messages only.
+
+    ``dmesg`` reads the kernel's ring buffer, which starts empty at every boot. journalctl(1):
+    ``-b``/``--boot`` without an argument (or ``0``) is the current boot, and ``-k``/``--dmesg``
+    "implies -b"; another boot (``-b -1``, ``-b all``, a boot id) or other journal files
+    (``--file``, ``-D``, ``-m``) may reach earlier boots.
+    """
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return False
+    if not argv:
+        return False
+    name = os.path.basename(argv[0])
+    if name == "dmesg":
+        return True
+    if name != "journalctl":
+        return False
+    current = False
+    for i, arg in enumerate(argv[1:], start=1):
+        if arg in {"--file", "-D", "--directory", "-m", "--merge"} or arg.startswith(
+            ("--file=", "--directory=")
+        ):
+            return False
+        if arg in {"-b", "--boot"}:
+            nxt = argv[i + 1] if i + 1 < len(argv) else ""
+            if nxt and not nxt.startswith("-") and nxt != "0":
+                return False
+            if nxt.startswith("-") and nxt[1:].isdigit():
+                return False  # -b -1: an earlier boot
+            current = True
+        elif arg.startswith("--boot=") or (arg.startswith("-b") and len(arg) > 2):
+            value = arg.split("=", 1)[1] if arg.startswith("--boot=") else arg[2:]
+            if value not in {"", "0"}:
+                return False
+            current = True
+        elif arg in {"-k", "--dmesg"} or (
+            arg.startswith("-") and not arg.startswith("--") and "k" in arg[1:]
+        ):
+            current = True
+    return current
 
 
 def boot_time() -> float | None:
@@ -353,20 +486,41 @@ def line_time(line: str, boot: float | None) -> str | None:
     return None
 
 
-def parse_xids(text: str, boot: float | None = None) -> list[dict[str, Any]]:
-    """Every ``NVRM: Xid (PCI:...): N, ...`` line, with its wall-clock time when known."""
+def parse_xids(
+    text: str, boot: float | None = None, this_boot: bool = False
+) -> list[dict[str, Any]]:
+    """Every ``NVRM: Xid (PCI:...): N, ...`` line, with its wall-clock time when known and
+    its boot: ``this``, ``previous`` or None (unknown).
+
+    journalctl prints ``-- Boot <id> --`` (older systemd: ``-- Reboot --``) where one boot's
+    messages end and the next one's begin (systemd, src/journal/journalctl.c, unless
+    ``--quiet``/``--merge``): lines before the last such marker are from earlier boots, and
+    their monotonic stamps count from those boots, not this one. Without a marker every line
+    is from this boot when the command reads this boot only (``this_boot``).
+    """
+    lines = text.splitlines()
+    last_marker = max(
+        (i for i, line in enumerate(lines) if BOOT_MARKER_RE.match(line)), default=None
+    )
     events = []
-    for line in text.splitlines():
+    for i, line in enumerate(lines):
         m = XID_RE.search(line)
-        if m:
-            events.append(
-                {
-                    "bus_id": m.group("bus"),
-                    "xid": int(m.group("xid")),
-                    "time": line_time(line, boot),
-                    "line": line.strip()[-300:],
-                }
-            )
+        if not m:
+            continue
+        if last_marker is not None:
+            which: str | None = "this" if i > last_marker else "previous"
+        else:
+            which = "this" if this_boot else None
+        events.append(
+            {
+                "bus_id": m.group("bus"),
+                "xid": int(m.group("xid")),
+                # A monotonic stamp counts from its own boot: only this boot's can be dated.
+                "time": line_time(line, None if which == "previous" else boot),
+                "boot": which,
+                "line": line.strip()[-300:],
+            }
+        )
     return events
 
 
@@ -1775,8 +1929,8 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
             "error": "nvidia-smi not found",
             "count": 0,
             "list": [],
-            "remapped_rows": [],
             "unsupported_fields": [],
+            "memory_error": None,
         }
     result["versions"] = query_versions(smi, list(spec.get("packages", [])))
     result["topology"] = query_topology(smi)

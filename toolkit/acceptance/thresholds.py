@@ -274,6 +274,8 @@ class CriticalXid(StrictModel):
 
     xid: int = Field(gt=0)
     name: str
+    # NVIDIA's Xid catalog "Resolution Bucket (Immediate Action)" (RESET_GPU, RESTART_BM ...)
+    action: str = Field(pattern=r"^[A-Z0-9_]+$")
     sources: list[str] = Field(min_length=1)
 
 

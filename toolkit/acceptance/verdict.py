@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from toolkit import nodestate
-from toolkit.acceptance import topology
+from toolkit.acceptance import memory_health, topology
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse_text
 from toolkit.acceptance.thresholds import AcceptanceSpec, BusbwFloor, critical_xids, format_size
 from toolkit.stack.aptindex import satisfies
@@ -415,32 +415,11 @@ def _health_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
     listed = gpus.get("list") or []
     checks = []
     if gpus.get("ok"):
-        ecc = [
-            f"GPU {g['index']} ({g['bus_id']}): volatile {g.get('ecc_uncorrected_volatile')}, "
-            f"aggregate {g.get('ecc_uncorrected_aggregate')}"
-            for g in listed
-            if (g.get("ecc_uncorrected_volatile") or 0) > 0
-            or (g.get("ecc_uncorrected_aggregate") or 0) > 0
+        # The memory-error rules and their sources live in memory_health.py.
+        checks += [
+            Check(f.check, f.ok, f.message, measured=f.measured or None)
+            for f in memory_health.judge(listed, gpus.get("memory_error"))
         ]
-        checks.append(Check("health.ecc", not ecc, "; ".join(ecc) or "no uncorrectable ECC errors"))
-        pages = [
-            f"GPU {g['index']}: retired pages pending"
-            for g in listed
-            if str(g.get("retired_pages_pending") or "").lower() in {"yes", "1", "true"}
-        ]
-        pages += [
-            f"{r['bus_id']}: row remap {'failure' if r.get('failure') else 'pending'}"
-            f" ({r.get('uncorrectable')} uncorrectable rows)"
-            for r in gpus.get("remapped_rows") or []
-            if r.get("pending") or r.get("failure")
-        ]
-        checks.append(
-            Check(
-                "health.retired_pages",
-                not pages,
-                "; ".join(pages) or "no pending page retirement or row remap",
-            )
-        )
         if spec.check_pcie:
             checks.append(_pcie_check(listed, result.get("gpu_perf") or {}, spec))
         if spec.check_throttle:
@@ -571,24 +550,40 @@ def _xid_check(result: dict[str, Any], spec: AcceptanceSpec) -> Check:
     log = result.get("kernel_log") or {}
     if not log.get("ok"):
         return Check("health.xid", False, f"kernel log unreadable: {log.get('error')}")
-    critical = set(spec.critical_xids) if spec.critical_xids is not None else set(critical_xids())
+    named = critical_xids()
+    critical = set(spec.critical_xids) if spec.critical_xids is not None else set(named)
     start, window = xid_window_start(result, spec)
     events = list(log.get("xid_events") or [])
 
     def in_window(event: dict[str, Any]) -> bool:
         when = _when(event.get("time"))
-        # An event without a time cannot be placed before the window: it counts.
-        return start is None or when is None or when >= start
+        if when is not None:
+            return start is None or when >= start
+        # Without a time an event cannot be placed in the window: one of an earlier boot
+        # (the runner tells by journalctl's boot markers) never counts, one of this boot or
+        # of an unknown boot does.
+        return event.get("boot") != "previous"
+
+    def why_not(event: dict[str, Any]) -> str:
+        if event.get("xid") not in critical:
+            return "not critical"
+        return "an earlier boot" if event.get("boot") == "previous" else "outside the window"
+
+    def when(event: dict[str, Any]) -> str:
+        if event.get("time"):
+            return f"at {event['time']}"
+        return {"this": "this boot, time unknown", "previous": "an earlier boot"}.get(
+            event.get("boot") or "", "time and boot unknown"
+        )
+
+    def about(event: dict[str, Any]) -> str:
+        known = named.get(event["xid"])
+        return f" ({known.name}; NVIDIA's action: {known.action})" if known else ""
 
     failing = [e for e in events if e.get("xid") in critical and in_window(e)]
     shown = [
-        f"XID {e['xid']} on {e['bus_id']} at {e.get('time') or 'unknown time'}"
-        + (
-            ""
-            if e in failing
-            else " (not judged: "
-            + ("outside the window)" if e.get("xid") in critical else "not critical)")
-        )
+        f"XID {e['xid']} on {e['bus_id']} {when(e)}"
+        + (about(e) if e in failing else f" (not judged: {why_not(e)})")
         for e in events
     ]
     message = f"{len(failing)} critical XID(s) {window}" if failing else f"no critical XID {window}"

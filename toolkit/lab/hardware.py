@@ -23,14 +23,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from toolkit.errors import ConfigError
 
 # 2: the GPU and host maximum link generation, the idle link; 3: `system`; 4: PCIe switches,
-# NICs and the `topo` fault's GPU pair (what `nvidia-smi topo -m` shows)
-SCHEMA_VERSION = 4
+# NICs and the `topo` fault's GPU pair (what `nvidia-smi topo -m` shows); 5: each GPU's
+# `recovery_action`
+SCHEMA_VERSION = 5
 
 FaultName = Literal[
     "missing-gpu",
     "ecc",
+    "remapped",
+    "remap-failure",
     "xid",
     "old-xid",
+    "xid154",
     "pcie",
     "pcie-idle",
     "slow-net",
@@ -45,10 +49,21 @@ FaultName = Literal[
 FAULTS: dict[str, str] = {
     "missing-gpu": "one GPU is absent from the bus (the node reports count - 1 GPUs)",
     "ecc": "one GPU has uncorrectable ECC errors and a pending row remap",
+    "remapped": (
+        "one GPU had an uncorrectable ECC error long ago, remapped and reset since: lifetime "
+        "counts above 0, nothing since the driver loaded, nothing pending (a node stays ready)"
+    ),
+    "remap-failure": (
+        "one GPU's row remapping failed (a bank out of spare rows): NVIDIA's RMA condition"
+    ),
     "xid": "one GPU has an XID event in the kernel log",
     "old-xid": (
         "one GPU has an XID event in the kernel log from before the acceptance window "
         "(logged when the fault is set or at boot; acceptance later must not count it)"
+    ),
+    "xid154": (
+        "one GPU logs XID 154 (its recovery action changed to GPU Reset Required) and "
+        "nvidia-smi reports its recovery action as Reset"
     ),
     "pcie": "one GPU's PCIe link trained at Gen3 x8: its root port caps it below the card's max",
     "pcie-idle": "every GPU lowers its PCIe link to Gen1 while idle and runs at its max under load",
@@ -80,6 +95,18 @@ XID_MESSAGE = (
     "Timeout after 6s of waiting for RPC response from GPU{index} GSP! "
     "Expected function 76 (GSP_RM_CONTROL) (0x20800a4c 0x4)."
 )
+# XID 154 (`xid154`): NVIDIA's Xid catalog gives its text as "GPU recovery action changed from
+# 0x0 (None) to 0x2 (Node Reboot Required)", the values being None, Drain P2P, Drain and
+# Reset, GPU Reset Required and Node Reboot Required; nvidia-smi -q then reports "GPU
+# Recovery Action : Reset" (public captures of R565+ drivers, tests/data/real/SOURCES.md).
+XID154_MESSAGE = "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+# Faults whose event the lab writes into the node's kernel log, and the XID each one logs.
+KERNEL_LOG_FAULTS: dict[str, int] = {"xid": XID_CODE, "old-xid": XID_CODE, "xid154": 154}
+# The `remap-failure` fault: a bank with 8 rows remapped for uncorrectable errors is one of
+# the row-remapping failure conditions of NVIDIA's RMA policy (NVIDIA GPU Memory Error
+# Management, "RMA Policy Thresholds for Row-Remapping", as quoted in awslabs/
+# awsome-distributed-ai PR #1190).
+REMAP_FAILURE_ROWS = 8
 
 
 class GpuModel(BaseModel):
@@ -304,6 +331,9 @@ class Gpu(_Strict):
     remapped_rows_pending: bool
     remapped_rows_failure: bool
     row_remap_banks: int = Field(ge=0)
+    # nvidia-smi -q "GPU Recovery Action" (None, Reset, Reboot, Drain P2P, Drain and Reset;
+    # NVIDIA GPU Memory Error Management, Error Recovery and Response Flags).
+    recovery_action: Literal["None", "Reset", "Reboot", "Drain P2P", "Drain and Reset"] = "None"
     # Bitmask of `clocks_event_reasons` (NVML `nvmlClocksEventReasons`); 0 = not throttled.
     throttle_reasons_active: int = Field(ge=0)
     utilization_gpu_pct: int = Field(ge=0, le=100)
@@ -350,7 +380,7 @@ class XidEvent(_Strict):
     pci_bus_id: str
     xid: int = Field(gt=0)
     kernel_line: str
-    fault: Literal["xid", "old-xid"] = "xid"
+    fault: Literal["xid", "old-xid", "xid154"] = "xid"
 
 
 class NodeHardware(_Strict):
@@ -466,6 +496,24 @@ class NodeHardware(_Strict):
                 remapped_rows_uncorrectable=1,
                 remapped_rows_pending=True,
             )
+        if "remapped" in fault_list:
+            # Long ago: the remap was activated by a reset, and the driver has been reloaded
+            # since, so nothing counts in the volatile (since the driver loaded) counters.
+            gpu = gpus[_pick(seed, index, "remapped", present)]
+            gpu.update(
+                ecc_uncorrected_aggregate=2,
+                ecc_corrected_aggregate=14,
+                remapped_rows_uncorrectable=1,
+            )
+        if "remap-failure" in fault_list:
+            gpu = gpus[_pick(seed, index, "remap-failure", present)]
+            gpu.update(
+                ecc_uncorrected_aggregate=REMAP_FAILURE_ROWS,
+                remapped_rows_uncorrectable=REMAP_FAILURE_ROWS,
+                remapped_rows_failure=True,
+            )
+        if "xid154" in fault_list:
+            gpus[_pick(seed, index, "xid154", present)]["recovery_action"] = "Reset"
         if "pcie" in fault_list:
             gpu = gpus[_pick(seed, index, "pcie", present)]
             gen = min(DEGRADED_PCIE_GEN, gpu["pcie_gen_max"])
@@ -482,22 +530,25 @@ class NodeHardware(_Strict):
                 gpu["pcie_gen_idle"] = IDLE_PCIE_GEN
         sys_pair = _topo_pair(gpus, seed, index) if "topo" in fault_list else None
         events: list[dict[str, Any]] = []
-        for fault in ("old-xid", "xid"):
+        for fault in ("old-xid", "xid", "xid154"):
             if fault not in fault_list:
                 continue
             gpu = gpus[_pick(seed, index, fault, present)]
             bus = gpu["pci_bus_id"]
             short_bus = bus[4:14].lower()  # "0000:18:00" as the kernel prints it
+            code = KERNEL_LOG_FAULTS[fault]
+            text = (
+                XID154_MESSAGE
+                if fault == "xid154"
+                else "pid=2417, name=python3, " + XID_MESSAGE.format(index=gpu["index"])
+            )
             events.append(
                 {
                     "gpu_index": gpu["index"],
                     "pci_bus_id": bus,
-                    "xid": XID_CODE,
+                    "xid": code,
                     "fault": fault,
-                    "kernel_line": (
-                        f"NVRM: Xid (PCI:{short_bus}): {XID_CODE}, pid=2417, name=python3, "
-                        + XID_MESSAGE.format(index=gpu["index"])
-                    ),
+                    "kernel_line": f"NVRM: Xid (PCI:{short_bus}): {code}, {text}",
                 }
             )
         try:

@@ -25,7 +25,7 @@ from toolkit.lab import disks as lab_disks
 from toolkit.lab import image as lab_image
 from toolkit.lab import inventory, network, nodes, paths, server, ssh
 from toolkit.lab import state as lab_state
-from toolkit.lab.hardware import NodeHardware
+from toolkit.lab.hardware import KERNEL_LOG_FAULTS, NodeHardware
 from toolkit.lab.repo import build_repository
 from toolkit.lab.spec import (
     SLOW_DATA_READ_BPS,
@@ -371,7 +371,7 @@ def _apply_faults(container: Container, spec: LabSpec, node: NodeState, hw: Node
     nodes.put_files(container, _fault_files(spec, node, hw))
     nodes.exec_in(container, ["/usr/local/sbin/gpunode-lab-boot", "net"])
     nodes.exec_in(container, [nodes.DATA_THROTTLE_SCRIPT, "node"])
-    added = {"xid", "old-xid"} & (set(spec.node_faults(node.index)) - before)
+    added = set(KERNEL_LOG_FAULTS) & (set(spec.node_faults(node.index)) - before)
     # The event happens now (an `old-xid` is old for an acceptance that comes later); earlier
     # events stay in the log until the node reboots, exactly like a real kernel log.
     for line in hw.kernel_messages(added):

@@ -304,6 +304,8 @@ def _fields(context: dict[str, Any]) -> dict[str, Field]:
     add("remapped_rows.uncorrectable", None, lambda g: g["remapped_rows_uncorrectable"])
     add("remapped_rows.pending", None, lambda g: int(bool(g["remapped_rows_pending"])))
     add("remapped_rows.failure", None, lambda g: int(bool(g["remapped_rows_failure"])))
+    # NVIDIA/DCGM#263 shows `--query-gpu=index,gpu_recovery_action` printing "0, None".
+    add("gpu_recovery_action", None, lambda g: g.get("recovery_action", "None"))
     for prefix in ("clocks_throttle_reasons", "clocks_event_reasons"):
         add(f"{prefix}.active", None, lambda g: f"0x{int(g['throttle_reasons_active']):016x}")
         add(f"{prefix}.supported", None, lambda g: "0x00000000000001ff")
@@ -525,6 +527,9 @@ def _gpu_nodes(gpu: Gpu) -> list[Node]:
         ("Board ID", "0x" + bus[9:11].lower() + "00"),
         ("Board Part Number", g["board_part_number"]),
         ("GPU Part Number", g["pci_device_id"][2:6] + "-885-A1"),
+        # Where R565+ drivers print it, between "GPU Reset Status" and the GSP firmware
+        # (tests/data/real/nvidia-smi-q.h100-sxm-8.565.57.01.txt).
+        ("GPU Recovery Action", g.get("recovery_action", "None")),
         ("GSP Firmware Version", VERSION),
         (
             "PCI",
