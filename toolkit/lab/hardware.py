@@ -67,9 +67,9 @@ FAULTS: dict[str, str] = {
     ),
     "pcie": "one GPU's PCIe link trained at Gen3 x8: its root port caps it below the card's max",
     "pcie-idle": "every GPU lowers its PCIe link to Gen1 while idle and runs at its max under load",
-    "slow-net": "the node's network interface is shaped to a slow link (not in this file)",
+    "slow-net": "the node's network interface is shaped to a slow link (real traffic shaping)",
     "slow-data": "reads of the node's data disks are throttled (blkio), as on a failing disk or a "
-    "congested network file system (not in this file)",
+    "congested network file system",
     "keyring": "NVIDIA's repositories are already there (cuda-keyring's list, a deb822 source)",
     "swapped-gpu": ("one GPU board was replaced (a repair): same slot, another serial and UUID"),
     "topo": (

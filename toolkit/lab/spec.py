@@ -16,12 +16,6 @@ from toolkit.config import StrictModel
 from toolkit.errors import ConfigError, clip
 from toolkit.lab.hardware import FAULTS, GPU_MODELS
 
-# The faults a lab node can carry (names and meanings owned by the GPU emulation). The
-# hardware faults live in the node's hardware file; "xid" and "old-xid" are also written to
-# the node's kernel log, "slow-net" is real traffic shaping on the node's interface and
-# "slow-data" a real read throttle on its data disks.
-HARDWARE_FAULTS = ("missing-gpu", "ecc", "xid", "old-xid", "pcie", "pcie-idle", "topo")
-
 # The `slow-data` fault's read limits per data disk (blkio.throttle.read_bps_device and
 # read_iops_device): a disk in trouble, two orders of magnitude below the lab's healthy loop
 # disks (measured: GB/s and thousands of reads per second), yet fast enough that an
