@@ -63,7 +63,7 @@ INVENTORY_FIELDS = (
     "uuid",
     "pci.bus_id",
     "driver_version",
-    # The board's identity, for the handover certificate (toolkit/cert.py).
+    # The board's identity, for the handover certificate (toolkit/cert/).
     "serial",
     "vbios_version",
 )

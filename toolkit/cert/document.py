@@ -1,0 +1,315 @@
+"""A certificate's document: its schema (version 1), its canonical bytes, and how one is built
+from an acceptance run's result of a ready node."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from toolkit import runs
+from toolkit.config import format_loc
+from toolkit.errors import ToolkitError
+
+FORMAT = "gpunode-cert"
+VERSION = 1
+FOLDER = "certs"  # inside a run folder
+SUFFIX = ".cert"
+SHA256_RE = r"^sha256:[0-9a-f]{64}\Z"
+# lsblk TYPE values of block devices that sit on disks rather than being disks (lsblk(8)).
+_STACKED_TYPES = ("part", "lvm", "crypt", "dm", "mpath", "md", "rom")
+
+
+class CertError(ToolkitError):
+    """A certificate could not be made (the signing key is unusable, ssh-keygen failed)."""
+
+
+# --- the schema -------------------------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    # Python's re: the patterns are gpunode's own (runs.RUN_ID anchors with \Z), and `$` would
+    # accept a trailing newline there.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, regex_engine="python-re")
+
+
+class System(_Model):
+    """The machine as its firmware names it (DMI)."""
+
+    vendor: str | None
+    product_name: str | None
+    product_serial: str | None
+    board_serial: str | None
+
+
+class Gpu(_Model):
+    """One GPU as ``nvidia-smi --query-gpu`` reports it."""
+
+    index: int = Field(ge=0)
+    name: str | None
+    serial: str | None
+    uuid: str | None
+    pci_bus_id: str | None
+    vbios_version: str | None
+
+
+class Disk(_Model):
+    """One disk reachable under /dev/disk/by-id; ``data`` when the profile lists its serial."""
+
+    name: str
+    model: str | None
+    serial: str | None
+    data: bool
+
+
+class Nic(_Model):
+    """One network interface (loopback and bridges left out); ``physical``: a bus device."""
+
+    name: str
+    mac: str | None
+    physical: bool
+
+
+class Identity(_Model):
+    """What the node is."""
+
+    hostname: str
+    system: System
+    gpus: list[Gpu]
+    disks: list[Disk]
+    nics: list[Nic]
+
+
+class Installed(_Model):
+    """What the node runs."""
+
+    stack_id: str = Field(pattern=r"^[0-9a-f]{12}\Z")
+    lock_digest: str | None = Field(pattern=SHA256_RE)
+    packages: dict[str, str | None]
+    driver_loaded: str | None
+    nccl_loaded: str | None
+    image_id: str | None
+
+
+class CheckRecord(_Model):
+    """One acceptance check: its result, what it measured, the floor and where that comes from."""
+
+    name: str
+    ok: bool
+    message: str
+    measured: Any
+    floor: Any
+    unit: str | None
+    source: str
+
+
+class Proof(_Model):
+    """What the run proved, and where its raw result is kept."""
+
+    run_id: str = Field(pattern=runs.RUN_ID.pattern)
+    started: str
+    finished: str
+    valid_until: str | None
+    checks: list[CheckRecord] = Field(min_length=1)
+    result_file: str
+    result_sha256: str = Field(pattern=SHA256_RE)
+
+
+class Certificate(_Model):
+    """The document of a certificate (version 1)."""
+
+    format: Literal["gpunode-cert"]
+    version: Literal[1]
+    verdict: Literal["ready"]
+    host: str
+    group: str
+    identity: Identity
+    installed: Installed
+    proof: Proof
+
+    @model_validator(mode="after")
+    def _all_passed(self) -> Certificate:
+        failed = [c.name for c in self.proof.checks if not c.ok]
+        if failed:
+            raise ValueError(
+                f"a ready certificate cannot carry failed checks ({', '.join(failed)})"
+            )
+        return self
+
+
+def validate_document(text: bytes | str) -> Certificate:
+    """The document checked against the schema.
+
+    Raises:
+        ValueError: Every problem, each naming its key path and the rule.
+    """
+    try:
+        return Certificate.model_validate_json(text)
+    except ValidationError as err:
+        problems = []
+        for error in err.errors(include_url=False):
+            loc = [p for p in error["loc"] if not (isinstance(p, str) and "[" in p)]
+            problems.append(f"{format_loc(loc)}: {error['msg']}")
+        raise ValueError("; ".join(problems)) from None
+
+
+def render(document: Mapping[str, Any]) -> bytes:
+    """The canonical bytes of a document: sorted keys, two-space indent, ASCII, one newline."""
+    text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=True, allow_nan=False)
+    return (text + "\n").encode("ascii")
+
+
+# --- building a document ---------------------------------------------------------------------
+
+
+def file_sha256(path: Path) -> str:
+    """``sha256:<hex>`` of a file's bytes (what ``sha256sum`` prints)."""
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def disks_from(
+    lsblk: Mapping[str, Any] | None,
+    by_id: Iterable[Mapping[str, Any]],
+    data_serials: Collection[str],
+) -> list[dict[str, Any]]:
+    """The node's disks: every device that a /dev/disk/by-id name reaches and that lsblk
+    lists as a top-level device (partitions, arrays, mappings and optical drives left out),
+    with lsblk's model and serial. Sorted by serial, then name."""
+    devices = {str(d.get("maj:min")): d for d in (lsblk or {}).get("blockdevices") or []}
+    seen: dict[str, str] = {}
+    for link in by_id:
+        devnum = str(link.get("maj_min"))
+        seen.setdefault(devnum, str(link.get("target") or link.get("name")))
+    disks = []
+    for devnum, name in seen.items():
+        device = devices.get(devnum)
+        if device is None:
+            continue  # a partition (lsblk -d lists only top-level devices)
+        kind = str(device.get("type") or "")
+        if kind in _STACKED_TYPES or kind.startswith("raid"):
+            continue
+        serial = device.get("serial") or None
+        disks.append(
+            {
+                "name": name,
+                "model": device.get("model") or None,
+                "serial": serial,
+                "data": serial is not None and serial in data_serials,
+            }
+        )
+    return sorted(disks, key=lambda d: (d["serial"] or "", d["name"]))
+
+
+def check_source(name: str, floor: Any, spec: Any, group: str) -> str:
+    """Where a check's floor comes from: the floor's own source, the profile, or the rule."""
+    where = f"group {group} hardware.acceptance"
+    if getattr(spec, "profile", None):
+        where += f" (profile {spec.profile})"
+    if "busbw@" in name:
+        floors = spec.multi_node_allreduce if name.startswith("multinode") else spec.allreduce
+        size = name.split("@", 1)[1]
+        for candidate in floors:
+            if candidate.size == size and candidate.source:
+                return f"{candidate.source}; {where}"
+        return where
+    return where if floor is not None else "gpunode acceptance rule"
+
+
+def build(
+    *,
+    host: str,
+    group: str,
+    result: Mapping[str, Any],
+    checks: Sequence[Mapping[str, Any]],
+    spec: Any,
+    data_serials: Collection[str],
+    stack_id: str,
+    lock_digest: str | None,
+    image_id: str | None,
+    run_id: str,
+    started: str,
+    finished: str,
+    valid_until: str | None,
+    result_file: str,
+    result_sha256: str,
+) -> dict[str, Any]:
+    """The certificate document of one ready node, checked against the schema.
+
+    Raises:
+        CertError: The node's facts do not make a valid certificate (named).
+    """
+    identity = result.get("identity") or {}
+    dmi = identity.get("dmi") or {}
+    versions = result.get("versions") or {}
+    loaded = versions.get("driver_loaded")
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "verdict": "ready",
+        "host": host,
+        "group": group,
+        "identity": {
+            "hostname": str(identity.get("hostname") or result.get("host") or host),
+            "system": {
+                "vendor": dmi.get("sys_vendor"),
+                "product_name": dmi.get("product_name"),
+                "product_serial": dmi.get("product_serial"),
+                "board_serial": dmi.get("board_serial"),
+            },
+            "gpus": [
+                {
+                    "index": gpu.get("index"),
+                    "name": gpu.get("name"),
+                    "serial": gpu.get("serial"),
+                    "uuid": gpu.get("uuid"),
+                    "pci_bus_id": gpu.get("bus_id"),
+                    "vbios_version": gpu.get("vbios_version"),
+                }
+                for gpu in (result.get("gpus") or {}).get("list") or []
+            ],
+            "disks": disks_from(identity.get("lsblk"), identity.get("by_id") or [], data_serials),
+            "nics": [
+                {"name": n.get("name"), "mac": n.get("mac"), "physical": bool(n.get("physical"))}
+                for n in identity.get("nics") or []
+            ],
+        },
+        "installed": {
+            "stack_id": stack_id,
+            "lock_digest": lock_digest,
+            "packages": dict(sorted((versions.get("packages") or {}).items())),
+            "driver_loaded": loaded if isinstance(loaded, str) else None,
+            "nccl_loaded": versions.get("nccl_loaded"),
+            "image_id": image_id,
+        },
+        "proof": {
+            "run_id": run_id,
+            "started": started,
+            "finished": finished,
+            "valid_until": valid_until,
+            "checks": [
+                {
+                    "name": c["name"],
+                    "ok": c["ok"],
+                    "message": c["message"],
+                    "measured": c.get("measured"),
+                    "floor": c.get("floor"),
+                    "unit": c.get("unit"),
+                    "source": check_source(c["name"], c.get("floor"), spec, group),
+                }
+                for c in checks
+            ],
+            "result_file": result_file,
+            "result_sha256": result_sha256,
+        },
+    }
+    # The document as it will be read back: JSON types only (a tuple becomes a list).
+    document = json.loads(render(document))
+    try:
+        validate_document(render(document))
+    except ValueError as err:
+        raise CertError(f"{host}: no certificate: {err}") from None
+    return document
