@@ -29,7 +29,8 @@ from test_disks_facts import (
 
 from toolkit.disks import units
 from toolkit.disks.gather import node_facts, parse_sections
-from toolkit.disks.planner import NodeFacts, Plan, plan
+from toolkit.disks.planner import Plan, plan
+from toolkit.disks.rules import NodeFacts
 from toolkit.disks.spec import DataDisksSpec
 
 GIB = 1024**3

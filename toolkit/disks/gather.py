@@ -3,7 +3,7 @@
 :func:`gather_script` builds the script (POSIX sh, read-only: it runs in check mode too);
 it prints each command's output in a section ``@@gpunode-disks NAME ARG@@`` followed by
 ``@@gpunode-disks-rc N@@``. :func:`parse_sections` splits that text and :func:`node_facts`
-turns the sections into :class:`toolkit.disks.planner.NodeFacts` with the pure parsers of
+turns the sections into :class:`toolkit.disks.rules.NodeFacts` with the pure parsers of
 ``toolkit.disks.facts``.
 
 Every device is probed through its /dev/disk/by-id link (the name that follows the disk);
@@ -36,7 +36,7 @@ from toolkit.disks.facts import (
     parse_stat_st_dev,
     parse_wipefs_json,
 )
-from toolkit.disks.planner import DeviceFacts, DirState, NodeFacts
+from toolkit.disks.rules import DeviceFacts, DirState, NodeFacts
 from toolkit.disks.spec import DataDisksSpec
 from toolkit.errors import RemoteError
 

@@ -3,8 +3,9 @@
 Nothing here touches a disk. The planner names disks by serial and resolves them through
 ``/dev/disk/by-id`` to a device number, the only identity that survives kernel names moving
 between boots (and, in containers, a listing that shows the host's disks). Every safety rule
-of domain.md section 4 is a refusal reason here; all of them are collected, so a refused plan
-says everything that is wrong at once. "Already done" is recognised by the filesystem UUID
+of domain.md section 4 is a refusal reason (``toolkit.disks.rules``); all of them are collected,
+so a refused plan says everything that is wrong at once. ``plan()`` runs in phases: judge the
+disks, pick the UUID, then create, record, write, mount. "Already done" is recognised by the filesystem UUID
 (recorded by gpunode and in the mount unit) or the md array name, never by formatting again.
 """
 
@@ -13,73 +14,26 @@ from __future__ import annotations
 import json
 import shlex
 import uuid as uuidlib
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from toolkit.disks import units
 from toolkit.disks.facts import (
-    CRYPT_TYPES,
-    LVM_MEMBER_TYPES,
-    RAID_MEMBER_TYPES,
-    BlkidProbe,
-    BlockNode,
-    ByIdLink,
-    DevNum,
-    MdSuperblock,
-    Mount,
-    Signature,
-    by_id_serial_model,
     format_devnum,
 )
-from toolkit.disks.spec import SIZE_TOLERANCE, DataDisk, DataDisksSpec
+from toolkit.disks.rules import (
+    DirState,
+    NodeFacts,
+    Resolved,
+    devices_of_layout,
+    judge,
+    managed_uuids,
+    resolve,
+)
+from toolkit.disks.spec import DataDisksSpec
 
-SYSTEM_TARGETS = ("/", "/boot", "/boot/efi")
-# lsblk TYPE values of md arrays (lsblk(8): the RAID level for md devices).
-MD_TYPES = frozenset({"raid0", "raid1", "raid4", "raid5", "raid6", "raid10", "linear", "md"})
 DEFAULT_SETTLE = "udevadm settle"
-
-
-@dataclass(frozen=True)
-class DeviceFacts:
-    """What the node's probes found on one block device reached through /dev/disk/by-id."""
-
-    devnum: DevNum
-    size: int | None = None
-    blkid: BlkidProbe = field(default_factory=BlkidProbe)
-    signatures: tuple[Signature, ...] = ()
-    md: MdSuperblock | None = None
-    errors: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class DirState:
-    """Mode (octal, as ``stat %a``), owner and group of a directory."""
-
-    mode: str
-    owner: str
-    group: str
-
-
-@dataclass(frozen=True)
-class NodeFacts:
-    """Everything the planner knows about one node (see ``toolkit.disks.gather``)."""
-
-    by_id: tuple[ByIdLink, ...] = ()
-    devices: Mapping[DevNum, DeviceFacts] = field(default_factory=dict)
-    blocks: tuple[BlockNode, ...] = ()
-    mounts: tuple[Mount, ...] = ()
-    swaps: tuple[tuple[str, DevNum | None], ...] = ()  # (filename, device behind it)
-    files: Mapping[str, str | None] = field(default_factory=dict)  # None: absent
-    dirs: Mapping[str, DirState | None] = field(default_factory=dict)
-    mount_point_entries: int = 0  # entries in the mount point directory when not mounted
-    enabled_units: frozenset[str] = frozenset()
-    md_available: bool = False
-    md_active: bool = False  # /dev/md/data exists
-    md_device: BlkidProbe | None = None  # blkid -p of /dev/md/data
-    mdadm_conf: str | None = None
-    mdadm_conf_path: str = "/etc/mdadm/mdadm.conf"
-    group_exists: bool = False
 
 
 @dataclass(frozen=True)
@@ -200,51 +154,6 @@ class Plan:
         return "\n".join(lines)
 
 
-@dataclass
-class _Resolved:
-    spec: DataDisk
-    link: ByIdLink | None = None
-    device: DeviceFacts | None = None
-    model: str | None = None
-    reasons: list[str] = field(default_factory=list)
-    state: str = "not found"
-    signatures: bool = False  # carries a wipeable signature
-    ours: bool = False  # carries the data filesystem/array gpunode made
-
-
-def human_size(size: int | None) -> str:
-    """Bytes for people, in both the vendors' and the kernel's units."""
-    if size is None:
-        return "unknown size"
-    for unit, factor in (("TB", 1000**4), ("GB", 1000**3), ("MB", 1000**2)):
-        if size >= factor:
-            return f"{size / factor:.2f}{unit} ({size} bytes)"
-    return f"{size} bytes"
-
-
-def _norm_model(text: str) -> str:
-    return "_".join(text.replace("_", " ").split()).lower()
-
-
-def managed_uuids(spec: DataDisksSpec, facts: NodeFacts) -> dict[str, Any]:
-    """What gpunode recorded about the layout it made: the record file and the mount unit."""
-    found: dict[str, Any] = {}
-    raw = facts.files.get(units.record_path(spec.mount_point))
-    if raw:
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError:
-            record = None
-        if isinstance(record, dict) and isinstance(record.get("uuid"), str):
-            found = dict(record)
-    unit_text = facts.files.get(f"{units.UNIT_DIR}/{units.mount_unit_name(spec.mount_point)}")
-    if unit_text:
-        for line in unit_text.splitlines():
-            if line.startswith("What=/dev/disk/by-uuid/"):
-                found.setdefault("uuid", line.split("/")[-1].strip())
-    return found
-
-
 def md_uuid_for(fs_uuid: str) -> str:
     """The md array UUID derived from the filesystem UUID (stable, so plans are repeatable)."""
     return str(uuidlib.uuid5(uuidlib.UUID(fs_uuid), "gpunode-md-data"))
@@ -255,224 +164,25 @@ def _mdadm_uuid(value: str) -> str:
     return ":".join(hexes[i : i + 8] for i in range(0, 32, 8))
 
 
-def _disks_behind(blocks: Sequence[BlockNode], devnum: DevNum) -> set[DevNum]:
-    behind = {devnum}
-    for node in blocks:
-        if node.devnum == devnum:
-            behind.update(node.parents)
-    return behind
+@dataclass
+class _Layout:
+    """What the refusal phase decided, read by the phases that build the actions."""
 
+    spec: DataDisksSpec
+    facts: NodeFacts
+    resolved: list[Resolved]
+    existing: bool  # every listed disk already carries the data layout
+    mounted_ok: bool  # the mount point already holds our filesystem
+    uuid: str | None
+    paths: list[str]
 
-def _resolve(spec_disk: DataDisk, facts: NodeFacts) -> _Resolved:
-    result = _Resolved(spec=spec_disk)
-    serial = spec_disk.serial
-    if spec_disk.by_id is not None:
-        links = [link for link in facts.by_id if link.name == spec_disk.by_id]
-        if not links:
-            result.reasons.append(
-                f"{serial}: /dev/disk/by-id/{spec_disk.by_id} is not present on this node"
-            )
-            return result
-        link = links[0]
-        names = [x.name for x in facts.by_id if x.devnum == link.devnum]
-        if serial not in link.name and not any(
-            by_id_serial_model(n, serial) is not None for n in names
-        ):
-            result.reasons.append(
-                f"{serial}: /dev/disk/by-id/{link.name} points to a disk whose by-id names "
-                f"({', '.join(sorted(names))}) do not carry this serial"
-            )
-            return result
-    else:
-        matches = [
-            x
-            for x in facts.by_id
-            if not x.is_partition and by_id_serial_model(x.name, serial) is not None
-        ]
-        devnums = sorted({x.devnum for x in matches})
-        if not devnums:
-            result.reasons.append(
-                f"{serial}: no disk with this serial under /dev/disk/by-id "
-                "(the disk is absent or named differently; set by_id to its exact name)"
-            )
-            return result
-        if len(devnums) > 1:
-            listed = ", ".join(sorted(x.name for x in matches))
-            result.reasons.append(
-                f"{serial}: the serial names several devices ({listed}); set by_id to one of them"
-            )
-            return result
-        # The link that names the serial most directly (no namespace suffix) is used.
-        link = sorted(matches, key=lambda x: (len(x.name), x.name))[0]
-    result.link = link
-    result.state = "found"
-    models = [
-        m
-        for x in facts.by_id
-        if x.devnum == link.devnum
-        for m in [by_id_serial_model(x.name, serial)]
-        if m
-    ]
-    models += [b.model for b in facts.blocks if b.devnum == link.devnum and b.model]
-    result.model = models[0].replace("_", " ") if models else None
-    device = facts.devices.get(link.devnum)
-    if device is None:
-        result.reasons.append(f"{serial}: {link.path} was not probed")
-        return result
-    result.device = device
-    for error in device.errors:
-        result.reasons.append(f"{serial}: {link.path} could not be probed: {error}")
-    return result
+    @property
+    def layout(self) -> str:
+        return self.spec.effective_layout
 
-
-def _check_identity(disk: _Resolved, facts: NodeFacts) -> None:
-    spec_disk, device = disk.spec, disk.device
-    assert device is not None and disk.link is not None
-    serial = spec_disk.serial
-    kinds = {b.type for b in facts.blocks if b.devnum == device.devnum}
-    if "part" in kinds:
-        disk.reasons.append(f"{serial}: {disk.link.path} is a partition, not a whole disk")
-    expected = spec_disk.size_bytes
-    if expected is not None:
-        if device.size is None:
-            disk.reasons.append(f"{serial}: its size could not be read to check {spec_disk.size}")
-        elif abs(device.size - expected) > SIZE_TOLERANCE * expected:
-            disk.reasons.append(
-                f"{serial}: size {human_size(device.size)} does not match the profile's "
-                f"{spec_disk.size}"
-            )
-    if spec_disk.model is not None:
-        found = [
-            m
-            for x in facts.by_id
-            if x.devnum == device.devnum
-            for m in [by_id_serial_model(x.name, serial)]
-            if m
-        ] + [b.model for b in facts.blocks if b.devnum == device.devnum and b.model]
-        if not found:
-            disk.reasons.append(
-                f"{serial}: its model could not be read to check {spec_disk.model!r}"
-            )
-        elif _norm_model(spec_disk.model) not in {_norm_model(m) for m in found}:
-            disk.reasons.append(
-                f"{serial}: model {found[0].replace('_', ' ')!r} does not match the profile's "
-                f"{spec_disk.model!r}"
-            )
-
-
-def _check_use(
-    disk: _Resolved, spec: DataDisksSpec, facts: NodeFacts, own_devnums: set[DevNum]
-) -> None:
-    """System disk, swap, mounts and child devices (none of them is ever overridden)."""
-    device = disk.device
-    assert device is not None
-    serial = disk.spec.serial
-    devnum = device.devnum
-    for mount in facts.mounts:
-        if mount.devnum is None:
-            continue
-        if devnum not in _disks_behind(facts.blocks, mount.devnum):
-            continue
-        if mount.target in SYSTEM_TARGETS:
-            disk.reasons.append(f"{serial}: is the system disk (behind {mount.target})")
-        elif mount.target == spec.mount_point and mount.devnum in own_devnums:
-            continue  # the data filesystem itself, already in place
-        else:
-            disk.reasons.append(
-                f"{serial}: is mounted ({mount.source} on {mount.target}, {mount.fstype})"
-            )
-    for filename, swap_dev in facts.swaps:
-        if swap_dev is not None and devnum in _disks_behind(facts.blocks, swap_dev):
-            disk.reasons.append(f"{serial}: holds active swap ({filename})")
-    for node in facts.blocks:
-        if devnum in node.parents:
-            if node.type in MD_TYPES:
-                if node.devnum in own_devnums:
-                    continue
-                disk.reasons.append(
-                    f"{serial}: is a member of the md array {node.name} ({node.type})"
-                )
-            elif node.type in ("lvm", "crypt", "dm", "mpath"):
-                disk.reasons.append(f"{serial}: holds the device-mapper device {node.name}")
-            elif node.type == "part":
-                disk.signatures = True
-                disk.state = "has partitions"
-                if disk.spec.serial not in spec.allow_wipe:
-                    disk.reasons.append(
-                        f"{serial}: has the partition {node.name}; list its serial in "
-                        "allow_wipe to let gpunode wipe it"
-                    )
-            if node.mountpoints and node.devnum != devnum:
-                for target in node.mountpoints:
-                    if target == "[SWAP]":
-                        disk.reasons.append(f"{serial}: holds active swap ({node.name})")
-                    elif target in SYSTEM_TARGETS:
-                        disk.reasons.append(f"{serial}: is the system disk (behind {target})")
-                    elif not any(m.target == target for m in facts.mounts):
-                        disk.reasons.append(f"{serial}: {node.name} is mounted on {target}")
-
-
-def _check_content(disk: _Resolved, spec: DataDisksSpec, known_uuid: str | None) -> None:
-    """Members, filesystems and other signatures; only the last are overridden by allow_wipe."""
-    device = disk.device
-    assert device is not None and disk.link is not None
-    serial = disk.spec.serial
-    probe = device.blkid
-    layout = spec.effective_layout
-    fs = spec.effective_filesystem
-    member = device.md is not None or probe.type in RAID_MEMBER_TYPES
-    if member:
-        name = (device.md.name if device.md else None) or probe.label
-        short = name.split(":", 1)[-1] if name else None
-        if layout == "md-raid0" and short == units.MD_NAME:
-            disk.ours = True
-            disk.state = f"member of the md array {name!r}"
-            return
-        disk.reasons.append(
-            f"{serial}: is a RAID member ({probe.type or 'md superblock'}"
-            + (f", array {name!r}" if name else "")
-            + "); gpunode never takes a disk from an array"
-        )
-        disk.state = "RAID member"
-        return
-    if probe.type in LVM_MEMBER_TYPES:
-        disk.reasons.append(
-            f"{serial}: is an LVM physical volume ({probe.type}, UUID {probe.uuid})"
-        )
-        disk.state = "LVM physical volume"
-        return
-    if probe.type in CRYPT_TYPES:
-        disk.reasons.append(f"{serial}: is an encrypted container ({probe.type})")
-        disk.state = "encrypted container"
-        return
-    if known_uuid is not None and probe.uuid == known_uuid and probe.type is not None:
-        if probe.type != fs or layout == "md-raid0":
-            disk.reasons.append(
-                f"{serial}: holds gpunode's data filesystem ({probe.type}, UUID {probe.uuid}) "
-                f"but the profile now asks for {layout} with {fs}; gpunode does not convert "
-                "layouts (move the data, then wipe the disks)"
-            )
-            disk.state = f"data filesystem {probe.type}"
-            return
-        disk.ours = True
-        disk.state = f"data filesystem ({probe.type}, UUID {probe.uuid})"
-        return
-    if probe.empty and not device.signatures:
-        if not disk.signatures:
-            disk.state = "blank"
-        return
-    described = probe.describe() if not probe.empty else ""
-    # A GPT's protective MBR is part of the partition table blkid already named.
-    named = {probe.type, probe.pttype} | ({"PMBR"} if probe.pttype else set())
-    others = sorted({s.type for s in device.signatures} - named)
-    if others:
-        described = " and ".join(x for x in (described, f"signatures {', '.join(others)}") if x)
-    disk.state = f"carries {described}"
-    disk.signatures = True
-    if serial not in spec.allow_wipe:
-        disk.reasons.append(
-            f"{serial}: carries {described}; list its serial in allow_wipe to let gpunode wipe it"
-        )
+    @property
+    def fs(self) -> str:
+        return self.spec.effective_filesystem
 
 
 def plan(
@@ -485,6 +195,10 @@ def plan(
 ) -> Plan:
     """Plan the data-disk layout of one node, or refuse with every reason.
 
+    The phases, in order: resolve and judge every listed disk (every refusal collected), pick
+    the filesystem's UUID, then the actions: create or assemble, record the array, write the
+    units and files, enable and mount, make the directory tree.
+
     Args:
         spec: The node's ``hardware.data_disks``.
         facts: What the node's probes found (``toolkit.disks.gather.node_facts``).
@@ -496,74 +210,19 @@ def plan(
     Returns:
         A Plan; ``plan.refused`` tells whether it may be applied.
     """
-    layout = spec.effective_layout
-    fs = spec.effective_filesystem
-    record = managed_uuids(spec, facts)
-    known_uuid = record.get("uuid")
-
-    resolved = [_resolve(d, facts) for d in spec.disks]
-    by_devnum: dict[DevNum, list[str]] = {}
-    for disk in resolved:
-        if disk.link is not None:
-            by_devnum.setdefault(disk.link.devnum, []).append(disk.spec.serial)
-    duplicates = [
-        f"{', '.join(serials)}: name the same device {format_devnum(devnum)}"
-        for devnum, serials in by_devnum.items()
-        if len(serials) > 1
-    ]
-
-    own_devnums = {d.link.devnum for d in resolved if d.link is not None}
-    # The md array built on the listed disks (never another array that merely exists).
-    own_devnums |= {
-        b.devnum for b in facts.blocks if b.type in MD_TYPES and own_devnums.intersection(b.parents)
-    }
-
-    for disk in resolved:
-        if disk.device is None or disk.reasons:
-            continue
-        _check_content(disk, spec, known_uuid)
-        _check_identity(disk, facts)
-        _check_use(disk, spec, facts, own_devnums if disk.ours else set())
-
-    reasons = [r for d in resolved for r in d.reasons] + duplicates
-    found = [d for d in resolved if d.device is not None]
-    ours = [d for d in found if d.ours]
-    if not reasons and ours and len(ours) != len(resolved):
-        rest = [d for d in found if not d.ours]
-        reasons.append(
-            "disks disagree: "
-            + ", ".join(f"{d.spec.serial} holds the data layout" for d in ours)
-            + "; "
-            + ", ".join(f"{d.spec.serial} {d.state}" for d in rest)
-            + "; gpunode does not repair or grow a layout"
-        )
+    layout, fs = spec.effective_layout, spec.effective_filesystem
+    known_uuid = managed_uuids(spec, facts).get("uuid")
+    resolved = [resolve(d, facts) for d in spec.disks]
+    own = devices_of_layout(resolved, facts)
+    reasons = judge(resolved, spec, facts, known_uuid, own)
+    ours = [d for d in resolved if d.device is not None and d.ours]
     existing = bool(ours) and len(ours) == len(resolved)
-    uuid: str | None
-    if existing and layout != "md-raid0":
-        uuid = resolved[0].device.blkid.uuid if resolved[0].device else None
-    elif existing:
-        md_fs = facts.md_device
-        uuid = md_fs.uuid if md_fs is not None and md_fs.type == fs else None
-    elif spec.ephemeral and known_uuid:
-        uuid = known_uuid
-    else:
-        uuid = new_uuid
+    uuid = _uuid_for(resolved, spec, facts, existing, known_uuid, new_uuid)
+    reports = tuple(_report(d) for d in resolved)
 
-    reports = tuple(
-        DiskReport(
-            serial=d.spec.serial,
-            path=d.link.path if d.link else None,
-            device=format_devnum(d.link.devnum) if d.link else None,
-            size=d.device.size if d.device else None,
-            model=d.model,
-            state=d.state,
-            refusals=tuple(d.reasons),
-        )
-        for d in resolved
-    )
     notes: list[str] = []
     target_mounts = [m for m in facts.mounts if m.target == spec.mount_point]
-    mounted_ok = any(m.devnum in own_devnums for m in target_mounts) and existing
+    mounted_ok = any(m.devnum in own for m in target_mounts) and existing
     if target_mounts and not mounted_ok:
         others = ", ".join(f"{m.source} ({m.fstype})" for m in target_mounts)
         reasons.append(f"{spec.mount_point}: already a mount point of {others}")
@@ -574,9 +233,6 @@ def plan(
             f"{spec.mount_point} holds {facts.mount_point_entries} entries on the system disk; "
             "the mount will hide them"
         )
-
-    paths = [d.link.path for d in resolved if d.link is not None]
-    actions: list[Action] = []
     blockers: list[str] = []
     if layout == "md-raid0" and not facts.md_available:
         blockers.append(
@@ -584,58 +240,17 @@ def plan(
             "planned here but not applied"
         )
     assert uuid is not None or existing
-    create_cmds: list[tuple[str, ...]] = []
-    md_uuid = md_uuid_for(uuid) if uuid else None
-    if layout == "md-raid0" and md_uuid:
-        create_cmds.append(
-            (
-                "mdadm",
-                "--create",
-                units.MD_DEVICE,
-                "--metadata=1.2",
-                f"--name={units.MD_NAME}",
-                "--level=0",
-                f"--raid-devices={len(paths)}",
-                f"--uuid={_mdadm_uuid(md_uuid)}",
-                *paths,
-            )
-        )
-    if uuid:
-        create_cmds.append(
-            _mkfs(fs, uuid, units.MD_DEVICE if layout == "md-raid0" else None, paths)
-        )
-
-    if not existing:
-        for disk in resolved:
-            if disk.signatures and disk.link is not None:
-                actions.append(
-                    Action(
-                        "wipe",
-                        f"Wipe every signature of {disk.spec.serial} ({disk.state}), "
-                        "allowed by allow_wipe",
-                        argv=("wipefs", "-a", disk.link.path),
-                    )
-                )
-        for cmd in create_cmds:
-            what = "md RAID0 array 'data'" if cmd[0] == "mdadm" else f"{fs} filesystem"
-            actions.append(
-                Action(
-                    "create-array" if cmd[0] == "mdadm" else "mkfs",
-                    f"Create the {what} on {', '.join(d.spec.serial for d in resolved)}"
-                    + (f" with UUID {uuid}" if cmd[0] != "mdadm" else ""),
-                    argv=cmd,
-                )
-            )
-            if cmd[0] == "mdadm":
-                actions.append(_settle(units.MD_DEVICE, settle_command, spec.device_timeout_s))
-    elif layout == "md-raid0" and not facts.md_active:
-        actions.append(
-            Action(
-                "assemble-array",
-                "Assemble the existing md array 'data'",
-                argv=("mdadm", "--assemble", units.MD_DEVICE, *paths),
-            )
-        )
+    state = _Layout(
+        spec=spec,
+        facts=facts,
+        resolved=resolved,
+        existing=existing,
+        mounted_ok=mounted_ok,
+        uuid=uuid,
+        paths=[d.link.path for d in resolved if d.link is not None],
+    )
+    create_cmds = _create_commands(state)
+    actions = _create_actions(state, create_cmds, settle_command)
     if existing and layout == "md-raid0" and uuid is None and facts.md_active:
         return Plan(
             layout,
@@ -654,102 +269,251 @@ def plan(
         return Plan(
             layout, fs, spec.mount_point, None, reports, tuple(actions), (), tuple(blockers)
         )
-
-    # An existing array keeps its own UUID (it may not be one gpunode derived).
-    array_uuid = _mdadm_uuid(md_uuid) if md_uuid else None
-    if existing and layout == "md-raid0" and resolved[0].device is not None:
-        member = resolved[0].device
-        if member.md is not None:
-            array_uuid = member.md.array_uuid
-        elif member.blkid.uuid:  # no mdadm on the node yet: blkid reads the same superblock
-            array_uuid = _mdadm_uuid(member.blkid.uuid)
-    if layout == "md-raid0" and array_uuid:
-        line = f"ARRAY {units.MD_DEVICE} metadata=1.2 UUID={array_uuid}"
-        if line not in (facts.mdadm_conf or ""):
-            actions.append(
-                Action(
-                    "mdadm-conf",
-                    f"Record the array in {facts.mdadm_conf_path} and refresh the initramfs",
-                    script=(
-                        f"mkdir -p {shlex.quote(facts.mdadm_conf_path.rsplit('/', 1)[0])} && "
-                        f"printf '%s\\n' {shlex.quote(line)} >> "
-                        f"{shlex.quote(facts.mdadm_conf_path)} && "
-                        "if command -v update-initramfs >/dev/null 2>&1; then "
-                        "update-initramfs -u; fi"
-                    ),
-                )
-            )
+    array_uuid = _array_uuid(state)
+    actions += _mdadm_conf_actions(state, array_uuid)
     if not existing or not mounted_ok:
         actions.append(_settle(f"/dev/disk/by-uuid/{uuid}", settle_command, spec.device_timeout_s))
+    files = _files(state, uuid, array_uuid, create_cmds, settle_command, runtime_services)
+    actions += _file_actions(state, uuid, files)
+    actions += _mount_actions(state, uuid)
+    return Plan(
+        layout,
+        fs,
+        spec.mount_point,
+        uuid,
+        reports,
+        tuple(actions),
+        (),
+        tuple(blockers),
+        tuple(notes),
+        existing,
+    )
 
+
+def _uuid_for(
+    resolved: Sequence[Resolved],
+    spec: DataDisksSpec,
+    facts: NodeFacts,
+    existing: bool,
+    known_uuid: str | None,
+    new_uuid: str,
+) -> str | None:
+    """The data filesystem's UUID: the existing one's, the recorded one for an ephemeral
+    disk, else the new one (None: an existing array whose filesystem is not seen)."""
+    if existing and spec.effective_layout != "md-raid0":
+        return resolved[0].device.blkid.uuid if resolved[0].device else None
+    if existing:
+        md_fs = facts.md_device
+        return md_fs.uuid if md_fs is not None and md_fs.type == spec.effective_filesystem else None
+    if spec.ephemeral and known_uuid:
+        return known_uuid
+    return new_uuid
+
+
+def _report(disk: Resolved) -> DiskReport:
+    return DiskReport(
+        serial=disk.spec.serial,
+        path=disk.link.path if disk.link else None,
+        device=format_devnum(disk.link.devnum) if disk.link else None,
+        size=disk.device.size if disk.device else None,
+        model=disk.model,
+        state=disk.state,
+        refusals=tuple(disk.reasons),
+    )
+
+
+def _create_commands(state: _Layout) -> list[tuple[str, ...]]:
+    """The commands that make the layout (an md array, then the filesystem), also what an
+    ephemeral disk's boot script runs."""
+    commands: list[tuple[str, ...]] = []
+    md_uuid = md_uuid_for(state.uuid) if state.uuid else None
+    if state.layout == "md-raid0" and md_uuid:
+        commands.append(
+            (
+                "mdadm",
+                "--create",
+                units.MD_DEVICE,
+                "--metadata=1.2",
+                f"--name={units.MD_NAME}",
+                "--level=0",
+                f"--raid-devices={len(state.paths)}",
+                f"--uuid={_mdadm_uuid(md_uuid)}",
+                *state.paths,
+            )
+        )
+    if state.uuid:
+        md_device = units.MD_DEVICE if state.layout == "md-raid0" else None
+        commands.append(_mkfs(state.fs, state.uuid, md_device, state.paths))
+    return commands
+
+
+def _create_actions(
+    state: _Layout, create_cmds: Sequence[tuple[str, ...]], settle_command: str
+) -> list[Action]:
+    """Wipe (allowed disks only), create the array and the filesystem; or assemble an
+    existing array that is not active."""
+    actions: list[Action] = []
+    if not state.existing:
+        for disk in state.resolved:
+            if disk.signatures and disk.link is not None:
+                actions.append(
+                    Action(
+                        "wipe",
+                        f"Wipe every signature of {disk.spec.serial} ({disk.state}), "
+                        "allowed by allow_wipe",
+                        argv=("wipefs", "-a", disk.link.path),
+                    )
+                )
+        for cmd in create_cmds:
+            what = "md RAID0 array 'data'" if cmd[0] == "mdadm" else f"{state.fs} filesystem"
+            actions.append(
+                Action(
+                    "create-array" if cmd[0] == "mdadm" else "mkfs",
+                    f"Create the {what} on {', '.join(d.spec.serial for d in state.resolved)}"
+                    + (f" with UUID {state.uuid}" if cmd[0] != "mdadm" else ""),
+                    argv=cmd,
+                )
+            )
+            if cmd[0] == "mdadm":
+                actions.append(
+                    _settle(units.MD_DEVICE, settle_command, state.spec.device_timeout_s)
+                )
+    elif state.layout == "md-raid0" and not state.facts.md_active:
+        actions.append(
+            Action(
+                "assemble-array",
+                "Assemble the existing md array 'data'",
+                argv=("mdadm", "--assemble", units.MD_DEVICE, *state.paths),
+            )
+        )
+    return actions
+
+
+def _array_uuid(state: _Layout) -> str | None:
+    """The md array's UUID: an existing array keeps its own (it may not be one gpunode
+    derived)."""
+    assert state.uuid is not None
+    array_uuid = _mdadm_uuid(md_uuid_for(state.uuid))
+    first = state.resolved[0].device
+    if state.existing and state.layout == "md-raid0" and first is not None:
+        if first.md is not None:
+            array_uuid = first.md.array_uuid
+        elif first.blkid.uuid:  # no mdadm on the node yet: blkid reads the same superblock
+            array_uuid = _mdadm_uuid(first.blkid.uuid)
+    return array_uuid
+
+
+def _mdadm_conf_actions(state: _Layout, array_uuid: str | None) -> list[Action]:
+    """Record the array in mdadm.conf (and the initramfs) when it is not there yet."""
+    if state.layout != "md-raid0" or not array_uuid:
+        return []
+    line = f"ARRAY {units.MD_DEVICE} metadata=1.2 UUID={array_uuid}"
+    if line in (state.facts.mdadm_conf or ""):
+        return []
+    conf = state.facts.mdadm_conf_path
+    return [
+        Action(
+            "mdadm-conf",
+            f"Record the array in {conf} and refresh the initramfs",
+            script=(
+                f"mkdir -p {shlex.quote(conf.rsplit('/', 1)[0])} && "
+                f"printf '%s\\n' {shlex.quote(line)} >> {shlex.quote(conf)} && "
+                "if command -v update-initramfs >/dev/null 2>&1; then "
+                "update-initramfs -u; fi"
+            ),
+        )
+    ]
+
+
+_EPHEMERAL_FILES = (
+    (units.EPHEMERAL_SCRIPT, "0755"),
+    (f"{units.UNIT_DIR}/{units.EPHEMERAL_UNIT}", "0644"),
+    (f"{units.UNIT_DIR}/{units.TREE_UNIT}", "0644"),
+)
+
+
+def _files(
+    state: _Layout,
+    uuid: str,
+    array_uuid: str | None,
+    create_cmds: Sequence[tuple[str, ...]],
+    settle_command: str,
+    runtime_services: Sequence[str],
+) -> list[tuple[str, str, str, bool]]:
+    """Every file the layout needs on the node: (path, content, mode, is a systemd unit)."""
+    spec = state.spec
     record_doc = {
         "uuid": uuid,
-        "layout": layout,
-        "filesystem": fs,
+        "layout": state.layout,
+        "filesystem": state.fs,
         "mount_point": spec.mount_point,
-        "serials": [d.spec.serial for d in resolved],
-        "md_uuid": array_uuid if layout == "md-raid0" else None,
+        "serials": [d.spec.serial for d in state.resolved],
+        "md_uuid": array_uuid if state.layout == "md-raid0" else None,
     }
-    files: list[tuple[str, str, str, str]] = [
+    files = [
         (
             units.record_path(spec.mount_point),
             json.dumps(record_doc, indent=2, sort_keys=True) + "\n",
             "0644",
-            "",
-        )
-    ]
-    mount_name = units.mount_unit_name(spec.mount_point)
-    unit_paths = []
-    mount_path = f"{units.UNIT_DIR}/{mount_name}"
-    files.append(
+            False,
+        ),
         (
-            mount_path,
+            f"{units.UNIT_DIR}/{units.mount_unit_name(spec.mount_point)}",
             units.mount_unit(
-                spec.mount_point, uuid, fs, spec.device_timeout_s, paths, runtime_services
+                spec.mount_point,
+                uuid,
+                state.fs,
+                spec.device_timeout_s,
+                state.paths,
+                runtime_services,
             ),
             "0644",
-            "unit",
-        )
-    )
-    device_unit = units.device_unit_name(f"/dev/disk/by-uuid/{uuid}")
-    files.append(
+            True,
+        ),
         (
-            f"{units.UNIT_DIR}/{device_unit}.d/{units.DROPIN_NAME}",
+            _device_dropin(uuid),
             units.device_timeout_dropin(spec.device_timeout_s),
             "0644",
-            "unit",
-        )
-    )
+            True,
+        ),
+    ]
     for service in runtime_services:
         files.append(
             (
                 f"{units.UNIT_DIR}/{service}.d/{units.DROPIN_NAME}",
                 units.runtime_dropin(spec.mount_point),
                 "0644",
-                "unit",
+                True,
             )
         )
-    ephemeral_files = [
-        (units.EPHEMERAL_SCRIPT, "0755"),
-        (f"{units.UNIT_DIR}/{units.EPHEMERAL_UNIT}", "0644"),
-        (f"{units.UNIT_DIR}/{units.TREE_UNIT}", "0644"),
-    ]
     if spec.ephemeral:
         contents = [
-            units.ephemeral_script(paths, create_cmds, uuid, settle_command),
-            units.ephemeral_unit(spec.mount_point, paths, runtime_services),
+            units.ephemeral_script(state.paths, create_cmds, uuid, settle_command),
+            units.ephemeral_unit(spec.mount_point, state.paths, runtime_services),
             units.tree_unit(spec.mount_point, spec.group, runtime_services),
         ]
-        for (path, mode), content in zip(ephemeral_files, contents, strict=True):
-            files.append((path, content, mode, "unit" if path.startswith(units.UNIT_DIR) else ""))
+        for (path, mode), content in zip(_EPHEMERAL_FILES, contents, strict=True):
+            files.append((path, content, mode, path.startswith(units.UNIT_DIR)))
+    return files
+
+
+def _device_dropin(uuid: str) -> str:
+    """The drop-in that gives the filesystem's device unit its timeout."""
+    device_unit = units.device_unit_name(f"/dev/disk/by-uuid/{uuid}")
+    return f"{units.UNIT_DIR}/{device_unit}.d/{units.DROPIN_NAME}"
+
+
+def _file_actions(
+    state: _Layout, uuid: str, files: Sequence[tuple[str, str, str, bool]]
+) -> list[Action]:
+    """Write what differs, remove what a former layout left, reload systemd if a unit moved."""
+    actions: list[Action] = []
     units_changed = False
-    for path, content, mode, kind in files:
-        current = facts.files.get(path)
+    for path, content, mode, is_unit in files:
+        current = state.facts.files.get(path)
         if current == content:
             continue
-        if kind == "unit":
-            units_changed = True
-            unit_paths.append(path)
+        units_changed = units_changed or is_unit
         actions.append(
             Action(
                 "write-file",
@@ -760,14 +524,14 @@ def plan(
                 before=current,
             )
         )
-    if not spec.ephemeral:
-        for path, _mode in ephemeral_files:
-            if facts.files.get(path) is not None:
+    if not state.spec.ephemeral:
+        for path, _mode in _EPHEMERAL_FILES:
+            if state.facts.files.get(path) is not None:
                 units_changed = True
                 actions.append(Action("remove-file", f"Remove {path} (not ephemeral)", path=path))
     # Device timeouts of filesystems that are gone (an earlier layout): one layout per node.
-    current_dropin = f"{units.UNIT_DIR}/{device_unit}.d/{units.DROPIN_NAME}"
-    for stale, text in sorted(facts.files.items()):
+    current_dropin = _device_dropin(uuid)
+    for stale, text in sorted(state.facts.files.items()):
         if (
             text is not None
             and stale != current_dropin
@@ -782,6 +546,14 @@ def plan(
         actions.append(
             Action("daemon-reload", "Reload systemd's units", argv=("systemctl", "daemon-reload"))
         )
+    return actions
+
+
+def _mount_actions(state: _Layout, uuid: str) -> list[Action]:
+    """Enable the units at boot, mount, and make the group and the directory tree."""
+    spec, facts = state.spec, state.facts
+    mount_name = units.mount_unit_name(spec.mount_point)
+    actions: list[Action] = []
     wanted_enabled = [mount_name] + (
         [units.EPHEMERAL_UNIT, units.TREE_UNIT] if spec.ephemeral else []
     )
@@ -790,7 +562,7 @@ def plan(
             actions.append(
                 Action("enable", f"Enable {unit} at boot", argv=("systemctl", "enable", unit))
             )
-    if not mounted_ok:
+    if not state.mounted_ok:
         actions.append(
             Action(
                 "mount",
@@ -812,8 +584,7 @@ def plan(
     for entry in units.tree(spec.group):
         path = f"{spec.mount_point}/{entry.name}"
         group = entry.group or "root"
-        state = facts.dirs.get(path)
-        if mounted_ok and state == DirState(entry.mode, "root", group):
+        if state.mounted_ok and facts.dirs.get(path) == DirState(entry.mode, "root", group):
             continue
         actions.append(
             Action(
@@ -822,18 +593,7 @@ def plan(
                 argv=("install", "-d", "-m", entry.mode, "-o", "root", "-g", group, path),
             )
         )
-    return Plan(
-        layout,
-        fs,
-        spec.mount_point,
-        uuid,
-        reports,
-        tuple(actions),
-        (),
-        tuple(blockers),
-        tuple(notes),
-        existing,
-    )
+    return actions
 
 
 def _settle(path: str, settle_command: str, timeout_s: int) -> Action:
