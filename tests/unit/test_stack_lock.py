@@ -29,7 +29,8 @@ from test_stack_support import make
 
 from toolkit.errors import ConfigError, StackError
 from toolkit.stack import resolve
-from toolkit.stack.aptindex import IndexEntry, compare_versions, key_fingerprints, satisfies
+from toolkit.stack.aptindex import IndexEntry, key_fingerprints
+from toolkit.stack.debversion import compare_versions, satisfies
 from toolkit.stack.lock import LOCK_KEY, apply_lock, requirements, resolve_lock, verify_lock
 from toolkit.stack.targets import check_locks, load_targets, lock_inventory
 

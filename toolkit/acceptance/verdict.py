@@ -16,7 +16,7 @@ from toolkit import nodestate
 from toolkit.acceptance import memory_health, topology
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse_text
 from toolkit.acceptance.thresholds import AcceptanceSpec, BusbwFloor, critical_xids, format_size
-from toolkit.stack.aptindex import satisfies
+from toolkit.stack.debversion import satisfies
 
 READY = "ready"
 NOT_READY = "not-ready"

@@ -14,6 +14,7 @@ from functools import cmp_to_key
 from typing import Any
 
 from toolkit import converge, nodestate
+from toolkit.stack.debversion import compare_versions, satisfies
 
 # Distribution + major version as Ansible reports them -> NVIDIA's repository OS id.
 # Source: NVIDIA CUDA repository layout (developer.download.nvidia.com/compute/cuda/repos/).
@@ -600,13 +601,11 @@ def missing_pins(pins: Mapping[str, str], offered: Mapping[str, Iterable[str]]) 
 
 def pick_versions(pins: Mapping[str, str], offered: Mapping[str, Iterable[str]]) -> dict[str, str]:
     """Exact versions for pins that may be requirements (``V-*``: any Debian revision of ``V``;
-    ``>=V``: ``V`` or later, see :func:`toolkit.stack.aptindex.satisfies`).
+    ``>=V``: ``V`` or later, see :func:`toolkit.stack.debversion.satisfies`).
 
     Each requirement becomes the highest offered version that satisfies it; an exact pin, or a
     requirement nothing satisfies, stays as it is (the availability check then names it).
     """
-    from toolkit.stack.aptindex import compare_versions, satisfies
-
     picked = {}
     for name, wanted in pins.items():
         fits = [v for v in offered.get(name, ()) if satisfies(wanted, v)]

@@ -5,8 +5,9 @@ Nothing here touches a disk. The planner names disks by serial and resolves them
 between boots (and, in containers, a listing that shows the host's disks). Every safety rule
 of domain.md section 4 is a refusal reason (``toolkit.disks.rules``); all of them are collected,
 so a refused plan says everything that is wrong at once. ``plan()`` runs in phases: judge the
-disks, pick the UUID, then create, record, write, mount. "Already done" is recognised by the filesystem UUID
-(recorded by gpunode and in the mount unit) or the md array name, never by formatting again.
+disks, pick the UUID, then create, record, write, mount. "Already done" is recognised by the
+filesystem UUID (recorded by gpunode and in the mount unit) or the md array name, never by
+formatting again.
 """
 
 from __future__ import annotations

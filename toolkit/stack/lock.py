@@ -25,12 +25,11 @@ from toolkit.inventory import name_path
 from toolkit.stack.aptindex import (
     Fetch,
     IndexEntry,
-    compare_versions,
     fetch_url,
     key_fingerprints,
     read_index,
-    satisfies,
 )
+from toolkit.stack.debversion import compare_versions, satisfies
 from toolkit.stack.models import SUPPORTED_OS
 from toolkit.stack.resolve import DEB_ARCH
 
