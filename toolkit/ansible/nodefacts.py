@@ -14,15 +14,8 @@ from functools import cmp_to_key
 from typing import Any
 
 from toolkit import converge, nodestate
+from toolkit.stack import systems
 from toolkit.stack.debversion import compare_versions, satisfies
-
-# Distribution + major version as Ansible reports them -> NVIDIA's repository OS id.
-# Source: NVIDIA CUDA repository layout (developer.download.nvidia.com/compute/cuda/repos/).
-SUPPORTED_OS: dict[tuple[str, str], str] = {
-    ("Ubuntu", "22.04"): "ubuntu2204",
-    ("Ubuntu", "24.04"): "ubuntu2404",
-    ("Debian", "12"): "debian12",
-}
 
 NVIDIA_VENDOR = "10de"
 # PCI class codes (PCI SIG class code list): VGA 0300, 3D controller 0302, other bridge 0680.
@@ -89,11 +82,11 @@ def os_id(distribution: str, version: str) -> str:
     dist = distribution.strip()
     ver = version.strip()
     key_version = ver if dist == "Ubuntu" else ver.split(".")[0]
-    found = SUPPORTED_OS.get((dist, key_version))
+    found = systems.BY_RELEASE.get((dist, key_version))
     if found is None:
-        supported = ", ".join(f"{d} {v}" for d, v in SUPPORTED_OS)
+        supported = ", ".join(f"{d} {v}" for d, v in systems.BY_RELEASE)
         raise UnsupportedOS(f"unsupported OS {dist} {ver}; supported: {supported}")
-    return found
+    return found.os_id
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from rich.text import Text
 from toolkit.cli.options import inventory_option, json_option, limit_option
 from toolkit.cli.output import emit_json, err_console, out_console, shown
 from toolkit.errors import StackError
+from toolkit.stack.systems import SUPPORTED_OS
 
 _PATH = click.argument(
     "path", type=click.Path(exists=True, dir_okay=True, file_okay=True, path_type=Path)
@@ -114,7 +115,7 @@ Examples:
     "--os",
     "os_ids",
     multiple=True,
-    type=click.Choice(["ubuntu2204", "ubuntu2404", "debian12"]),
+    type=click.Choice(SUPPORTED_OS),
     help="Only this OS (repeatable). Default: every supported OS.",
 )
 @click.option(
@@ -133,15 +134,14 @@ def show(
     Packages are printed as `name=version`, ready for `apt-get install`. An incoherent
     stack is still shown, its errors printed on stderr, and exits 2.
     """
-    from toolkit.stack.models import SUPPORTED_OS
     from toolkit.stack.targets import load_targets
 
     is_inventory, targets = load_targets(path)
-    systems = list(os_ids) or list(SUPPORTED_OS)
+    os_list = list(os_ids) or list(SUPPORTED_OS)
     documents: dict[str | None, dict[str, Any]] = {}
     for target in targets:
         document = target.report()
-        document["resolved"] = {os_id: _locked(target, os_id, arch) for os_id in systems}
+        document["resolved"] = {os_id: _locked(target, os_id, arch) for os_id in os_list}
         documents[target.group] = document
     failed = [g for g, d in documents.items() if not d["ok"]]
     if as_json:

@@ -8,7 +8,6 @@ and :func:`stack_id`, and the GPU catalog (:func:`lookup_gpu`).
 from toolkit.stack.catalog import GpuInfo, lookup_gpu
 from toolkit.stack.check import RULES, Violation, check, has_errors
 from toolkit.stack.models import (
-    SUPPORTED_OS,
     DriverPin,
     GpuSpec,
     HardwareProfile,
@@ -17,6 +16,7 @@ from toolkit.stack.models import (
     load_stack_file,
 )
 from toolkit.stack.resolve import canonical, resolve, stack_id
+from toolkit.stack.systems import SUPPORTED_OS
 
 __all__ = [
     "RULES",

@@ -30,8 +30,8 @@ from toolkit.stack.aptindex import (
     read_index,
 )
 from toolkit.stack.debversion import compare_versions, satisfies
-from toolkit.stack.models import SUPPORTED_OS
 from toolkit.stack.resolve import DEB_ARCH
+from toolkit.stack.systems import SUPPORTED_OS
 
 LOCK_FILE = "stack.lock.yml"
 LOCK_KEY = "stack_lock"

@@ -17,9 +17,6 @@ from toolkit.stack import catalog
 from toolkit.stack.security import Cve
 from toolkit.stack.versions import CUDA_RE, DRIVER_RE, NCCL_RE, PLAIN_RE
 
-OsId = Literal["ubuntu2204", "ubuntu2404", "debian12"]
-SUPPORTED_OS: tuple[OsId, ...] = ("ubuntu2204", "ubuntu2404", "debian12")
-
 CUDNN_RE = re.compile(
     r"^([0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}"
     r"|8\.[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}-[0-9]{1,4}\+cuda[0-9]{1,2}\.[0-9]{1,2})\Z"

@@ -20,7 +20,9 @@ from typing import Any
 
 from toolkit.config import did_you_mean, parse_yaml
 from toolkit.errors import ConfigError, clip
-from toolkit.stack.models import SUPPORTED_OS, HardwareProfile, Stack
+from toolkit.stack import systems
+from toolkit.stack.models import HardwareProfile, Stack
+from toolkit.stack.systems import SUPPORTED_OS
 from toolkit.stack.versions import cuda_full, cuda_major_minor, driver_branch, parse_nccl
 
 # Architectures whose servers are Arm (Grace): NVIDIA's repositories call that arch "sbsa".
@@ -49,7 +51,7 @@ def naming_rules() -> dict[str, Any]:
 
 def os_family(os_id: str) -> str:
     """The naming-rule family of an OS (``ubuntu2204`` -> ``ubuntu``)."""
-    return str(naming_rules()["os"][os_id])
+    return systems.family(os_id)
 
 
 def repository_variables() -> tuple[str, ...]:
