@@ -3,7 +3,8 @@
 ``/etc/gpunode/state.json`` on each node says where the node stands:
 
 - ``new``: gpunode never provisioned it;
-- ``provisioned``: the pinned stack is installed (reasons such as "needs reboot" may follow);
+- ``provisioned``: the pinned stack is installed (``reboot_pending`` says when the loaded
+  driver is not the installed one until a reboot);
 - ``ready``: an acceptance verdict passed **for the stack id installed now**;
 - ``not-ready``: acceptance failed, the stack changed since it passed, or the node drifted.
 
@@ -37,9 +38,13 @@ KEYS = (
     "provisioned_at",
     "busbw_at_largest_gbps",
     "suspended",
+    "reboot_pending",
 )
 # The reason a ready node carries while a provision run is changing it (see begin_provision).
 IN_PROGRESS = "provision in progress"
+# ``reboot_pending``: {"loaded": <driver version the kernel runs>, "installed": <the pinned one>}
+# while the node runs another driver than the one installed; absent once it runs the pin.
+REBOOT_KEYS = ("loaded", "installed")
 
 State = dict[str, Any]
 
@@ -125,22 +130,42 @@ def standing(current: Mapping[str, Any]) -> dict[str, Any]:
     return {k: base.get(k) for k in ("state", "reason", "stack_id")}
 
 
+def reboot_pending(state: Mapping[str, Any]) -> dict[str, str] | None:
+    """The driver change that waits for a reboot (``loaded``, ``installed``), or None."""
+    pending = state.get("reboot_pending")
+    if not isinstance(pending, Mapping) or not pending:
+        return None
+    return {key: str(pending.get(key) or "?") for key in REBOOT_KEYS}
+
+
+def reboot_reason(pending: Mapping[str, Any]) -> str:
+    """The reason a node with a pending reboot carries, for people."""
+    return (
+        f"needs reboot: loaded NVIDIA module {pending.get('loaded') or '?'}, installed and "
+        f"pinned {pending.get('installed') or '?'}"
+    )
+
+
 def after_provision(
     current: Mapping[str, Any],
     *,
     stack_id: str,
     changed: bool,
-    reasons: Iterable[str] = (),
+    reboot: Mapping[str, Any] | None = None,
     run_id: str | None = None,
     now: datetime | None = None,
 ) -> State:
     """The state once a provision run converged the node to ``stack_id``.
 
+    ``reboot``: the driver change that waits for a reboot (``loaded``, ``installed``), kept as
+    ``reboot_pending`` with its reason; None or empty when the node runs the pinned driver.
+
     A node ready (or not ready) for this very stack, with nothing changed and nothing to
     report, keeps its verdict. A ready node whose stack changed, or that was reinstalled,
     becomes not-ready: acceptance must run again. Anything else is ``provisioned``.
     """
-    reasons = [str(r) for r in reasons]
+    pending = reboot_pending({"reboot_pending": reboot})
+    reasons = [reboot_reason(pending)] if pending else []
     suspended = current.get("suspended") or {}
     if suspended:
         changed = changed or bool(suspended.get("interrupted"))
@@ -162,7 +187,9 @@ def after_provision(
     else:
         wanted = {"state": "provisioned", "reason": reasons}
     wanted["stack_id"] = stack_id
-    merged = {**current, **wanted}
+    merged = {k: v for k, v in {**current, **wanted}.items() if k != "reboot_pending"}
+    if pending:
+        merged["reboot_pending"] = pending
     if changed or "provisioned_at" not in current:
         # Acceptance's XID window opens at the last provision that installed something.
         merged["provisioned_at"] = _utc(now)
@@ -276,7 +303,7 @@ def proven_provisioned(state: Mapping[str, Any], stack_id: str, drift: Iterable[
         and state.get("stack_id") == stack_id
         and not state.get("suspended")
         and not list(drift)
-        and not any("needs reboot" in str(r) for r in state.get("reason") or [])
+        and reboot_pending(state) is None
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit import nodestate
 from toolkit.ansible.events import RunResult
 from toolkit.ansible.precheck import Precheck, check_inventory
 from toolkit.progress import Display
@@ -126,11 +127,11 @@ def converge(
         verbosity=verbosity,
         cancel=cancel,
     )
-    reboots = {
-        host: list(facts.get("node_state_reasons") or [])
-        for host, facts in result.facts.items()
-        if facts.get("nvidia_driver_reboot_required") and not check
-    }
+    reboots = {}
+    for host, facts in result.facts.items():
+        pending = nodestate.reboot_pending(facts.get("gpunode_node_state") or {})
+        if pending and not check:
+            reboots[host] = [nodestate.reboot_reason(pending)]
     return ProvisionOutcome(precheck=found, result=result, reboots=reboots)
 
 

@@ -38,31 +38,39 @@ def test_render_round_trips() -> None:
     assert list(json.loads(nodestate.render(state))) == sorted(state)
 
 
-# (current state, stack id in the file, changed, reasons) -> (state, reason contains)
-PROVISION_CASES: list[tuple[str, str | None, bool, list[str], str, str | None]] = [
-    ("new", None, True, [], "provisioned", None),
-    ("new", None, False, ["needs reboot"], "provisioned", "needs reboot"),
-    ("provisioned", "s1", False, [], "provisioned", None),
-    ("ready", "s1", False, [], "ready", None),  # the verdict stands
-    ("not-ready", "s1", False, [], "not-ready", "ecc"),  # so does a failed one
-    ("ready", "s0", True, [], "not-ready", "stack changed from s0 to s1"),
-    ("ready", "s1", True, [], "not-ready", "stack reinstalled"),
-    ("ready", "s1", False, ["needs reboot"], "not-ready", "needs reboot"),
-    ("not-ready", "s0", True, [], "provisioned", None),
+REBOOT = {"loaded": "550.127.05", "installed": "580.95.05"}
+# (current state, stack id in the file, changed, reboot pending) -> (state, reason contains)
+PROVISION_CASES: list[tuple[str, str | None, bool, dict[str, str], str, str | None]] = [
+    ("new", None, True, {}, "provisioned", None),
+    ("new", None, False, REBOOT, "provisioned", "needs reboot: loaded NVIDIA module 550.127.05"),
+    ("provisioned", "s1", False, {}, "provisioned", None),
+    ("ready", "s1", False, {}, "ready", None),  # the verdict stands
+    ("not-ready", "s1", False, {}, "not-ready", "ecc"),  # so does a failed one
+    ("ready", "s0", True, {}, "not-ready", "stack changed from s0 to s1"),
+    ("ready", "s1", True, {}, "not-ready", "stack reinstalled"),
+    ("ready", "s1", False, REBOOT, "not-ready", "installed and pinned 580.95.05"),
+    ("not-ready", "s0", True, {}, "provisioned", None),
 ]
 
 
-@pytest.mark.parametrize(("before", "stack", "changed", "reasons", "after", "why"), PROVISION_CASES)
+@pytest.mark.parametrize(("before", "stack", "changed", "reboot", "after", "why"), PROVISION_CASES)
 def test_after_provision(
-    before: str, stack: str | None, changed: bool, reasons: list[str], after: str, why: str | None
+    before: str,
+    stack: str | None,
+    changed: bool,
+    reboot: dict[str, str],
+    after: str,
+    why: str | None,
 ) -> None:
     current: dict[str, Any] = {"state": before, "reason": ["ecc"] if before == "not-ready" else []}
     if stack:
         current["stack_id"] = stack
     new = nodestate.after_provision(
-        current, stack_id="s1", changed=changed, reasons=reasons, run_id="r1", now=NOW
+        current, stack_id="s1", changed=changed, reboot=reboot, run_id="r1", now=NOW
     )
     assert new["state"] == after
+    assert new.get("reboot_pending") == (reboot or None)
+    assert nodestate.proven_provisioned(new, "s1", []) == (not reboot)
     assert new["stack_id"] == "s1"
     if why:
         assert any(why in r for r in new["reason"]), new["reason"]
@@ -180,3 +188,27 @@ def test_provisioned_at_moves_only_when_a_provision_installed_something() -> Non
     assert moved["provisioned_at"] == "2026-12-05T00:00:00Z"
     accepted = _accept({**moved, "state": "provisioned"}, True, "s1")
     assert accepted["provisioned_at"] == moved["provisioned_at"]
+
+
+def test_a_reboot_clears_the_pending_field_and_its_reason() -> None:
+    """The next provision after the node rebooted into the pinned driver drops both."""
+    waiting = nodestate.after_provision(
+        nodestate.new(), stack_id="s1", changed=True, reboot=REBOOT, now=NOW
+    )
+    assert waiting["reboot_pending"] == REBOOT
+    assert not nodestate.proven_provisioned(waiting, "s1", [])
+    rebooted = nodestate.after_provision(waiting, stack_id="s1", changed=False, now=NOW)
+    assert "reboot_pending" not in rebooted
+    assert rebooted["reason"] == []
+    assert nodestate.proven_provisioned(rebooted, "s1", [])
+
+
+def test_a_reason_alone_is_not_a_pending_reboot() -> None:
+    """The structured field decides, not the text of a reason."""
+    state = {"state": "provisioned", "stack_id": "s1", "reason": ["needs reboot (old text)"]}
+    assert nodestate.reboot_pending(state) is None
+    assert nodestate.proven_provisioned(state, "s1", [])
+    assert nodestate.reboot_pending({**state, "reboot_pending": {"loaded": "550"}}) == {
+        "loaded": "550",
+        "installed": "?",
+    }

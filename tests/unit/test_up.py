@@ -48,7 +48,12 @@ def test_proven_ready(change: dict[str, Any], drift: list[str], proven: bool) ->
         ({"state": "provisioned", "stack_id": "s1", "reason": []}, ["drift"], False),
         ({"state": "new", "reason": []}, [], False),
         (
-            {"state": "provisioned", "stack_id": "s1", "reason": ["needs reboot: loaded 550"]},
+            {
+                "state": "provisioned",
+                "stack_id": "s1",
+                "reason": ["needs reboot: loaded 550"],
+                "reboot_pending": {"loaded": "550.127.05", "installed": "580.95.05"},
+            },
             [],
             False,
         ),

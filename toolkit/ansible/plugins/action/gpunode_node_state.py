@@ -6,7 +6,7 @@ the file on the node, asks those rules for the next state and writes it back ato
 what would be written and writes nothing; ``--diff`` shows the file before and after.
 
 ``event: begin`` (before a provision changes anything) turns a ready node not-ready until
-``event: provision`` (with ``stack_id``, ``changed`` and ``reasons``) decides its standing;
+``event: provision`` (with ``stack_id``, ``changed`` and ``reboot``) decides its standing;
 ``event: drift`` takes ``drift`` (entries with a ``message``). The task reports ``changed``
 only when the node's standing (state, reasons, stack id) changed, so a provision that
 changes nothing reports nothing, although the file is written twice. The new state is
@@ -36,7 +36,7 @@ class ActionModule(ActionBase):
     """Apply a provision or drift event to the node's state file."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("event", "stack_id", "changed", "reasons", "drift", "run_id", "known"))
+    _VALID_ARGS = frozenset(("event", "stack_id", "changed", "reboot", "drift", "run_id", "known"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         """Read, decide, write when changed."""
@@ -69,7 +69,7 @@ class ActionModule(ActionBase):
                 current,
                 stack_id=stack_id,
                 changed=bool(args.get("changed", False)),
-                reasons=list(args.get("reasons") or []),
+                reboot=plain(args.get("reboot")) or None,
                 run_id=run_id,
             )
         elif event == "drift":
