@@ -33,11 +33,11 @@ STAMP_VERSION = 1
 
 # Component -> (its role, the roles whose tasks it includes). Order is the converge's order.
 ROLES: dict[str, tuple[str, ...]] = {
-    "driver": ("nvidia_driver", "apt_pins"),
+    "driver": ("nvidia_driver", "apt_repository", "apt_pins"),
     "cuda": ("cuda_toolkit", "apt_pins"),
     "nccl": ("nccl", "apt_pins"),
     "fabric_manager": ("fabric_manager", "apt_pins"),
-    "container_runtime": ("container_runtime", "nvidia_driver", "apt_pins"),
+    "container_runtime": ("container_runtime", "apt_repository", "apt_pins"),
 }
 COMPONENTS = tuple(ROLES)
 
