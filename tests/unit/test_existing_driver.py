@@ -14,11 +14,14 @@ NVIDIA/k8s-device-plugin#346).
 
 from __future__ import annotations
 
+import fnmatch
+import subprocess
 from typing import Any
 
 import pytest
 
 from toolkit.ansible import nodefacts as nf
+from toolkit.lab import runfile
 
 KERNEL = "6.8.0-1015-aws"
 MODULE = f"/lib/modules/{KERNEL}/kernel/drivers/video/nvidia.ko"
@@ -203,3 +206,33 @@ def test_node_facts_carry_the_decision_preflight_reads() -> None:
     assert facts["driver_decision"]["action"] == "refuse"
     sections["driver_files"] = (0, APT_PROBE)
     assert nf.node_facts(sections, resolved)["driver_decision"]["action"] == "adopt"
+
+
+def probe_patterns(kernel: str) -> list[str]:
+    """The paths and globs the facts probe tests, for one kernel release."""
+    loop = nf.DRIVER_FILES_PROBE.split("for f in ", 1)[1].split("; do", 1)[0]
+    return [word.replace("$k", kernel) for word in loop.split()]
+
+
+def test_the_lab_fault_leaves_what_the_probe_finds_and_classifies_as_runfile() -> None:
+    kernel = "6.1.0-26-amd64"
+    files = runfile.footprint(kernel)
+    patterns = probe_patterns(kernel)
+    seen = [path for path in files if any(fnmatch.fnmatch(path, p) for p in patterns)]
+    # Every marker, the module and the libraries; nothing a package would own.
+    assert set(seen) == set(files)
+    probe = "".join(f"present {p}\n" for p in seen) + "".join(
+        f"dpkg-query: no path found matching pattern {p}\n" for p in seen
+    )
+    found = nf.classify_existing_driver(nf.parse_driver_files(probe), {})
+    assert (found.kind, found.version) == ("runfile", runfile.VERSION)
+    assert runfile.UNINSTALLER in found.files and runfile.module_path(kernel) in found.files
+
+
+def test_the_lab_uninstaller_removes_exactly_the_footprint() -> None:
+    kernel = "6.1.0-26-amd64"
+    script = runfile.uninstaller(kernel)
+    assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
+    removed = script.split("rm -f ", 1)[1].split("\n", 1)[0].split()
+    assert sorted(removed) == sorted(runfile.footprint(kernel))
+    assert runfile.footprint(kernel)[runfile.UNINSTALLER].mode == 0o755
