@@ -392,7 +392,10 @@ RUNFILE_MARKERS = (
 )
 RUNFILE_MODULE_DIRS = ("kernel/drivers/video", "video")
 DRIVER_LIBRARY_DIR = "/usr/lib/x86_64-linux-gnu"
-DRIVER_LIBRARIES = ("libnvidia-ml.so.*", "libcuda.so.*")
+# The versioned files only (libnvidia-ml.so.550.127.05): the installer writes them there, while
+# Debian's packages keep theirs under nvidia/current/ and reach them through alternatives,
+# whose links in this directory dpkg does not list as owned.
+DRIVER_LIBRARIES = ("libnvidia-ml.so.[0-9][0-9][0-9].*", "libcuda.so.[0-9][0-9][0-9].*")
 # Each of those files that exists ("present PATH"), then `dpkg -S` of them: "pkg[:arch][,
 # pkg...]: PATH" for an owned file, "dpkg-query: no path found matching pattern PATH" for one
 # no package owns (the shapes vuls parses, future-architect/vuls scanner/debian_test.go,
