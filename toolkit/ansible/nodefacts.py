@@ -382,8 +382,10 @@ def drift_dicts(host: str, drifts: Iterable[Drift]) -> list[dict[str, str]]:
 #   Installation Guide for Linux, "Handle Conflicting Installation Methods":
 #   `sudo /usr/bin/nvidia-uninstall`); its kernel module goes to /lib/modules/`uname -r`/
 #   kernel/drivers/video/ or .../video/ (NVIDIA support answer 141, "Linux - Installed
-#   components"). dpkg owns none of these files. NVIDIA's guides say a runfile install and a
-#   package install must not be mixed: the runfile's must be uninstalled first.
+#   components"). dpkg owns none of these files. A runfile install and a package install must
+#   not be mixed: the CUDA guide's "Handle Conflicting Installation Methods" has the runfile's
+#   uninstalled first, and Debian's nvidia-installer-cleanup package (packages.debian.org)
+#   says such an installation conflicts with the packaged drivers.
 # - apt: the driver's packages are in dpkg's database; the libraries belong to them.
 RUNFILE_MARKERS = (
     "/usr/bin/nvidia-uninstall",
