@@ -24,6 +24,7 @@ from shared_fixtures import lab_driver_packages
 
 from toolkit.inventory import load_inventory
 from toolkit.lab import lab as lab_core
+from toolkit.lab import runfile
 from toolkit.stack import resolve
 from toolkit.stack.lock import LOCK_KEY, apply_lock, dump_lock
 
@@ -182,6 +183,38 @@ def test_incoherent_stack_exits_2_before_any_host_is_touched(
     assert proc.returncode == 2, proc.stderr
     assert "550.127.05" in proc.stderr and "12.8" in proc.stderr
     assert not (tmp_path / "state" / "runs").exists()  # no playbook ran
+
+
+def test_a_runfile_driver_is_refused_before_anything_changes(
+    lab: Any, inv: Path, tmp_path: Path
+) -> None:
+    # The last node comes with a driver from NVIDIA's .run installer (files, no package): the
+    # provision refuses it in preflight, naming the files and the way out, and installs nothing.
+    node = lab.nodes[-1]
+    lab_core.set_faults(lab.name, node.index, ["runfile-driver"])
+    try:
+        proc = gpunode(tmp_path / "state", "provision", "-i", str(inv), "--limit", node.name)
+        assert proc.returncode == 1, proc.stderr[-4000:]
+        assert (
+            f"{node.name}: NVIDIA driver {runfile.VERSION} was installed by NVIDIA's .run "
+            "installer" in proc.stderr
+        ), proc.stderr[-4000:]
+        assert runfile.UNINSTALLER in proc.stderr and "/kernel/drivers/video/nvidia.ko" in (
+            proc.stderr
+        )
+        way_out = "sudo nvidia-uninstall --silent"
+        assert f"`{way_out}`" in proc.stderr
+        assert "nvidia-driver" not in installed(lab, node.name)
+        assert lab.ssh(node.name, "test -e /etc/gpunode/state.json", check=False).returncode != 0
+        nothing = "ls /etc/apt/preferences.d/gpunode-* /etc/apt/sources.list.d/gpunode-*"
+        assert lab.ssh(node.name, nothing, check=False).returncode != 0
+        # The way out, as the message says it (the stand-in uninstaller removes the footprint).
+        lab.ssh(node.name, way_out)
+        left = lab.ssh(node.name, f"ls {runfile.UNINSTALLER} {runfile.LOG}", check=False)
+        assert left.returncode != 0, left.stdout
+    finally:
+        lab_core.set_faults(lab.name, node.index, [])
+    # The next test provisions every node, this one included.
 
 
 def test_first_provision_installs_exact_versions(lab: Any, inv: Path, state_dir: Path) -> None:

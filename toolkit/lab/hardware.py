@@ -42,6 +42,7 @@ FaultName = Literal[
     "keyring",
     "swapped-gpu",
     "topo",
+    "runfile-driver",
 ]
 
 # Faults the lab can inject. `slow-net` is traffic shaping on the node's interface (done by
@@ -72,6 +73,10 @@ FAULTS: dict[str, str] = {
     "congested network file system",
     "keyring": "NVIDIA's repositories are already there (cuda-keyring's list, a deb822 source)",
     "swapped-gpu": ("one GPU board was replaced (a repair): same slot, another serial and UUID"),
+    "runfile-driver": (
+        "an NVIDIA driver installed by the .run installer: its files (installer, uninstaller, "
+        "log, kernel module, libraries), no package; clearing the fault runs its uninstaller"
+    ),
     "topo": (
         "one pair of GPUs on the same NUMA node reads SYS in `nvidia-smi topo -m` (their "
         "NVLinks, if any, down): the path crosses the sockets"

@@ -23,7 +23,7 @@ from docker.models.containers import Container
 from toolkit.errors import ConfigError, LabError
 from toolkit.lab import disks as lab_disks
 from toolkit.lab import image as lab_image
-from toolkit.lab import inventory, network, nodes, paths, server, ssh
+from toolkit.lab import inventory, network, nodes, paths, runfile, server, ssh
 from toolkit.lab import state as lab_state
 from toolkit.lab.hardware import KERNEL_LOG_FAULTS, NodeHardware
 from toolkit.lab.repo import build_repository
@@ -44,6 +44,8 @@ DEFAULT_NAME = "gpunode"
 # Where the `keyring` fault puts NVIDIA's own sources (see _nvidia_sources_files).
 CUDA_KEYRING_LIST = "/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
 CONTAINER_TOOLKIT_LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+# The fault that leaves a .run-installed driver's files on a node (toolkit/lab/runfile.py).
+RUNFILE_FAULT = "runfile-driver"
 
 
 def _took(started: float) -> str:
@@ -213,6 +215,8 @@ def up(
             nodes.exec_in(container, ["update-ca-certificates", "--fresh"])
         if fresh and "slow-data" in spec.node_faults(node.index):
             nodes.exec_in(container, [nodes.DATA_THROTTLE_SCRIPT, "node"])
+        if fresh and RUNFILE_FAULT in spec.node_faults(node.index):
+            runfile.install(container)
         if not fresh:
             # Disks may have been re-attached under new numbers (after a host reboot).
             nodes.put_files(container, _disk_files(node))
@@ -376,6 +380,11 @@ def _apply_faults(container: Container, spec: LabSpec, node: NodeState, hw: Node
     # events stay in the log until the node reboots, exactly like a real kernel log.
     for line in hw.kernel_messages(added):
         nodes.exec_in(container, ["logger", "-t", "kernel", "-p", "kern.err", "--", line])
+    now = set(spec.node_faults(node.index))
+    if RUNFILE_FAULT in now - before:
+        runfile.install(container)
+    elif RUNFILE_FAULT in before - now:
+        runfile.uninstall(container)
     node.faults = list(spec.node_faults(node.index))
 
 
