@@ -59,8 +59,9 @@ _NIC_LEGEND = re.compile(r"^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$")
 # ranges, comma-separated. Ascending and disjoint, so it names at most its bound's count.
 _ID_LIST = re.compile(r"[0-9]{1,9}(?:-[0-9]{1,9})?(?:,[0-9]{1,9}(?:-[0-9]{1,9})?)*\Z")
 _ID = re.compile(r"[0-9]{1,9}\Z")
-# The kernel's own bounds (Linux arch/x86/Kconfig and arch/arm64/Kconfig): NODES_SHIFT is at
-# most 10 (1,024 NUMA nodes), NR_CPUS at most 8,192 (x86 MAXSMP; arm64 allows 4,096).
+# The kernel's own bounds: MAX_NUMNODES is 1 << NODES_SHIFT (include/linux/numa.h), and
+# NODES_SHIFT is at most 10 in arch/x86/Kconfig and arch/arm64/Kconfig (1,024 NUMA nodes);
+# NR_CPUS is at most 8,192 (x86 with MAXSMP; arm64 allows 4,096). Nothing past them exists.
 MAX_NUMA_NODES = 1024
 MAX_CPUS = 8192
 AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
