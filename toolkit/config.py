@@ -20,6 +20,7 @@ from typing import Any, BinaryIO, TypeVar, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
+from yaml._yaml import CParser
 
 from toolkit.errors import CLIP_CHARS, ConfigError, clip
 
@@ -40,6 +41,10 @@ Loc = tuple[str | int, ...]
 MAX_YAML_BYTES = 4 * 1024 * 1024
 MAX_YAML_NODES = 100_000  # scalars, lists and mappings, counted with aliases expanded
 MAX_YAML_DEPTH = 64
+# The longest integer scalar: a byte count of 2**64 has 20 digits. Python refuses to convert
+# more than 4,300 decimal digits (sys.int_info.default_max_str_digits) and YAML 1.1's base-60
+# integers (`1:2:3`) cost quadratic time in their length, so longer is refused before int().
+MAX_YAML_INT_CHARS = 64
 MAX_JSON_DEPTH = 64  # gpunode's JSON records nest about ten levels
 _MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<:` may repeat keys on purpose
 
@@ -198,26 +203,88 @@ def parse_yaml(text: str, source: str | Path) -> Any:
         raise ConfigError(f"{where}: invalid YAML: {_yaml_problem(err)}") from None
 
 
-class _Loader(yaml.SafeLoader):
-    """The safe loader with a depth limit while composing (PyYAML composes recursively)."""
+class _Loader(
+    yaml.composer.Composer, CParser, yaml.constructor.SafeConstructor, yaml.resolver.Resolver
+):
+    """The safe loader, bounded while it composes.
+
+    libyaml parses (PyYAML's pure-Python parser costs about 30 us an event, so a 4 MiB list
+    took a minute to reach any limit); PyYAML's composer, first in the bases, builds the nodes
+    here, so every node is counted (aliases at the size of what they name) and every level of
+    nesting checked the moment it is read: a document is refused as soon as it passes
+    :data:`MAX_YAML_NODES` or :data:`MAX_YAML_DEPTH`, not after it is whole.
+    """
 
     def __init__(self, stream: str) -> None:
-        super().__init__(stream)
+        CParser.__init__(self, stream)
+        yaml.composer.Composer.__init__(self)
+        yaml.constructor.SafeConstructor.__init__(self)
+        yaml.resolver.Resolver.__init__(self)
         self._depth = 0
+        self._nodes = 0
+        self._sizes: dict[int, int] = {}  # id(node) -> its size, aliases expanded
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        self._depth += 1
-        if self._depth > MAX_YAML_DEPTH:
+    def _count(self, size: int, mark: Any) -> None:
+        self._nodes += size
+        if self._nodes > MAX_YAML_NODES:
             raise yaml.composer.ComposerError(
                 None,
                 None,
-                f"nested deeper than {MAX_YAML_DEPTH} levels",
-                self.peek_event().start_mark,
+                f"more than {MAX_YAML_NODES} values with aliases expanded (the loader's limit)",
+                mark,
             )
-        try:
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event: Any = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            # A node still being composed (a recursive alias) counts once; _check_tree
+            # refuses it.
+            anchored = self.anchors.get(event.anchor)
+            self._count(self._sizes.get(id(anchored), 1), event.start_mark)
             return super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark
+            )
+        start = self._nodes
+        self._count(1, event.start_mark)
+        try:
+            node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
+        self._sizes[id(node)] = self._nodes - start
+        return node
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # A scalar YAML resolves by its look but Python cannot build (`0x_`, `2024-13-45`).
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError) as err:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"{clip(repr(node.value))} is not a valid {node.tag.rsplit(':', 1)[-1]} "
+                f"({clip(str(err))})",
+                node.start_mark,
+            ) from None
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        if len(node.value) > MAX_YAML_INT_CHARS:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"an integer of {len(node.value)} characters: more than {MAX_YAML_INT_CHARS} "
+                "(the loader's limit; quote it if it is text)",
+                node.start_mark,
+            )
+        value: int = super().construct_yaml_int(node)
+        return value
+
+    yaml_constructors: typing.ClassVar[dict[Any, Any]] = {
+        **yaml.constructor.SafeConstructor.yaml_constructors,
+        "tag:yaml.org,2002:int": construct_yaml_int,
+    }
 
 
 def _compose(text: str) -> yaml.Node | None:
@@ -230,37 +297,33 @@ def _compose(text: str) -> yaml.Node | None:
 
 
 def _check_tree(root: yaml.Node, source: str | Path) -> None:
-    """Refuse duplicate keys, recursive aliases, too many nodes or too deep a tree.
+    """Refuse duplicate keys, recursive aliases or a tree too deep with aliases expanded.
 
-    Nodes shared through aliases are walked once; their size counts at every use, so a few
-    hundred bytes of nested aliases cannot expand into billions of values.
+    Nodes shared through aliases are walked once per depth they first appear at. (The count
+    of nodes is bounded while composing, :class:`_Loader`.)
     """
-    sizes: dict[int, int] = {}
+    done: set[int] = set()
     active: set[int] = set()
 
     def fail(node: yaml.Node, problem: str) -> ConfigError:
         return ConfigError(f"{source}:{node.start_mark.line + 1}: invalid YAML: {problem}")
 
-    def walk(node: yaml.Node, depth: int) -> int:
+    def walk(node: yaml.Node, depth: int) -> None:
         key = id(node)
-        if key in sizes:
-            return sizes[key]
+        if key in done:
+            return
         if key in active:
             raise fail(node, "an alias refers to a node that contains it (recursive alias)")
         if depth > MAX_YAML_DEPTH:
             raise fail(node, f"nested deeper than {MAX_YAML_DEPTH} levels (aliases expanded)")
         active.add(key)
-        size = 1
         if isinstance(node, yaml.SequenceNode):
             for item in node.value:
-                size += walk(item, depth + 1)
+                walk(item, depth + 1)
         elif isinstance(node, yaml.MappingNode):
             seen: dict[tuple[str, str], int] = {}
             for key_node, value_node in node.value:
-                if (
-                    isinstance(key_node, yaml.ScalarNode)
-                    and key_node.tag != "tag:yaml.org,2002:merge"
-                ):
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != _MERGE_TAG:
                     name = (key_node.tag, key_node.value)
                     line = key_node.start_mark.line + 1
                     if name in seen:
@@ -270,14 +333,10 @@ def _check_tree(root: yaml.Node, source: str | Path) -> None:
                             f"{line}); write each key once",
                         )
                     seen[name] = line
-                size += walk(key_node, depth + 1) + walk(value_node, depth + 1)
+                walk(key_node, depth + 1)
+                walk(value_node, depth + 1)
         active.discard(key)
-        if size > MAX_YAML_NODES:
-            raise fail(
-                node, f"more than {MAX_YAML_NODES} values with aliases expanded (alias bomb?)"
-            )
-        sizes[key] = size
-        return size
+        done.add(key)
 
     walk(root, 1)
 
@@ -292,6 +351,10 @@ def _yaml_position(err: yaml.YAMLError) -> str:
 
 def _yaml_problem(err: yaml.YAMLError) -> str:
     problem = getattr(err, "problem", None)
+    if problem == "exceeded maximum nesting depth":
+        # libyaml's own bound (1,000 levels with libyaml 0.2.5), met as it scans ahead of
+        # the composer inside flow collections: past ours too, so it reads as ours.
+        return f"nested deeper than {MAX_YAML_DEPTH} levels"
     context = getattr(err, "context", None)
     if problem and context:
         return f"{problem} ({context})"

@@ -36,8 +36,12 @@ _RANGE_RE = re.compile(r"\[([0-9]{1,9}|[a-z]):([0-9]{1,9}|[a-z])(?::([0-9]{1,9})
 # Group and host names: letters, digits, `_`, `.` and `-`, not starting with `.` or `-`, so a
 # name is always one safe path component (host_vars/<host>, nodes/<host>.result.json).
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,252}\Z")
-# The most hosts one range pattern may name (`node[0:99][0:99]` is already 10,000).
-MAX_RANGE_HOSTS = 10_000
+# The most hosts one inventory may name, ranges expanded (`node[0:99][0:99]` is already
+# 10,000): counted across every pattern, so many ranges cannot add up past it, and at every
+# listing (a host listed in two groups counts twice: the work is in the listings).
+MAX_INVENTORY_HOSTS = 10_000
+# `ansible_group_priority`: ASCII digits only (str.isdigit admits `²`, which int() refuses).
+_PRIORITY_RE = re.compile(r"[0-9]{1,9}\Z")
 # The variables that switch host key checking (ansible-core's ssh and paramiko_ssh connection
 # plugins, `host_key_checking` option). Ansible's config manager reads a boolean option with
 # convert_bool.boolean(value, strict=False) (config/manager.py, ensure_type): anything that is
@@ -115,8 +119,11 @@ class _Raw:
     group_order: list[str] = field(default_factory=list)
     parents: dict[str, list[str]] = field(default_factory=dict)
     children: dict[str, list[str]] = field(default_factory=dict)
-    group_hosts: dict[str, list[str]] = field(default_factory=dict)
-    host_order: list[str] = field(default_factory=list)
+    # Ordered sets (dicts with None values): membership costs O(1), so loading is linear.
+    group_hosts: dict[str, dict[str, None]] = field(default_factory=dict)
+    host_order: dict[str, None] = field(default_factory=dict)
+    host_direct: dict[str, list[str]] = field(default_factory=dict)  # host -> its groups
+    expanded: int = 0  # hosts named by every pattern so far, ranges expanded
     inline_group: dict[str, _Vars] = field(default_factory=dict)
     inline_host: dict[str, _Vars] = field(default_factory=dict)
 
@@ -132,6 +139,7 @@ class Inventory:
         self._host_vars_files = {h: var_files(path / "host_vars", h) for h in raw.host_order}
         self._file_vars: dict[Path, dict[str, Any]] = {}
         self._depth = {g: self._depth_of(g, ()) for g in raw.group_order}
+        self._priority = {g: self._priority_of(g) for g in raw.group_order}
         self.groups: dict[str, Group] = {}
         for name in raw.group_order:
             merged = self._merge(self._lineage(name), host=None)
@@ -156,6 +164,21 @@ class Inventory:
             return 0
         return 1 + max(self._depth_of(p, (*seen, group)) for p in parents)
 
+    def _priority_of(self, group: str) -> int:
+        """The group's ``ansible_group_priority`` (1 when unset), ASCII digits only.
+
+        Raises:
+            ConfigError: Anything else (``-1``, ``²``, 5,000 digits); the message names the key.
+        """
+        value = self._raw.inline_group[group].values.get("ansible_group_priority", 1)
+        text = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
+        if not _PRIORITY_RE.match(text):
+            raise ConfigError(
+                f"{self.hosts_file}: ansible_group_priority of group {group!r} is "
+                f"{clip(repr(value))}: not a priority (a whole number of at most 9 ASCII digits)"
+            )
+        return int(text)
+
     def _lineage(self, group: str) -> set[str]:
         """The group and all its ancestors."""
         found = {group}
@@ -169,18 +192,14 @@ class Inventory:
 
     def _sorted(self, groups: Iterable[str]) -> list[str]:
         def key(name: str) -> tuple[int, int, str]:
-            priority = self._raw.inline_group.get(name, _Vars()).values.get(
-                "ansible_group_priority", 1
-            )
-            return (self._depth[name], int(priority) if str(priority).isdigit() else 1, name)
+            return (self._depth[name], self._priority[name], name)
 
         return sorted(groups, key=key)
 
     def host_groups(self, host: str) -> list[str]:
         """Every group the host belongs to, with ancestors, in merge order (``all`` first)."""
-        direct = [g for g, members in self._raw.group_hosts.items() if host in members]
         lineage: set[str] = set()
-        for group in direct:
+        for group in self._raw.host_direct.get(host, []):
             lineage |= self._lineage(group)
         return self._sorted(lineage)
 
@@ -558,11 +577,17 @@ def var_files(base: Path, name: str) -> list[Path]:
     return files
 
 
-def _expand(pattern: str, where: str) -> list[str]:
+def _expand(pattern: str, where: str, before: int = 0) -> list[str]:
     """Expand Ansible host ranges: ``node[01:03]`` -> node01, node02, node03.
 
+    Args:
+        pattern: A host name, with ranges or without.
+        where: The file and key, for messages.
+        before: The hosts the inventory's earlier patterns named.
+
     Raises:
-        ConfigError: A bad range, or more than :data:`MAX_RANGE_HOSTS` hosts in one pattern.
+        ConfigError: A bad range, or the inventory would name more than
+            :data:`MAX_INVENTORY_HOSTS` hosts with this pattern (counted before expanding).
     """
     total = 1
     for match in _RANGE_RE.finditer(pattern):
@@ -574,12 +599,17 @@ def _expand(pattern: str, where: str) -> list[str]:
             )
         first, last = (int(start), int(end)) if start.isdigit() else (ord(start), ord(end))
         total *= max(0, (last - first) // max(step, 1) + 1)
-        if total > MAX_RANGE_HOSTS:
-            raise ConfigError(
-                f"{where}: host range {clip(pattern)!r} names more than {MAX_RANGE_HOSTS} "
-                "hosts; split it or list the hosts"
-            )
+        _check_count(before + total, pattern, where)
+    _check_count(before + total, pattern, where)
     return _expand_one(pattern, where)
+
+
+def _check_count(count: int, pattern: str, where: str) -> None:
+    if count > MAX_INVENTORY_HOSTS:
+        raise ConfigError(
+            f"{where}: {clip(pattern)!r} takes the inventory past {MAX_INVENTORY_HOSTS} hosts "
+            "(the limit of one inventory: ranges expanded, every listing counted); split it"
+        )
 
 
 def _expand_one(pattern: str, where: str) -> list[str]:
@@ -625,12 +655,11 @@ def load_inventory(path: str | Path) -> Inventory:
         _walk(raw, str(name), body, None if name == "all" else "all", str(name))
     # Hosts listed only directly under `all` form the implicit `ungrouped` group, as in Ansible.
     grouped = {h for g, members in raw.group_hosts.items() if g != "all" for h in members}
-    ungrouped = [h for h in raw.group_hosts.get("all", []) if h not in grouped]
+    ungrouped = [h for h in raw.group_hosts.get("all", {}) if h not in grouped]
     if ungrouped or "ungrouped" in raw.group_order:
         _add_group(raw, "ungrouped", "all", "ungrouped")
-        raw.group_hosts.setdefault("ungrouped", []).extend(
-            h for h in ungrouped if h not in raw.group_hosts["ungrouped"]
-        )
+        for host in ungrouped:
+            _add_member(raw, "ungrouped", host)
     return Inventory(directory, raw)
 
 
@@ -643,11 +672,17 @@ def _add_group(raw: _Raw, name: str, parent: str | None, where: str) -> None:
         raw.group_order.append(name)
         raw.parents[name] = []
         raw.children[name] = []
-        raw.group_hosts[name] = []
+        raw.group_hosts[name] = {}
         raw.inline_group[name] = _Vars()
     if parent is not None and parent not in raw.parents[name]:
         raw.parents[name].append(parent)
         raw.children[parent].append(name)
+
+
+def _add_member(raw: _Raw, group: str, host: str) -> None:
+    if host not in raw.group_hosts[group]:
+        raw.group_hosts[group][host] = None
+        raw.host_direct.setdefault(host, []).append(group)
 
 
 def _walk(raw: _Raw, name: str, body: Any, parent: str | None, where: str) -> None:
@@ -680,17 +715,18 @@ def _walk(raw: _Raw, name: str, body: Any, parent: str | None, where: str) -> No
             raise ConfigError(
                 f"{file}: {clip(where)}.hosts.{clip(pattern)}: expected a mapping of variables"
             )
-        for host in _expand(str(pattern), f"{file}: {clip(where)}.hosts"):
+        names = _expand(str(pattern), f"{file}: {clip(where)}.hosts", raw.expanded)
+        raw.expanded += len(names)
+        for host in names:
             try:
                 check_name(host)
             except ConfigError as err:
                 raise ConfigError(f"{file}: {clip(where)}.hosts: {err.message}") from None
             if host not in raw.host_order:
-                raw.host_order.append(host)
+                raw.host_order[host] = None
                 raw.inline_host[host] = _Vars()
             raw.inline_host[host].update(host_vars or {}, str(file))
-            if host not in raw.group_hosts[name]:
-                raw.group_hosts[name].append(host)
+            _add_member(raw, name, host)
     children = body.get("children") or {}
     if not isinstance(children, dict):
         raise ConfigError(f"{file}: {where}.children: expected a mapping of groups")

@@ -23,7 +23,7 @@ from toolkit.acceptance.verdict import allreduce_checks
 from toolkit.cli.output import emit_json
 from toolkit.config import MAX_YAML_DEPTH, load_yaml
 from toolkit.errors import ConfigError
-from toolkit.inventory import MAX_RANGE_HOSTS, load_inventory, name_path
+from toolkit.inventory import MAX_INVENTORY_HOSTS, load_inventory, name_path
 from toolkit.stack.models import load_stack_file
 from toolkit.stack.resolve import repositories
 
@@ -401,7 +401,7 @@ def test_huge_host_ranges_fail_naming_the_limit(tmp_path: Path, pattern: str) ->
     (tmp_path / "hosts.yml").write_text(f"all:\n  hosts:\n    {pattern}:\n")
     with pytest.raises(ConfigError) as info:
         load_inventory(tmp_path)
-    assert f"more than {MAX_RANGE_HOSTS} hosts" in info.value.message
+    assert f"past {MAX_INVENTORY_HOSTS} hosts" in info.value.message
     assert str(tmp_path / "hosts.yml") in info.value.message
 
 

@@ -1,5 +1,5 @@
 """Property-based tests (hypothesis) of what reads hostile input: the nccl-tests parser, the
-stack loader and the inventory reader.
+stack loader, the YAML loader's limits, the inventory reader and the topology parser.
 
 Properties: only gpunode's own errors escape (never a Python exception), ``--json`` output is
 strict JSON (RFC 8259: no NaN or Infinity), and a capture containing a corrupt row is never ok.
@@ -26,13 +26,18 @@ from typing import Any
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from test_acceptance_verdict import EXPECT, healthy
 from test_hostile_input import ROWS
+from test_limits import _gpu0, _topology_spec
 from test_stack_support import BASE
 
 from toolkit import cli
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse
+from toolkit.acceptance.topology import MAX_NUMA_NODES, TopologyUnreadable, parse_topo
+from toolkit.acceptance.verdict import judge
+from toolkit.config import MAX_YAML_INT_CHARS, MAX_YAML_NODES, load_yaml
 from toolkit.errors import ToolkitError
-from toolkit.inventory import NAME_RE, load_inventory
+from toolkit.inventory import MAX_INVENTORY_HOSTS, NAME_RE, load_inventory
 from toolkit.stack.models import load_stack_file
 
 _COMMON = {"deadline": None, "database": None, "suppress_health_check": [HealthCheck.too_slow]}
@@ -347,3 +352,101 @@ def test_any_inventory_reads_or_fails_cleanly(
         assert err.exit_code == 2
     assume(len(inventory.hosts) < 50)
     check_cli("stack", "check", str(root))
+
+
+# --- limits (issue 27): numbers, sizes and ranges past what the readers allow ---------------------
+
+# Integer-looking scalars of YAML 1.1 (decimal, signed, `_`-grouped, octal, hex, base 60) of any
+# length up to past Python's 4,300-digit int() limit, and digits that are not ASCII.
+int_like = st.builds(
+    lambda prefix, digits: prefix + digits,
+    st.sampled_from(["", "-", "+", "0", "0x", "0b"]),
+    st.text(alphabet="0123456789_:", min_size=1, max_size=3)
+    | st.integers(1, 6000).map(lambda n: "9" * n)
+    | st.integers(1, 3000).map(lambda n: "1:" * n + "1"),
+) | st.sampled_from(["²", "١٢", "２２", "0-1-2"])
+
+
+def values_in(node: Any) -> int:
+    """The values of a loaded document, aliases expanded (as the loader counts them)."""
+    if isinstance(node, dict):
+        return 1 + sum(values_in(k) + values_in(v) for k, v in node.items())
+    if isinstance(node, list):
+        return 1 + sum(values_in(item) for item in node)
+    return 1
+
+
+@configured
+@given(
+    st.integers(1, 3000),
+    st.integers(0, 120),
+    st.lists(int_like, max_size=4),
+)
+def test_yaml_past_the_limits_reads_or_fails_cleanly(
+    tmp_path_factory: Any, items: int, uses: int, numbers: list[str]
+) -> None:
+    # `items` values named `uses` times through aliases, and numbers of any length.
+    text = "a: &a [" + ", ".join(["1"] * items) + "]\n"
+    text += "b: [" + ", ".join(["*a"] * uses) + "]\n"
+    text += "".join(f"n{i}: {number}\n" for i, number in enumerate(numbers))
+    file = tmp_path_factory.mktemp("yaml") / "values.yml"
+    file.write_text(text, encoding="utf-8")
+    try:
+        loaded = load_yaml(file)
+    except ToolkitError as err:
+        assert err.exit_code == 2 and str(file) in err.message
+    else:
+        assert values_in(loaded) <= MAX_YAML_NODES
+        ints = [v for v in loaded.values() if isinstance(v, int) and not isinstance(v, bool)]
+        assert all(v.bit_length() <= 4 * MAX_YAML_INT_CHARS for v in ints)
+
+
+range_end = st.sampled_from([0, 3, 99, 5000, 9999, 10**8])
+
+
+@configured
+@given(
+    st.lists(st.tuples(range_end, range_end), min_size=1, max_size=3),
+    int_like | st.sampled_from(["10", "1"]),
+    int_like | st.sampled_from(["22", "2222"]),
+)
+def test_inventories_past_the_limits_read_or_fail_cleanly(
+    tmp_path_factory: Any, ranges: list[tuple[int, int]], priority: str, port: str
+) -> None:
+    root = tmp_path_factory.mktemp("inv")
+    lines = "".join(f'        "p{i}-[{a}:{b}]": {{}}\n' for i, (a, b) in enumerate(ranges))
+    (root / "hosts.yml").write_text(
+        "all:\n  children:\n    gpus:\n"
+        f"      vars: {{ansible_group_priority: {priority}}}\n"
+        f"      hosts:\n        n-port: {{ansible_port: {port}}}\n{lines}",
+        encoding="utf-8",
+    )
+    try:
+        inventory = load_inventory(root)
+    except ToolkitError as err:
+        assert err.exit_code == 2 and str(root / "hosts.yml") in err.message
+    else:
+        assert len(inventory.hosts) <= MAX_INVENTORY_HOSTS
+        assert 0 < inventory.hosts["n-port"].port < 65536
+
+
+affinity = st.text(alphabet="0123456789-,²١", max_size=24) | st.builds(
+    "{}-{}".format, st.integers(0, 10**9), st.integers(0, 10**9)
+)
+
+
+@configured
+@given(affinity, affinity, st.sampled_from(["N/A", "0", "²", "99999", "7"]))
+def test_any_affinity_parses_bounded_or_fails_its_node(cpus: str, numa: str, numa_id: str) -> None:
+    text = _gpu0(f"{cpus or 'N/A'}  {numa or 'N/A'}  {numa_id}")
+    try:
+        topo = parse_topo(text)
+    except TopologyUnreadable as err:
+        assert err.message.startswith("line 2: ")
+        result = {**healthy(), "topology": {"raw_output": text, "error": None}}
+        verdict = judge(result, EXPECT, _topology_spec())
+        assert not verdict.ready
+        assert any(c.name == "topology.read" for c in verdict.failed)
+    else:
+        nodes = topo.gpus[0].numa_nodes
+        assert len(nodes) <= MAX_NUMA_NODES and all(0 <= n < MAX_NUMA_NODES for n in nodes)

@@ -266,10 +266,7 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
                     name = plan.host.name
                     plan.extra.extend(multinode.blame.get(name) or multinode.passed.get(name, []))
         for plan in plans:
-            assert plan.expect is not None
-            plan.verdict = judge(
-                plan.result, plan.expect, plan.spec, runner_error=plan.error, extra=plan.extra
-            )
+            plan.verdict = _judge(plan)
         finished = datetime.now(timezone.utc)
         parallel(
             [p.host for p in plans if p.node is not None],
@@ -307,13 +304,25 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
     return run
 
 
+def _judge(plan: NodePlan) -> Verdict:
+    """One node's verdict, inside the node's own guard as its staging is (:func:`_stage_node`):
+    a result.json that surprises the verdict (it comes from the node) fails that node with
+    the reason, never the other nodes' verdicts or the run."""
+    assert plan.expect is not None
+    try:
+        return judge(plan.result, plan.expect, plan.spec, runner_error=plan.error, extra=plan.extra)
+    except Exception as err:  # one node's surprise must not cost the other nodes their verdict
+        why = f"internal error judging this node's result: {err!r} (rerun with --debug for details)"
+        return judge(None, plan.expect, plan.spec, runner_error=why, extra=plan.extra)
+
+
 def _by_host(plans: list[NodePlan], host: Host) -> NodePlan:
     return next(p for p in plans if p.host.name == host.name)
 
 
 def _plan(inventory: Inventory, host: Host) -> NodePlan:
     stack, hardware = inventory.host_config(host)
-    groups = [g for g in inventory.stack_groups() if host.name in inventory.group_hosts(g)]
+    groups = [g for g in inventory.stack_groups() if g in host.groups]
     group = groups[-1] if groups else "all"
     return NodePlan(
         host=host,

@@ -55,7 +55,15 @@ _NIC_LABEL = re.compile(r"^NIC([0-9]+)$")
 # An RDMA device as older drivers name the NIC columns (mlx5_0, bnxt_re0, irdma0, ...).
 _DEVICE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")
 _NIC_LEGEND = re.compile(r"^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$")
-_NUMA = re.compile(r"^[0-9]+(?:[-,][0-9]+)*$")
+# An affinity list as Linux prints one (cpulist format: `0-47,96-143`): ASCII numbers and
+# ranges, comma-separated. Ascending and disjoint, so it names at most its bound's count.
+_ID_LIST = re.compile(r"[0-9]{1,9}(?:-[0-9]{1,9})?(?:,[0-9]{1,9}(?:-[0-9]{1,9})?)*\Z")
+_ID = re.compile(r"[0-9]{1,9}\Z")
+# The kernel's own bounds: MAX_NUMNODES is 1 << NODES_SHIFT (include/linux/numa.h), and
+# NODES_SHIFT is at most 10 in arch/x86/Kconfig and arch/arm64/Kconfig (1,024 NUMA nodes);
+# NR_CPUS is at most 8,192 (x86 with MAXSMP; arm64 allows 4,096). Nothing past them exists.
+MAX_NUMA_NODES = 1024
+MAX_CPUS = 8192
 AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _UNKNOWN = {"", "N/A"}
 
@@ -113,14 +121,16 @@ class Device:
 
     @property
     def numa_nodes(self) -> tuple[int, ...]:
-        """The NUMA nodes of a device's affinity (``0-1,3`` gives 0, 1, 3); () when unknown."""
+        """The NUMA nodes of a device's affinity (``0-1,3`` gives 0, 1, 3); () when unknown.
+
+        Raises:
+            ValueError: Not an affinity list (:func:`id_ranges`); :func:`parse_topo` admits
+                none such.
+        """
         if self.numa_affinity is None:
             return ()
-        nodes: list[int] = []
-        for part in self.numa_affinity.split(","):
-            lo, _, hi = part.partition("-")
-            nodes.extend(range(int(lo), int(hi or lo) + 1))
-        return tuple(nodes)
+        ranges = id_ranges(self.numa_affinity, MAX_NUMA_NODES)
+        return tuple(n for lo, hi in ranges for n in range(lo, hi + 1))
 
     @property
     def shown(self) -> str:
@@ -176,6 +186,44 @@ class Topology:
 
 
 # --- the parser ---------------------------------------------------------------------------------
+
+
+def id_ranges(text: str, bound: int) -> list[tuple[int, int]]:
+    """An affinity list (``0-47,96-143``) read as its ranges, each ``(first, last)``.
+
+    Strict: ASCII numbers ``N`` or ``N-M`` separated by commas, ascending and disjoint as
+    Linux prints them, every number below ``bound``; so the list names at most ``bound``
+    numbers, whatever its length.
+
+    Raises:
+        ValueError: Anything else; the message says which rule it breaks.
+    """
+    if not _ID_LIST.match(text):
+        raise ValueError("not a list of numbers and ranges (N, N-M, separated by commas)")
+    ranges: list[tuple[int, int]] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        first, last = int(lo), int(hi or lo)
+        if last < first:
+            raise ValueError(f"range {part} runs backwards")
+        if last >= bound:
+            raise ValueError(f"{last} is past the kernel's bound ({bound}; at most {bound - 1})")
+        if ranges and first <= ranges[-1][1]:
+            raise ValueError(f"{part} is not after {ranges[-1][1]} (the list must ascend)")
+        ranges.append((first, last))
+    return ranges
+
+
+def _checked(value: str | None, column: str, bound: int, number: int) -> str | None:
+    """An affinity value checked by :func:`id_ranges` (None: unknown)."""
+    if value is not None:
+        try:
+            id_ranges(value, bound)
+        except ValueError as err:
+            raise TopologyUnreadable(
+                f"line {number}: {column} {clip(repr(value))} is not an affinity list: {err}"
+            ) from None
+    return value
 
 
 def _fields(line: str) -> list[str]:
@@ -338,22 +386,22 @@ def parse_topo(text: str) -> Topology:
         if _GPU.match(label):
             values = _affinity(rest, trailing, number, tabbed)
             named = dict(zip(trailing, values, strict=True))
-            numa = _value(named.get("NUMA Affinity", ""))
-            if numa is not None and not _NUMA.match(numa):
-                raise TopologyUnreadable(
-                    f"line {number}: NUMA Affinity {clip(repr(numa))} is not a NUMA node list"
-                )
+            numa = _checked(
+                _value(named.get("NUMA Affinity", "")), "NUMA Affinity", MAX_NUMA_NODES, number
+            )
+            cpus = _checked(_value(named.get("CPU Affinity", "")), "CPU Affinity", MAX_CPUS, number)
             numa_id = _value(named.get("GPU NUMA ID", ""))
-            if numa_id is not None and not numa_id.isdigit():
+            if numa_id is not None and not (_ID.match(numa_id) and int(numa_id) < MAX_NUMA_NODES):
                 raise TopologyUnreadable(
-                    f"line {number}: GPU NUMA ID {clip(repr(numa_id))} is not a NUMA node"
+                    f"line {number}: GPU NUMA ID {clip(repr(numa_id))} is not a NUMA node "
+                    f"(0 to {MAX_NUMA_NODES - 1})"
                 )
             devices.append(
                 Device(
                     label=label,
                     kind="GPU",
                     name=label,
-                    cpu_affinity=_value(named.get("CPU Affinity", "")),
+                    cpu_affinity=cpus,
                     numa_affinity=numa,
                     gpu_numa_id=numa_id,
                 )
@@ -582,6 +630,8 @@ def read_section(section: dict[str, Any] | None) -> tuple[Topology | None, str |
     """
     if not section:
         return None, "nvidia-smi topo -m was not run"
+    if not isinstance(section, dict):
+        return None, f"the runner's topology section is not a mapping: {clip(repr(section))}"
     if section.get("error"):
         return None, f"nvidia-smi topo -m failed: {section['error']}"
     try:
