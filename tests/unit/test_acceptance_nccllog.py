@@ -386,3 +386,18 @@ def test_the_transport_reaches_run_json_junit_and_the_html_report() -> None:
     assert "<h2>Transport (NCCL log)</h2>" in html
     assert "<td>socket (NET/Socket/0)</td>" in html
     assert "allreduce.transport.gpudirect_rdma: GPUDirect RDMA required, not used" in html
+
+
+def test_cpu_ranks_over_gloo_leave_no_log_and_are_not_judged(tmp_path: Path) -> None:
+    # The lab's all-reduce, for real: two CPU ranks over gloo on this machine.
+    port = node_runner.free_port()
+    out = str(tmp_path / "out.json")
+    section = node_runner.launch_ranks(1, 0, 2, "127.0.0.1", port, [1 << 16], 2, 1, "cpu", 120, out)
+    assert section["error"] is None and section["engine"] == "torch-gloo"
+    assert "nccl_log" not in section and nccllog.read_section(section) is None
+    checks = transport_checks(section, H100)
+    assert [(c.ok, c.message) for c in checks] == [
+        (True, "not judged: the all-reduce (torch-gloo) left no NCCL log")
+    ]
+    assert nccllog.read_section({"engine": "nccl-tests", "raw_output": ["not", "text"]}) is None
+    assert nccllog.read_section(["not", "a", "section"]) is None  # type: ignore[arg-type]

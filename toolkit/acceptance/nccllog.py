@@ -382,7 +382,7 @@ def read_section(section: dict[str, Any] | None) -> NcclTransport | None:
         The summary, or None when the section carries no NCCL log (gloo on CPU ranks, an
         older runner, no all-reduce).
     """
-    if not section:
+    if not isinstance(section, dict):
         return None
     text = section.get("nccl_log")
     if text is None and section.get("engine") == "nccl-tests":
