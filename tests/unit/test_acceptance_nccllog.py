@@ -50,6 +50,17 @@ CASES: dict[str, dict[str, Any]] = {
         "channels": 2,
         "local_transports": {},
     },
+    "efa-gdrdma-aws-ofi-nccl-715.log": {
+        "network_kind": "other",
+        "gpudirect_rdma": True,
+        "connections": {
+            "NET/AWS Libfabric/0/GDRDMA/Shared": 1,
+            "NET/AWS Libfabric/1(2)/GDRDMA/Shared": 1,
+            "NET/AWS Libfabric/1/GDRDMA/Shared": 2,
+            "NET/AWS Libfabric/2(4)/GDRDMA/Shared": 2,
+        },
+        "channels": 2,
+    },
     "socket-fallback-nccl-1232.log": {
         "network_kind": "socket",
         "gpudirect_rdma": False,
@@ -190,6 +201,15 @@ def test_ib_with_gpudirect_rdma_passes_and_shows_the_summary() -> None:
     }
     assert checks["allreduce.transport"].measured["gpudirect_rdma"] is True
     assert "network ib" in checks["allreduce.transport.network"].message
+
+
+def test_efa_with_gpudirect_rdma_passes_the_shipped_h100_rules() -> None:
+    # aws-ofi-nccl names its transport with a space ("AWS Libfabric"): the whole of it counts.
+    result = _with_log(log("efa-gdrdma-aws-ofi-nccl-715.log"))
+    verdict = judge(result, EXPECT, _spec(H100.model_dump()))
+    assert verdict.ready, verdict.reasons()
+    check = next(c for c in verdict.checks if c.name == "allreduce.transport.gpudirect_rdma")
+    assert check.message.startswith("GPUDirect RDMA on every network connection (6)")
 
 
 def test_network_rule_names_the_measured_transport() -> None:

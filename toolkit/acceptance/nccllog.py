@@ -14,7 +14,8 @@ The messages read (NCCL's ``src/`` prints them with ``INFO(NCCL_INIT|...)``; pub
 - ``Using network IB`` / ``Using network Socket`` / ``Using network IBext_v8`` (the network
   plugin chosen), ``NET/IB : Using [0]mlx5_0:1/IB ...``, ``NET/Socket : Using [0]eth0:...``;
 - ``Channel 01/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA`` (older: ``Ring 00 : 43 -> 44
-  [receive] via NET/Socket/0``): one connection, its transport after ``via``; ``GDRDMA``
+  [receive] via NET/Socket/0``, aws-ofi-nccl's ``via NET/AWS Libfabric/1(2)/GDRDMA/Shared``):
+  one connection, its transport after ``via``; ``GDRDMA``
   means the NIC reads and writes GPU memory directly (GPUDirect RDMA), without it a network
   connection stages the data in host memory; ``P2P/IPC``, ``P2P/CUMEM``, ``SHM/direct`` are
   connections between GPUs of one node;
@@ -61,7 +62,9 @@ _CHANNEL_RE = re.compile(
     r"^(?:Channel|Ring) (?P<ch>[0-9]{1,4})(?:/[0-9]{1,4})? : "
     r"(?P<src>[0-9]{1,7})(?:\[[0-9a-fA-F]{1,16}\])? -> "
     r"(?P<dst>[0-9]{1,7})(?:\[[0-9a-fA-F]{1,16}\])?"
-    r"(?: \[(?P<dir>send|receive)\])? via (?P<via>\S{1,128})"
+    # The transport is the rest of the line: plugin names may hold spaces (aws-ofi-nccl's
+    # "NET/AWS Libfabric/1(2)/GDRDMA/Shared").
+    r"(?: \[(?P<dir>send|receive)\])? via (?P<via>\S.{0,127}?)\s*$"
 )
 _USING_NETWORK_RE = re.compile(r"^Using network (?P<net>\S{1,64})")
 _NET_DEVICES_RE = re.compile(r"^NET/(?P<kind>IB|Socket) ?: Using (?P<rest>.{0,2000})")
