@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import stat
+import time
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
@@ -121,6 +122,16 @@ def test_version_ranks_and_init_complete() -> None:
     assert (s.version, s.cuda, s.ranks, s.nodes, s.init_complete) == ("2.21.5", "12.4", 16, 2, 1)
     assert (s.nvls_channels, s.collnet_channels) == (16, 32)
     assert s.channel_counts == {"coll": 32, "collnet": 32, "nvls": 16, "p2p": 32}
+
+
+def test_plugin_names_with_spaces_and_hostile_lines() -> None:
+    s = nccllog.parse_log("h:1:2 [0] NCCL INFO Using network AWS Libfabric\n")
+    assert s.network == "AWS Libfabric" and s.network_kind == "other"
+    # A 4 MiB line of repeated fragments is read in bounded time (cut at MAX_LINE_CHARS).
+    hostile = "h:1:2 [0] NCCL INFO " + "nranks 1 " * (1 << 19)
+    start = time.monotonic()
+    assert nccllog.parse_log(hostile).init_complete == 0
+    assert time.monotonic() - start < 2
 
 
 def test_one_plain_network_connection_means_no_gpudirect_rdma() -> None:

@@ -15,10 +15,9 @@ The messages read (NCCL's ``src/`` prints them with ``INFO(NCCL_INIT|...)``; pub
   plugin chosen), ``NET/IB : Using [0]mlx5_0:1/IB ...``, ``NET/Socket : Using [0]eth0:...``;
 - ``Channel 01/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA`` (older: ``Ring 00 : 43 -> 44
   [receive] via NET/Socket/0``, aws-ofi-nccl's ``via NET/AWS Libfabric/1(2)/GDRDMA/Shared``):
-  one connection, its transport after ``via``; ``GDRDMA``
-  means the NIC reads and writes GPU memory directly (GPUDirect RDMA), without it a network
-  connection stages the data in host memory; ``P2P/IPC``, ``P2P/CUMEM``, ``SHM/direct`` are
-  connections between GPUs of one node;
+  one connection, its transport after ``via``; ``GDRDMA`` means the NIC reads and writes GPU
+  memory directly (GPUDirect RDMA), without it a network connection stages the data in host
+  memory; ``P2P/IPC``, ``P2P/CUMEM``, ``SHM/direct`` are connections between GPUs of one node;
 - ``NVLS multicast support is [not ]available on dev 0`` and ``32 coll channels, 16 nvls
   channels, 32 p2p channels, ...`` (NVLink SHARP, CollNet);
 - ``comm 0x... rank 0 nRanks 16 nNodes 2 localRanks 8 ...`` and ``... - Init COMPLETE``.
@@ -56,6 +55,9 @@ LOG_LINE_RE = re.compile(
     r"(?:\[[0-9]{1,4}\] (?:[0-9.]+ )?(?:\S+:[0-9]+ (?:\(\S+\) )?)?)?"
     r"NCCL (?P<level>INFO|WARN|TRACE|ATTN|CALL)\b ?"
 )
+# The most of one line read: NCCL's lines are short (eight NICs listed take about 300
+# characters), and a bound keeps hostile text linear.
+MAX_LINE_CHARS = 4096
 # Prefixes added by launchers: `mpirun --tag-output` and `srun -l` (task ids may be padded).
 _PREFIX_RE = re.compile(r"^(?:\[[0-9]+,[0-9]+\]<(?:stdout|stderr)>:|\s*[0-9]+:(?: |$))")
 _CHANNEL_RE = re.compile(
@@ -66,7 +68,7 @@ _CHANNEL_RE = re.compile(
     # "NET/AWS Libfabric/1(2)/GDRDMA/Shared").
     r"(?: \[(?P<dir>send|receive)\])? via (?P<via>\S.{0,127}?)\s*$"
 )
-_USING_NETWORK_RE = re.compile(r"^Using network (?P<net>\S{1,64})")
+_USING_NETWORK_RE = re.compile(r"^Using network (?P<net>\S.{0,63}?)\s*$")
 _NET_DEVICES_RE = re.compile(r"^NET/(?P<kind>IB|Socket) ?: Using (?P<rest>.{0,2000})")
 _NET_DEVICE_RE = re.compile(r"\[[0-9]{1,3}\](?P<dev>[^\s;\[]{1,64})")
 _NVLS_RE = re.compile(
@@ -224,7 +226,7 @@ def strip_prefix(line: str) -> str:
 def _body(line: str) -> tuple[str, bool]:
     """The message of one line and whether it carried NCCL's log prefix (a bare ``[rank] ``
     in front, as some wrappers print, passes as LOG_LINE_RE's bracketed stamp)."""
-    text = strip_prefix(line).strip()
+    text = strip_prefix(line[:MAX_LINE_CHARS]).strip()
     if m := LOG_LINE_RE.match(text):
         return text[m.end() :].strip(), True
     return text, False
