@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from shared_fixtures import REPO
 
-from toolkit.acceptance.nccltests import NotNcclTestsOutput, infer_ranks, parse, strip_prefix
+from toolkit.acceptance.nccllog import strip_prefix
+from toolkit.acceptance.nccltests import NotNcclTestsOutput, infer_ranks, parse
 
 # Public captures of real runs (tests/data/real/SOURCES.md; each file's first line names it).
 CAPTURES = REPO / "tests" / "data" / "real" / "nccl-tests"

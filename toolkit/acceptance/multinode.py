@@ -13,8 +13,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.acceptance.nccllog import TransportSpec
 from toolkit.acceptance.thresholds import BusbwFloor
-from toolkit.acceptance.verdict import Check, allreduce_checks, multi_node_scaling_check
+from toolkit.acceptance.verdict import (
+    Check,
+    allreduce_checks,
+    multi_node_scaling_check,
+    transport_checks,
+)
 
 # A direction is "slow" when it moves less than this share of the faster direction: shaping
 # or a bad cable on one side shows as asymmetry, noise does not reach a factor of two.
@@ -86,6 +92,7 @@ def run_multi_node(
     floors: list[BusbwFloor],
     run_set: RunSet,
     min_scaling: float | None = None,
+    transport: TransportSpec | None = None,
 ) -> MultiNodeReport:
     """Ring, then pairs, then re-pair suspects with a known-good node.
 
@@ -97,6 +104,7 @@ def run_multi_node(
             section (all-reduce rows and ``train``); the flag asks for the point-to-point
             direction test (pairs only).
         min_scaling: The floor of the loop's efficiency across nodes (None: shown only).
+        transport: The profile's transport rules, held against each set's NCCL log.
 
     Returns:
         The report, with failed checks blamed on the responsible nodes only.
@@ -105,6 +113,7 @@ def run_multi_node(
     def outcome_of(members: Sequence[str], p2p: bool) -> PairOutcome:
         result = run_set(members, p2p)
         checks = allreduce_checks(result, floors, prefix="multinode")
+        checks += transport_checks(result, transport, prefix="multinode")
         checks.append(multi_node_scaling_check(result, min_scaling))
         return PairOutcome(tuple(members), result, checks)
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, BinaryIO, TypeGuard
 
+from toolkit.acceptance import nccllog
 from toolkit.errors import EXIT_USAGE, AcceptanceError, clip
 
 # Bounds that keep a hostile or runaway capture in bounded memory and time.
@@ -54,8 +55,6 @@ _CHUNK = 1 << 20
 # the average's "unchecked" when no minimum (-G / NCCL_TESTS_MIN_BW) was set.
 _JSON_OKAY = ("true", "false", "unchecked")
 
-# Prefixes added by launchers: `mpirun --tag-output` and `srun -l` (task ids may be padded).
-_PREFIX_RE = re.compile(r"^(?:\[[0-9]+,[0-9]+\]<(?:stdout|stderr)>:|\s*[0-9]+:(?: |$))")
 _DEVICE_RE = re.compile(
     r"^#\s+Rank\s+(?P<rank>[0-9]{1,9})\s+(?:Group\s+(?P<group>[0-9]{1,9})\s+)?"
     r"Pid\s+(?P<pid>[0-9]{1,9})\s+on\s+(?P<host>\S+)\s+device\s+(?P<device>[0-9]{1,9})\s+"
@@ -64,10 +63,6 @@ _DEVICE_RE = re.compile(
 _OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<rest>.*)$", re.IGNORECASE)
 _OOB_VALUE_RE = re.compile(r"(?P<n>[0-9]{1,18})(?:\s+(?P<status>\S.*))?\Z")
 _AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<rest>.*)$", re.IGNORECASE)
-_NCCL_VERSION_RE = re.compile(
-    r"NCCL version (?P<v>[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4})"
-    r"(?:\+cuda(?P<cuda>[0-9]{1,2}\.[0-9]{1,2}))?"
-)
 _TESTS_VERSION_RE = re.compile(
     r"^#\s*nccl-tests version (?P<v>\S+).*?nccl-library=(?P<lib>[0-9]{1,9})", re.IGNORECASE
 )
@@ -93,18 +88,6 @@ _ROW_RE = re.compile(
 # Before the first table, a line that starts like a number is a row and must parse (inside a
 # table every line that is not a comment or an NCCL log line is a row).
 _ROWLIKE_RE = re.compile(r"[-+.]?[0-9]")
-# A whole NCCL debug line, as NCCL's src/debug.cc prints it (github.com/NVIDIA/nccl):
-# "%s:%d:%d [%d] NCCL INFO " (host:pid:tid [cudaDev]), "... [%d] %s:%d NCCL WARN " (file:line),
-# "... [%d] %f %s:%d NCCL TRACE ", "%s:%d:%d NCCL CALL "; newer releases may put a
-# NCCL_DEBUG_TIMESTAMP_FORMAT stamp in brackets first. Anchored at the line's start: a row
-# with log text after its numbers is a row, and must parse.
-_NCCL_LOG_RE = re.compile(
-    r"(?:\[[^\]]{0,64}\] ?)?[^\s:\[\]]+:[0-9]{1,10}:[0-9]{1,10} "
-    r"(?:\[[0-9]{1,4}\] (?:[0-9.]+ )?(?:\S+:[0-9]+ (?:\(\S+\) )?)?)?"
-    r"NCCL (?:INFO|WARN|TRACE|ATTN|CALL)\b"
-)
-# NCCL_DEBUG=VERSION prints the version on a line of its own: "NCCL version 2.27.3+cuda12.9".
-_NCCL_VERSION_LINE_RE = re.compile(_NCCL_VERSION_RE.pattern + r"\s*\Z")
 # nccl-tests' own failure lines (common.h: "Test NCCL failure", "Test CUDA failure", ...).
 _FAILURE_RE = re.compile(r"\bTest (?:NCCL |CUDA )?failure\b")
 
@@ -198,6 +181,8 @@ class NcclTestsResult:
     # Why the output cannot be trusted: unparsed rows, an unreadable or missing footer, ...
     problems: tuple[str, ...] = field(default_factory=tuple)
     complete: bool = True  # the last table ends with its footer
+    # What the NCCL log lines between the rows say of the transports (None: no log lines).
+    transport: nccllog.NcclTransport | None = None
 
     @property
     def peak_busbw_gbps(self) -> float:
@@ -268,6 +253,7 @@ class NcclTestsResult:
             "errors": list(self.errors),
             "problems": list(self.problems),
             "complete": self.complete,
+            "transport": self.transport.to_dict() if self.transport else None,
             "ok": self.ok,
         }
 
@@ -317,12 +303,6 @@ def parse_stream(stream: BinaryIO, *, allow_truncated: bool = False) -> NcclTest
         return parse_json(_decode_json(data.decode("utf-8", errors="replace")))
     chunks = chain([first], iter(lambda: stream.read(_CHUNK), b""))
     return _parse_lines(_byte_lines(chunks), allow_truncated=allow_truncated)
-
-
-def strip_prefix(line: str) -> str:
-    """Remove an ``mpirun --tag-output`` or ``srun -l`` prefix from one line."""
-    match = _PREFIX_RE.match(line)
-    return line[match.end() :] if match else line
 
 
 def parse_text(text: str, *, allow_truncated: bool = False) -> NcclTestsResult:
@@ -479,8 +459,9 @@ def _parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRe
     in_table = False  # between a column header (or first row) and its footer
     shape: int | None = None  # the column count of the table's rows: all rows have it
     footer: set[str] = set()  # footer lines seen since the last row (or column header)
+    log = nccllog.LogReader()
     for number, raw, cut in lines:
-        body = strip_prefix(raw).strip()
+        body = nccllog.strip_prefix(raw).strip()
         if not body:
             continue
         fast = not cut and shape in (None, 13) and layout != "legacy"
@@ -554,9 +535,10 @@ def _parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRe
         if "failure" in body and _FAILURE_RE.search(body):
             problems.add(f"nccl-tests reported a failure at line {number}: {clip(body)!r}")
             continue
-        if _NCCL_LOG_RE.match(body) or _NCCL_VERSION_LINE_RE.match(body):
-            if m := _NCCL_VERSION_RE.search(body):
+        if nccllog.LOG_LINE_RE.match(body) or nccllog.VERSION_LINE_RE.match(body):
+            if m := nccllog.VERSION_RE.search(body):
                 nccl_version = nccl_version or m["v"]
+            log.feed(body)
             continue
         if not (in_table or footer or _ROWLIKE_RE.match(body)):
             continue  # before the first table: another tool's line
@@ -615,6 +597,7 @@ def _parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRe
         validated=validated,
         problems=problems.result(),
         complete=complete,
+        transport=transport if (transport := log.summary()).found else None,
     )
 
 

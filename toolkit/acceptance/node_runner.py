@@ -121,8 +121,11 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def sh(argv: list[str] | str, timeout: float = 60.0) -> tuple[int, str, str]:
-    """Run a command; never raise for a missing binary or a timeout."""
+def sh(
+    argv: list[str] | str, timeout: float = 60.0, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Run a command (``env``: its whole environment, None: this one's); never raise for a
+    missing binary or a timeout."""
     try:
         proc = subprocess.run(
             argv,
@@ -131,6 +134,7 @@ def sh(argv: list[str] | str, timeout: float = 60.0) -> tuple[int, str, str]:
             text=True,
             timeout=timeout,
             check=False,
+            env=env,
         )
     except FileNotFoundError as err:
         return 127, "", str(err)
@@ -980,6 +984,18 @@ def nccl_probe(torch: Any = None) -> dict[str, Any]:
     return out
 
 
+# NCCL's log of an all-reduce on GPUs says which transports it really used (network plugin,
+# GPUDirect RDMA, NVLS, P2P): NCCL_DEBUG=INFO prints it (docs.nvidia.com/deeplearning/nccl,
+# user guide, "Logging"); the controller reads it (toolkit/acceptance/nccllog.py). A site's
+# own NCCL_DEBUG is kept. At most this much of it travels back in the result.
+NCCL_LOG_MAX_BYTES = 4 << 20
+
+
+def nccl_debug_env(base: dict[str, str]) -> dict[str, str]:
+    """``base`` with ``NCCL_DEBUG=INFO`` unless it sets NCCL_DEBUG itself."""
+    return {"NCCL_DEBUG": "INFO", **base}
+
+
 def launch_ranks(
     nnodes: int,
     node_rank: int,
@@ -1006,7 +1022,7 @@ def launch_ranks(
     procs = []
     tmp_out = out or ""
     base_env = dict(
-        os.environ,
+        nccl_debug_env(dict(os.environ)) if device == "cuda" else os.environ,
         MASTER_ADDR=master_addr,
         MASTER_PORT=str(master_port),
         WORLD_SIZE=str(world),
@@ -1045,6 +1061,7 @@ def launch_ranks(
         )
     deadline = time.monotonic() + timeout + 30
     errors = []
+    outputs = []
     for local, proc in enumerate(procs):
         try:
             output, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
@@ -1054,10 +1071,13 @@ def launch_ranks(
             output, _ = proc.communicate()
             errors.append(f"rank {node_rank * nproc + local}: timed out; {output.strip()[-400:]}")
             continue
+        outputs.append(output)
         if proc.returncode != 0:
             errors.append(
                 f"rank {node_rank * nproc + local}: exit {proc.returncode}: {output.strip()[-600:]}"
             )
+    # The ranks' NCCL log (their output: NCCL prints to stdout); gloo on CPU ranks has none.
+    nccl_log = "".join(outputs)[:NCCL_LOG_MAX_BYTES] if device == "cuda" else None
     base = {
         "engine": f"torch-{'nccl' if device == 'cuda' else 'gloo'}",
         "ranks": world,
@@ -1065,14 +1085,19 @@ def launch_ranks(
         "rows": [],
         "p2p_gbps": None,
     }
+    if nccl_log is not None:
+        base["nccl_log"] = nccl_log
     if errors:
         return {**base, "error": "; ".join(errors)}
     if node_rank == 0 and tmp_out:
         try:
             with open(tmp_out, encoding="utf-8") as handle:
-                return json.load(handle)
+                loaded = json.load(handle)
         except (OSError, ValueError) as err:
             return {**base, "error": f"rank 0 wrote no result: {err}"}
+        if nccl_log is not None and isinstance(loaded, dict):
+            loaded["nccl_log"] = nccl_log
+        return loaded
     return {**base, "error": None}
 
 
@@ -1117,7 +1142,7 @@ def run_nccl_tests(
         "-w",
         str(warmup),
     ]
-    rc, stdout, stderr = sh(argv, timeout=timeout)
+    rc, stdout, stderr = sh(argv, timeout=timeout, env=nccl_debug_env(dict(os.environ)))
     return {
         "engine": "nccl-tests",
         "ranks": ngpus,

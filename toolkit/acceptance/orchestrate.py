@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import docker.errors
 
 from toolkit import cert, nodestate, runs
-from toolkit.acceptance import payload, topology
+from toolkit.acceptance import nccllog, payload, topology
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
 from toolkit.acceptance.node_runner import DEFAULT_CONTAINER_OPTIONS, container_argv
@@ -158,6 +158,8 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
         "training": training_summary(plan.result),
         # The topology matrix and the pairs that broke a rule (None: no topology section).
         "topology": topology.report((plan.result or {}).get("topology"), plan.spec.topology),
+        # What the all-reduce's NCCL log says it ran over (None: no log, as gloo on the CPU).
+        "transport": _transport(plan.result),
         "results_digest": digest(plan.result) if plan.result else None,
         "duration_s": (plan.result or {}).get("duration_s"),
         "error": plan.error,
@@ -166,6 +168,11 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
         "certificate": str(plan.certificate) if plan.certificate else None,
         "certificate_note": plan.certificate_note,
     }
+
+
+def _transport(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    summary = nccllog.read_section((result or {}).get("allreduce"))
+    return None if summary is None else summary.to_dict()
 
 
 def _security(plan: NodePlan) -> list[dict[str, str]] | None:
@@ -657,6 +664,7 @@ def _stage_multi_node(
                 spec.multi_node_allreduce,
                 run_set,
                 spec.min_multi_node_scaling_efficiency,
+                spec.transport,
             )
         )
     if not reports:

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from toolkit import nodestate
-from toolkit.acceptance import memory_health, topology
+from toolkit.acceptance import memory_health, nccllog, topology
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse_text
 from toolkit.acceptance.thresholds import AcceptanceSpec, BusbwFloor, critical_xids, format_size
 from toolkit.stack.debversion import satisfies
@@ -201,6 +201,47 @@ def allreduce_checks(
     return checks
 
 
+def transport_checks(
+    section: dict[str, Any] | None,
+    rules: nccllog.TransportSpec | None,
+    prefix: str = "allreduce",
+) -> list[Check]:
+    """The profile's transport rules (``nccllog.py`` holds them) against the NCCL log of one
+    all-reduce: a rule the log cannot answer, or a run without a log, is not judged; a log
+    under a profile without rules is shown. No rules and no log: no check."""
+    summary = nccllog.read_section(section)
+    name = f"{prefix}.transport"
+    judged = rules is not None and rules.has_rules
+    if summary is None:
+        if not judged:
+            return []
+        engine = (section or {}).get("engine") or "no all-reduce"
+        return [Check(name, True, f"not judged: the all-reduce ({engine}) left no NCCL log")]
+    shown = summary.to_dict()
+    if rules is None or not judged:
+        return [Check(name, True, f"{summary.describe()} (shown, not judged)", measured=shown)]
+    checks = [Check(name, True, summary.describe(), measured=shown)]
+    for finding in nccllog.judge(summary, rules):
+        rule = getattr(rules, finding.rule)
+        where = f"profile rule transport.{finding.rule}: {rule}"
+        checks.append(
+            Check(
+                f"{name}.{finding.rule}",
+                finding.ok is not False,
+                f"{finding.message} ({where})"
+                if finding.ok is not None
+                else f"not judged: {finding.message} ({where})",
+                measured=shown.get(
+                    {"network": "network_kind", "nvls": "nvls_channels"}.get(
+                        finding.rule, finding.rule
+                    )
+                ),
+                floor=rule,
+            )
+        )
+    return checks
+
+
 def _floor_check(
     name: str,
     value: float | None,
@@ -293,6 +334,7 @@ def judge(
     checks += _version_checks(result, expect)
     checks += _health_checks(result, spec)
     checks += allreduce_checks(result.get("allreduce"), spec.allreduce)
+    checks += transport_checks(result.get("allreduce"), spec.transport)
     checks += _perf_checks(result, spec)
     checks += _data_checks(result, spec)
     checks += training_checks(result, spec)

@@ -216,6 +216,9 @@ def check_source(name: str, floor: Any, spec: Any, group: str) -> str:
             if candidate.size == size and candidate.source:
                 return f"{candidate.source}; {where}"
         return where
+    transport = getattr(spec, "transport", None)
+    if ".transport." in name and transport is not None and transport.source:
+        return f"{transport.source}; {where}"
     return where if floor is not None else "gpunode acceptance rule"
 
 

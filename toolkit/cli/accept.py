@@ -127,8 +127,10 @@ def _fmt(value: Any) -> str:
 def parse_cmd(file: Path, allow_truncated: bool, as_json: bool) -> None:
     """Parse a captured nccl-tests output (text or -J JSON).
 
-    Exit 0 when the output is correct (no wrong values, footer OK, every row readable), 1 when
-    not, 2 when the file is not an nccl-tests output.
+    With NCCL_DEBUG=INFO lines in the capture, what they say of the transports (network,
+    GPUDirect RDMA, NVLS) is shown as well. Exit 0 when the output is correct (no wrong
+    values, footer OK, every row readable), 1 when not, 2 when the file is not an nccl-tests
+    output.
     """
     from toolkit.acceptance.nccltests import parse_stream
     from toolkit.config import open_regular
@@ -170,5 +172,7 @@ def _print_parsed(file: Path, doc: dict[str, Any]) -> None:
             f"NCCL {doc['nccl_version'] or 'unknown'}; {'OK' if doc['ok'] else 'NOT OK'}"
         )
     )
+    if transport := doc.get("transport"):
+        out_console.print(shown(f"transport (NCCL log): {transport['describe']}"), soft_wrap=True)
     for reason in [*doc["errors"], *doc["problems"]]:
         out_console.print(shown(f"not ok: {reason}"), soft_wrap=True)

@@ -394,6 +394,45 @@ def _multinode_section(multinode: dict[str, Any]) -> list[str]:
     return out
 
 
+def _transport_section(summary: dict[str, Any]) -> list[str]:
+    """What each node's all-reduce ran over, from its NCCL log (none: no section)."""
+    nodes = [n for n in summary["nodes"] if n.get("transport")]
+    if not nodes:
+        return []
+    out = [
+        "<h2>Transport (NCCL log)</h2><table><tr><th>node</th><th>NCCL</th><th>network</th>"
+        "<th>GPUDirect RDMA</th><th>NVLS</th><th>between local GPUs</th><th>check</th></tr>"
+    ]
+    for node in nodes:
+        t = node["transport"]
+        net = t.get("network_kind")
+        over = ", ".join(sorted(k for k in t.get("connections") or {} if k.startswith("NET/"))[:3])
+        over = over or t.get("network")
+        network = "-" if net is None else f"{net} ({over})" if over else str(net)
+        nvls = t.get("nvls_channels")
+        nvls_text = (
+            f"{nvls} channels"
+            if nvls is not None
+            else {True: "multicast available", False: "not available", None: "-"}[
+                t.get("nvls_multicast")
+            ]
+        )
+        checks = [
+            c
+            for c in node.get("checks") or []
+            if c["name"].startswith("allreduce.transport.") and not c["ok"]
+        ]
+        verdict = "; ".join(f"{c['name']}: {c['message']}" for c in checks) or "passed"
+        out.append(
+            f"<tr><td>{escape(node['host'])}</td><td>{escape(str(t.get('version') or '-'))}</td>"
+            f"<td>{escape(network)}</td><td>{value_cell(t.get('gpudirect_rdma'))}</td>"
+            f"<td>{escape(nvls_text)}</td><td class='v'>{value_cell(t.get('local_transports'))}"
+            f"</td><td class='v'>{escape(verdict)}</td></tr>"
+        )
+    out.append("</table>")
+    return out
+
+
 def render_topology(topo: dict[str, Any]) -> str:
     """One node's ``nvidia-smi topo -m`` as a coloured table; pairs that broke a rule are
     outlined in red (both cells of the pair).
@@ -485,6 +524,7 @@ def render_html(summary: dict[str, Any]) -> str:
             for k, text in LEGEND.items()
         ]
         out.append("Outlined in red: a pair that breaks the profile's topology rules.</p>")
+    out += _transport_section(summary)
     out.append("<h2>Failed checks</h2>")
     failed_any = False
     for node in summary["nodes"]:
