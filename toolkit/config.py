@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from toolkit.errors import CLIP_CHARS, ConfigError, clip
+from toolkit.printable import printable
 
 
 class StrictModel(BaseModel):
@@ -299,13 +300,18 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
 
 
 def format_loc(loc: Sequence[str | int]) -> str:
-    """Write a key path the way users read it: ``stack.driver.flavour``, ``disks[0].serial``."""
+    """Write a key path the way users read it: ``stack.driver.flavour``, ``disks[0].serial``.
+
+    A key is text from the file: its control characters are shown escaped
+    (:func:`toolkit.printable.printable`), so a key path is always one line.
+    """
     text = ""
     for part in loc:
         if isinstance(part, int):
             text += f"[{part}]"
         else:
-            text += f".{clip(part)}" if text else clip(part)
+            name = printable(clip(part))
+            text += f".{name}" if text else name
     return text or "(top level)"
 
 
