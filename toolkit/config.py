@@ -382,7 +382,8 @@ def _describe(model_cls: type[BaseModel], error: Any) -> str:
     message = clip(str(error["msg"]), 10 * CLIP_CHARS)
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
-    if "input" in error:
+    # A whole mapping or list as "got" is noise: the key path already points at it.
+    if "input" in error and not isinstance(error["input"], (dict, list)):
         got = clip(repr(error["input"]))
         if got not in message:
             message += f" (got {got})"

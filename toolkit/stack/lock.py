@@ -7,6 +7,11 @@ repository carries for the pinned upstream version, its architecture, SHA256 and
 plus the stack id it was resolved for. Because the file lies in ``group_vars``, Ansible hands it
 to the ``gpunode_stack`` action plugin, which installs exactly those versions
 (:func:`apply_lock`); :func:`verify_lock` re-reads the repositories before a node changes.
+
+This module owns the lock's one schema (:class:`StackLock`): :func:`read_lock` reads the file,
+:func:`lock_from_vars` and :func:`parse_lock` validate the ``stack_lock`` variable as the
+inventory reader and Ansible hand it, and :func:`resolve_lock` validates what it writes. No
+other code reads a lock.
 """
 
 from __future__ import annotations
