@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from yaml._yaml import CParser
 
 from toolkit.errors import CLIP_CHARS, ConfigError, clip
+from toolkit.printable import printable
 
 
 class StrictModel(BaseModel):
@@ -362,13 +363,18 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
 
 
 def format_loc(loc: Sequence[str | int]) -> str:
-    """Write a key path the way users read it: ``stack.driver.flavour``, ``disks[0].serial``."""
+    """Write a key path the way users read it: ``stack.driver.flavour``, ``disks[0].serial``.
+
+    A key is text from the file: its control characters are shown escaped
+    (:func:`toolkit.printable.printable`), so a key path is always one line.
+    """
     text = ""
     for part in loc:
         if isinstance(part, int):
             text += f"[{part}]"
         else:
-            text += f".{clip(part)}" if text else clip(part)
+            name = printable(clip(part))
+            text += f".{name}" if text else name
     return text or "(top level)"
 
 
@@ -439,7 +445,8 @@ def _describe(model_cls: type[BaseModel], error: Any) -> str:
     message = clip(str(error["msg"]), 10 * CLIP_CHARS)
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
-    if "input" in error:
+    # A whole mapping or list as "got" is noise: the key path already points at it.
+    if "input" in error and not isinstance(error["input"], (dict, list)):
         got = clip(repr(error["input"]))
         if got not in message:
             message += f" (got {got})"

@@ -26,7 +26,7 @@ from toolkit.inventory import load_inventory
 from toolkit.lab import lab as lab_core
 from toolkit.lab import runfile
 from toolkit.stack import resolve
-from toolkit.stack.lock import LOCK_KEY, apply_lock, dump_lock
+from toolkit.stack.lock import LOCK_KEY, apply_lock, dump_lock, lock_from_vars, parse_lock
 
 pytestmark = pytest.mark.lab
 
@@ -96,7 +96,7 @@ def expected_pins(inv: Path) -> dict[str, dict[str, str]]:
     pins = {}
     for host in inventory.hosts_for(None):
         stack, hardware = inventory.host_config(host)
-        lock = inventory.host_vars(host.name).values[LOCK_KEY]
+        lock = lock_from_vars(inventory.host_vars(host.name).values, host.name)
         resolved = apply_lock(resolve(stack, hardware, "debian12"), lock)
         merged: dict[str, str] = {}
         for part in ("driver", "cuda", "nccl", "fabric_manager", "container_toolkit"):
@@ -418,7 +418,7 @@ def test_a_lock_the_repository_no_longer_holds_fails_naming_the_package(
     shutil.copytree(inv, broken)
     document = yaml.safe_load(_lock_file(broken).read_text())
     document[LOCK_KEY]["systems"]["debian12"]["packages"]["cuda-toolkit-12-4"][field] = value
-    _lock_file(broken).write_text(dump_lock(document))
+    _lock_file(broken).write_text(dump_lock(parse_lock(document[LOCK_KEY], "the test's lock")))
     proc = gpunode(tmp_path / "state", "provision", "-i", str(broken))
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr and "nothing was changed" in proc.stderr

@@ -34,6 +34,14 @@ def _lock() -> dict[str, Any]:
     return lock_for(Stack.model_validate(STACK), HardwareProfile.model_validate(HARDWARE))
 
 
+def _broken_lock() -> dict[str, Any]:
+    """A lock whose version would write extra stanzas into apt's preferences (issue 27)."""
+    lock = _lock()
+    entry = lock["systems"]["debian12"]["packages"]["libnccl2"]
+    entry["version"] = "1.0\nPackage: *\nPin: origin evil.example\nPin-Priority: 1002"
+    return lock
+
+
 def play(name: str, tasks: list[dict[str, Any]], **vars_: Any) -> dict[str, Any]:
     return {
         "name": name,
@@ -72,6 +80,24 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> EventCollector:
             stack={**STACK, "container_toolkit": "1.17.8"},
             hardware=HARDWARE,
             stack_lock=_lock(),
+        ),
+        play(
+            "Refuse a broken lock",
+            [
+                {
+                    "name": "Refuse the broken lock",
+                    "gpunode_stack": {"os_id": "debian12"},
+                    "ignore_errors": True,
+                    "register": "broken",
+                },
+                {
+                    "name": "Keep the broken lock's refusal",
+                    "ansible.builtin.set_fact": {"broken_refusal": "{{ broken.msg }}"},
+                },
+            ],
+            stack=STACK,
+            hardware=HARDWARE,
+            stack_lock=_broken_lock(),
         ),
         play(
             "Refuse an incoherent stack",
@@ -196,6 +222,13 @@ def test_gpunode_stack_resolves(run: EventCollector) -> None:
 def test_gpunode_stack_refuses_a_stale_lock(run: EventCollector) -> None:
     refusal = run.facts["localhost"]["lock_refusal"]
     assert "stack lock is stale" in refusal and "gpunode stack lock" in refusal
+
+
+def test_gpunode_stack_refuses_a_broken_lock_naming_the_key(run: EventCollector) -> None:
+    refusal = run.facts["localhost"]["broken_refusal"]
+    assert "stack.lock.yml of host localhost" in refusal
+    assert "stack_lock.systems.debian12.packages.libnccl2.version" in refusal
+    assert "not a Debian version" in refusal and "\nPin:" not in refusal
 
 
 def test_gpunode_stack_refuses_incoherent_stack(run: EventCollector) -> None:

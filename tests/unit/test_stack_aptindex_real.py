@@ -33,7 +33,7 @@ from toolkit.stack.aptindex import (
     paragraphs,
     read_index,
 )
-from toolkit.stack.lock import LOCK_KEY, resolve_lock
+from toolkit.stack.lock import LOCK_KEY, lock_document, resolve_lock
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real" / "libnvidia-container"
 SNAPSHOTS = ("8fe04301", "24feed94", "69f4ab79")  # 1.14.0, 1.17.8, 1.20.1
@@ -107,7 +107,7 @@ def _toolkit_only(snapshot_dir: Path, fingerprint: str | None = None) -> dict[st
 def test_the_lock_resolves_toolkit_1_17_8_from_the_real_index() -> None:
     resolved = _toolkit_only(REAL / "24feed94")
     lock = resolve_lock("g", resolved["stack_id"], {"ubuntu2204": resolved})
-    locked = lock[LOCK_KEY]["systems"]["ubuntu2204"]["packages"]
+    locked = lock_document(lock)[LOCK_KEY]["systems"]["ubuntu2204"]["packages"]
     assert set(locked) == set(TOOLKIT + LIBRARY)
     assert {p: e["version"] for p, e in locked.items()} == dict.fromkeys(locked, "1.17.8-1")
     # The package-level SHA256 fields of NVIDIA's index, as the lock records them.

@@ -31,7 +31,15 @@ from toolkit.errors import ConfigError, StackError
 from toolkit.stack import resolve
 from toolkit.stack.aptindex import IndexEntry, key_fingerprints
 from toolkit.stack.debversion import compare_versions, satisfies
-from toolkit.stack.lock import LOCK_KEY, apply_lock, requirements, resolve_lock, verify_lock
+from toolkit.stack.lock import (
+    LOCK_KEY,
+    apply_lock,
+    lock_document,
+    read_lock,
+    requirements,
+    resolve_lock,
+    verify_lock,
+)
 from toolkit.stack.targets import check_locks, load_targets, lock_inventory
 
 SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "sample"
@@ -259,11 +267,11 @@ def test_sample_locks_to_the_ubuntu_revisions_the_repository_carries(ubuntu: Pat
     assert l40s["cuda-toolkit-13-0"] == "13.0.2-1"
     assert l40s["libnccl2"] == "2.27.7-1+cuda13.0"
     assert "nvidia-fabricmanager" not in l40s  # PCIe: no NVSwitch
-    lock = yaml.safe_load((ubuntu / "group_vars" / "h100_sxm" / "stack.lock.yml").read_text())
-    entry = lock[LOCK_KEY]["systems"]["ubuntu2204"]["packages"]["libnvidia-compute-580"]
-    assert entry["architecture"] == "amd64" and entry["repository"] == "cuda"
-    assert len(entry["sha256"]) == 64
-    assert lock[LOCK_KEY]["stack_id"] == h100.stack_id
+    lock = read_lock(ubuntu / "group_vars" / "h100_sxm" / "stack.lock.yml")
+    entry = lock.systems["ubuntu2204"].packages["libnvidia-compute-580"]
+    assert entry.architecture == "amd64" and entry.repository == "cuda"
+    assert len(entry.sha256) == 64
+    assert lock.stack_id == h100.stack_id
     # The lock is read back as group vars: stack check is clean, show prints exact versions.
     _is_inventory, targets = load_targets(ubuntu)
     assert all(t.lock_violations() == [] for t in targets)
@@ -288,7 +296,7 @@ def test_r590_and_later_lock_the_unbranched_ubuntu_names(tmp_path: Path, key: Ke
     )
     resolved = resolve(stack, hardware, "ubuntu2404", repo_vars=_vars(key, cuda, ctk))
     lock = resolve_lock("g", resolved["stack_id"], {"ubuntu2404": resolved})
-    locked = lock[LOCK_KEY]["systems"]["ubuntu2404"]["packages"]
+    locked = lock_document(lock)[LOCK_KEY]["systems"]["ubuntu2404"]["packages"]
     assert {p for p in locked if "595" not in p and "nvidia" in p} >= {
         "nvidia-open", "nvidia-driver-open", "nvidia-dkms-open", "nvidia-utils",
         "nvidia-persistenced",
@@ -403,7 +411,7 @@ def test_verify_lock_is_clean_for_a_fresh_lock(tmp_path: Path, key: Key) -> None
     ctk = build_repo(tmp_path / "ctk", key, CONTAINER_TOOLKIT)
     stack, hardware = make({"driver": {"version": "580.159.03"}})  # the driver UBUNTU_580 carries
     resolved = resolve(stack, hardware, "ubuntu2204", repo_vars=_vars(key, cuda, ctk))
-    lock = resolve_lock("g", resolved["stack_id"], {"ubuntu2204": resolved})[LOCK_KEY]
+    lock = resolve_lock("g", resolved["stack_id"], {"ubuntu2204": resolved})
     assert verify_lock("g", lock, {"ubuntu2204": resolved}) == []
 
 
@@ -446,8 +454,8 @@ def test_the_lock_pins_the_parts_a_locked_build_needs_exactly(tmp_path: Path, ke
         _debian_build("550.127.05", driver) + _debian_build("580.95.05", driver) + others,
     )
     build_repo(tmp_path / "ctk", key, CONTAINER_TOOLKIT)
-    lock = resolve_lock("g", resolved["stack_id"], {"debian12": resolved})[LOCK_KEY]
-    locked = lock["systems"]["debian12"]["packages"]
+    lock = resolve_lock("g", resolved["stack_id"], {"debian12": resolved})
+    locked = lock_document(lock)[LOCK_KEY]["systems"]["debian12"]["packages"]
     assert locked["nvidia-alternative"]["version"] == "550.127.05-1"
     assert locked["nvidia-alternative"]["needed_by"] in driver
     assert locked["libgl1-nvidia-glvnd-glx"] == {

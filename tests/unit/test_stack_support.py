@@ -73,6 +73,7 @@ def lock_for(
                     "architecture": "amd64",
                     "sha256": "0" * 64,
                     "repository": "cuda",
+                    "filename": f"./{name}_{wanted.replace('-*', '-1')}_amd64.deb",
                 }
                 for name, wanted in requirements(resolved).items()
             },

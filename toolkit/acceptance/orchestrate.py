@@ -422,15 +422,15 @@ def _container_check(info: dict[str, Any] | None, image: str) -> Check:
 
 
 def _expectation(plan: NodePlan) -> NodeExpectation:
-    from toolkit.stack.lock import LOCK_KEY, apply_lock, lock_state
+    from toolkit.stack.lock import LOCK_FILE, apply_lock, lock_from_vars, lock_state
     from toolkit.stack.resolve import resolve
 
     repo_vars = {k: v for k, v in plan.host.vars.items() if k.startswith("gpunode_")}
     resolved = resolve(plan.stack, plan.hardware, plan.os_id or "debian12", repo_vars=repo_vars)
     # Provision installed exactly the group's locked versions: expect those (without a
     # current lock the requirements stand, e.g. `550.127.05-*`, matched by revision).
-    lock = plan.host.vars.get(LOCK_KEY)
-    if isinstance(lock, dict) and lock_state(lock, resolved["stack_id"]) == "current":
+    lock = lock_from_vars(plan.host.vars, f"{LOCK_FILE} of host {plan.host.name}")
+    if lock_state(lock, resolved["stack_id"]) == "current":
         resolved = apply_lock(resolved, lock)
     packages: dict[str, str] = {}
     for section in ("driver", "cuda", "nccl"):
@@ -883,11 +883,11 @@ def _certify(run: AcceptanceRun, plan: NodePlan, progress: Progress) -> None:
 
 def _lock_digest(plan: NodePlan, inventory: Path) -> str | None:
     """``sha256:`` of the group's stack lock file when it is current for the stack."""
-    from toolkit.stack.lock import LOCK_KEY, lock_path, lock_state
+    from toolkit.stack.lock import LOCK_FILE, lock_from_vars, lock_path, lock_state
 
-    lock = plan.host.vars.get(LOCK_KEY)
+    lock = lock_from_vars(plan.host.vars, f"{LOCK_FILE} of host {plan.host.name}")
     path = lock_path(inventory, plan.group)
-    if not isinstance(lock, dict) or plan.expect is None or plan.expect.stack_id is None:
+    if lock is None or plan.expect is None or plan.expect.stack_id is None:
         return None
     if lock_state(lock, plan.expect.stack_id) != "current" or not path.is_file():
         return None

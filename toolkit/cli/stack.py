@@ -97,7 +97,7 @@ def _print_report(path: Path, group: str | None, report: dict[str, Any]) -> None
     for violation in report["violations"]:
         item = Text("  ")
         item.append(f"{violation['severity']:<7}", style=_STYLE[violation["severity"]])
-        item.append(f" {violation['rule']}: {violation['message']}")
+        item.append_text(shown(f" {violation['rule']}: {violation['message']}"))
         out_console.print(item, soft_wrap=True)
 
 
@@ -141,7 +141,7 @@ def show(
     documents: dict[str | None, dict[str, Any]] = {}
     for target in targets:
         document = target.report()
-        document["resolved"] = {os_id: _locked(target, os_id, arch) for os_id in os_list}
+        document["resolved"] = {os_id: target.resolve_locked(os_id, arch) for os_id in os_list}
         documents[target.group] = document
     failed = [g for g, d in documents.items() if not d["ok"]]
     if as_json:
@@ -163,18 +163,6 @@ def show(
     if failed:
         where = f" (groups: {', '.join(str(g) for g in failed)})" if is_inventory else ""
         raise StackError(f"{path}: the stack is incoherent{where}; see `gpunode stack check`")
-
-
-def _locked(target: Any, os_id: str, arch: str | None) -> dict[str, Any]:
-    """The resolved stack, at the locked versions when the group's lock is current."""
-    from toolkit.errors import ToolkitError
-    from toolkit.stack.lock import apply_lock
-
-    resolved: dict[str, Any] = target.resolve(os_id, arch)
-    try:
-        return apply_lock(resolved, target.lock) | {"locked": True}
-    except ToolkitError:
-        return resolved | {"locked": False}
 
 
 @stack.command(
@@ -217,9 +205,9 @@ def lock(inventory: Path, limit: str | None, as_json: bool) -> None:
         line.append(" (changed)" if outcome.changed else " (unchanged)")
         out_console.print(line, soft_wrap=True)
         for os_id, packages in outcome.packages.items():
-            out_console.print(Text(f"  {os_id}", style="bold"), soft_wrap=True)
+            out_console.print(shown(f"  {os_id}", style="bold"), soft_wrap=True)
             for package, version in packages.items():
-                out_console.print(Text(f"    {package}={version}"), soft_wrap=True)
+                out_console.print(shown(f"    {package}={version}"), soft_wrap=True)
 
 
 _SECTIONS = ("driver", "cuda", "nccl", "fabric_manager", "container_toolkit", "cudnn", "dcgm")

@@ -118,6 +118,7 @@ def recipe_for(inventory_path: Path, group: str | None = None) -> Recipe:
     Raises:
         ConfigError: The inventory, the stack or an image variable is malformed.
     """
+    from toolkit.stack.lock import LOCK_KEY, lock_from_vars
     from toolkit.stack.resolve import resolve
 
     inventory = load_inventory(inventory_path)
@@ -125,6 +126,10 @@ def recipe_for(inventory_path: Path, group: str | None = None) -> Recipe:
     hosts = inventory.group_hosts(name)
     merged = inventory.host_vars(hosts[0]) if hosts else None
     values = dict(merged.values) if merged else dict(inventory.groups[name].vars)
+    sources = merged.sources if merged else inventory.groups[name].sources
+    # The group's lock is read through its schema: a broken lock stops the build, as it
+    # stops `stack show`, `stack check` and provision.
+    lock_from_vars(values, sources.get(LOCK_KEY, f"group {name}"))
     stack, hardware = inventory.group_config(name)
     os_id = str(values.get("gpunode_image_os") or DEFAULT_OS)
     repo_vars = {k: v for k, v in values.items() if k.startswith("gpunode_")}

@@ -6,6 +6,20 @@ from __future__ import annotations
 
 import re
 
+# A Debian version (Debian policy 5.6.12): ``[epoch:]upstream[-revision]``; the upstream part
+# starts with a digit and holds alphanumerics and ``. + ~`` (``-`` only when a revision
+# follows); the revision holds alphanumerics and ``. + ~``. Nothing else: no whitespace, no
+# newline, no control character, so a version is one token wherever it is written (apt's
+# preferences, ``name=version`` on apt's command line, a terminal).
+DEB_VERSION_RE = re.compile(
+    r"^(?:[0-9]{1,9}:)?[0-9](?:[A-Za-z0-9.+~-]*[A-Za-z0-9.+~])?(?:-[A-Za-z0-9.+~]+)?\Z"
+)
+# A Debian package name (Debian policy 5.6.1): lower-case letters, digits and ``+ - .``, at
+# least two characters, starting with a letter or digit.
+PACKAGE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.\-]+\Z")
+# The longest version or name accepted; real ones are under 100 characters.
+MAX_DEB_TOKEN = 256
+
 
 def _order(char: str) -> int:
     if char == "~":

@@ -7,21 +7,29 @@ repository carries for the pinned upstream version, its architecture, SHA256 and
 plus the stack id it was resolved for. Because the file lies in ``group_vars``, Ansible hands it
 to the ``gpunode_stack`` action plugin, which installs exactly those versions
 (:func:`apply_lock`); :func:`verify_lock` re-reads the repositories before a node changes.
+
+This module owns the lock's one schema (:class:`StackLock`): :func:`read_lock` reads the file,
+:func:`lock_from_vars` and :func:`parse_lock` validate the ``stack_lock`` variable as the
+inventory reader and Ansible hand it, and :func:`resolve_lock` validates what it writes. No
+other code reads a lock.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import AfterValidator, ConfigDict, model_validator
 
-from toolkit.config import did_you_mean
-from toolkit.errors import ConfigError, StackError
-from toolkit.inventory import name_path
+from toolkit.config import StrictModel, did_you_mean, load_yaml, validate
+from toolkit.errors import ConfigError, StackError, clip
+from toolkit.inventory import NAME_RE, name_path
+from toolkit.printable import printable
 from toolkit.stack.aptindex import (
     Fetch,
     IndexEntry,
@@ -29,8 +37,14 @@ from toolkit.stack.aptindex import (
     key_fingerprints,
     read_index,
 )
-from toolkit.stack.debversion import compare_versions, satisfies
-from toolkit.stack.resolve import DEB_ARCH
+from toolkit.stack.debversion import (
+    DEB_VERSION_RE,
+    MAX_DEB_TOKEN,
+    PACKAGE_NAME_RE,
+    compare_versions,
+    satisfies,
+)
+from toolkit.stack.resolve import DEB_ARCH, check_url
 from toolkit.stack.systems import SUPPORTED_OS
 
 LOCK_FILE = "stack.lock.yml"
@@ -38,6 +52,176 @@ LOCK_KEY = "stack_lock"
 # The inventory variable listing the OSes of a group's nodes (a list of SUPPORTED_OS).
 OS_VARIABLE = "gpunode_stack_os"
 _PACKAGE_KEYS = ("packages", "pinning_packages")
+
+
+# -- the schema: what a lock may hold, checked whenever one is read or written ---------------
+
+_STACK_ID_RE = re.compile(r"^[0-9a-f]{12}\Z")
+# SHA-256 as Packages indexes write it (Debian's repository format: lower-case hex).
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
+# A repository's name in naming.yml (``cuda``, ``nvidia-container-toolkit``).
+_REPOSITORY_RE = re.compile(r"^[a-z0-9][a-z0-9._\-]{0,63}\Z")
+# A Packages index's Filename: a relative path of plain components (NVIDIA's flat
+# repositories write ``./name_version_arch.deb``, Debian's ``pool/main/...``); never ``..``.
+_FILENAME_RE = re.compile(r"^(?:\./)?(?:[A-Za-z0-9_+~%:][A-Za-z0-9_.+~%:\-]{0,254}/){0,16}"
+                          r"[A-Za-z0-9_+~%:][A-Za-z0-9_.+~%:\-]{0,254}\Z")  # fmt: skip
+
+
+def _shown(value: str) -> str:
+    """A value quoted in a message: cut, and its control characters escaped."""
+    return printable(clip(repr(value)))
+
+
+def _pattern(pattern: re.Pattern[str], rule: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if len(value) > MAX_DEB_TOKEN or not pattern.match(value):
+            raise ValueError(f"not {rule} (got {_shown(value)})")
+        return value
+
+    return AfterValidator(check)
+
+
+def _one_of(allowed: tuple[str, ...], what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if value not in allowed:
+            raise ValueError(f"unknown {what} {_shown(value)}" + did_you_mean(value, allowed))
+        return value
+
+    return AfterValidator(check)
+
+
+def _url(value: str) -> str:
+    try:
+        return check_url(value, "repository URL")
+    except ConfigError as err:
+        raise ValueError(err.message) from None
+
+
+DebVersion = Annotated[
+    str,
+    _pattern(DEB_VERSION_RE, "a Debian version like 580.95.05-1 (Debian policy 5.6.12)"),
+]
+PackageName = Annotated[
+    str, _pattern(PACKAGE_NAME_RE, "a Debian package name (Debian policy 5.6.1)")
+]
+Sha256 = Annotated[str, _pattern(_SHA256_RE, "a SHA-256: 64 lower-case hex digits")]
+RepositoryName = Annotated[str, _pattern(_REPOSITORY_RE, "a repository name like cuda")]
+FileName = Annotated[str, _pattern(_FILENAME_RE, "a relative path like ./name_1.0-1_amd64.deb")]
+OsId = Annotated[str, _one_of(SUPPORTED_OS, "OS")]
+Arch = Annotated[str, _one_of(tuple(DEB_ARCH), "arch")]
+DebArch = Annotated[str, _one_of((*DEB_ARCH.values(), "all"), "Debian architecture")]
+
+
+class _LockModel(StrictModel):
+    # Exact types: YAML's `1.10` is a float, `12` an int; a lock written by gpunode quotes
+    # every such string, so a number where text belongs is an edit, refused, not converted.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class LockedPackage(_LockModel):
+    """One package as locked: the exact build a repository's signed index listed."""
+
+    version: DebVersion
+    architecture: DebArch
+    sha256: Sha256
+    repository: RepositoryName
+    filename: FileName
+    # The package whose build pins this one exactly (``Depends: x (= V)``); None for the
+    # packages the stack names itself.
+    needed_by: PackageName | None = None
+
+
+class LockedSystem(_LockModel):
+    """One OS of the group: its arch, repositories and every locked package."""
+
+    arch: Arch
+    repositories: dict[RepositoryName, Annotated[str, AfterValidator(_url)]]
+    packages: dict[PackageName, LockedPackage]
+
+    @model_validator(mode="after")
+    def _coherent(self) -> LockedSystem:
+        problems = []
+        archs = (DEB_ARCH[self.arch], "all")
+        for name, entry in self.packages.items():
+            where = f"packages.{name}"
+            if entry.architecture not in archs:
+                problems.append(
+                    f"{where}.architecture: {entry.architecture} is not one of {', '.join(archs)}"
+                    f" (arch {self.arch})"
+                )
+            if entry.repository not in self.repositories:
+                problems.append(
+                    f"{where}.repository: {entry.repository} is not one of the repositories "
+                    f"({', '.join(sorted(self.repositories)) or 'none'})"
+                )
+            if entry.needed_by is not None and entry.needed_by not in self.packages:
+                problems.append(f"{where}.needed_by: {entry.needed_by} is not a locked package")
+        for name in self.packages:
+            seen = [name]
+            parent = self.packages[name].needed_by
+            while parent is not None and parent in self.packages:
+                if parent in seen:
+                    if parent == name:
+                        chain = " -> ".join([*seen, parent])
+                        problems.append(f"packages.{name}.needed_by: a cycle ({chain})")
+                    break
+                seen.append(parent)
+                parent = self.packages[parent].needed_by
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class StackLock(_LockModel):
+    """A group's stack lock: the value of ``stack_lock`` in ``stack.lock.yml``."""
+
+    group: Annotated[str, _pattern(NAME_RE, "an inventory group name")]
+    stack_id: Annotated[str, _pattern(_STACK_ID_RE, "a stack id: 12 lower-case hex digits")]
+    systems: dict[OsId, LockedSystem]
+
+
+class _LockFile(_LockModel):
+    """The whole lock file: ``stack_lock`` and nothing else (gpunode writes nothing else)."""
+
+    stack_lock: StackLock
+
+
+def parse_lock(value: Any, source: str | Path) -> StackLock:
+    """A lock from the value of the ``stack_lock`` variable, as the inventory or Ansible
+    read it from ``source``: the one schema of every lock gpunode reads.
+
+    Raises:
+        ConfigError: Every problem, naming ``source`` and the key path
+            (``stack_lock.systems.debian12.packages.libnccl2.version``) and the rule.
+    """
+    return validate(StackLock, value, source, prefix=(LOCK_KEY,))
+
+
+def lock_from_vars(values: Mapping[str, Any], source: str | Path) -> StackLock | None:
+    """The lock among a group's or host's variables (``stack_lock``), validated; None when
+    there is none. The inventory reader and Ansible read ``stack.lock.yml`` as variables:
+    this is how each of them hands the value to the schema.
+
+    Args:
+        values: The variables.
+        source: The file the variable came from (or a description), named in messages.
+
+    Raises:
+        ConfigError: A lock that breaks the schema, naming ``source`` and the key.
+    """
+    if values.get(LOCK_KEY) is None:
+        return None
+    return parse_lock(values[LOCK_KEY], source)
+
+
+def read_lock(path: str | Path) -> StackLock:
+    """Read a lock file (``group_vars/<group>/stack.lock.yml``) through the one YAML loader.
+
+    Raises:
+        ConfigError: The file cannot be read, is not YAML, or breaks the schema (the message
+            names the file and the key).
+    """
+    return validate(_LockFile, load_yaml(path), path).stack_lock
 
 
 def lock_path(inventory: Path, group: str) -> Path:
@@ -193,8 +377,8 @@ def resolve_lock(
     stack_id: str,
     resolved_by_os: Mapping[str, Mapping[str, Any]],
     fetch: Fetch = fetch_url,
-) -> dict[str, Any]:
-    """The lock document of one group: every package at the version its repository carries.
+) -> StackLock:
+    """The lock of one group: every package at the version its repository carries.
 
     Args:
         group: The inventory group.
@@ -205,6 +389,8 @@ def resolve_lock(
     Raises:
         StackError: A key with another fingerprint, a bad signature or index, or packages
             the repositories lack (every one named).
+        ConfigError: An index entry the lock's schema refuses (a version that is not a
+            Debian version, say): what is written is always what is read back.
     """
     indexes = _Indexes(fetch)
     systems: dict[str, Any] = {}
@@ -219,38 +405,43 @@ def resolve_lock(
         }
     if problems:
         raise StackError(f"group {group}: cannot lock the stack:\n  " + "\n  ".join(problems))
-    return {LOCK_KEY: {"group": group, "stack_id": stack_id, "systems": systems}}
+    data = {"group": group, "stack_id": stack_id, "systems": systems}
+    return parse_lock(data, f"the lock resolved for group {group}")
 
 
-def dump_lock(document: Mapping[str, Any]) -> str:
+def lock_document(lock: StackLock) -> dict[str, Any]:
+    """The lock file's document: ``{"stack_lock": ...}`` as plain data."""
+    return {LOCK_KEY: lock.model_dump(exclude_none=True)}
+
+
+def dump_lock(lock: StackLock) -> str:
     """The lock file's text (a YAML document with a header for people)."""
-    lock = document[LOCK_KEY]
     header = (
         "---\n"
-        f"# The stack lock of group {lock['group']}, written by `gpunode stack lock`: commit it.\n"
+        f"# The stack lock of group {lock.group}, written by `gpunode stack lock`: commit it.\n"
         "# Exact package versions resolved from the repositories' signed indexes for stack\n"
-        f"# {lock['stack_id']}; `gpunode provision` installs exactly these and refuses a stale\n"
+        f"# {lock.stack_id}; `gpunode provision` installs exactly these and refuses a stale\n"
         "# lock (`--relock` resolves it again).\n"
     )
-    return header + yaml.safe_dump(dict(document), sort_keys=False, width=100)
+    return header + yaml.safe_dump(lock_document(lock), sort_keys=False, width=100)
 
 
-def write_lock(inventory: Path, group: str, document: Mapping[str, Any]) -> Path:
+def write_lock(inventory: Path, group: str, lock: StackLock) -> Path:
     """Write a group's lock file and return its path."""
     path = lock_path(inventory, group)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump_lock(document), encoding="utf-8")
+    path.write_text(dump_lock(lock), encoding="utf-8")
     return path
 
 
-def lock_state(lock: Mapping[str, Any] | None, stack_id: str) -> str:
+def lock_state(lock: StackLock | None, stack_id: str) -> str:
     """``missing``, ``stale`` (resolved for another stack id) or ``current``."""
-    if not lock:
+    if lock is None:
         return "missing"
-    return "current" if lock.get("stack_id") == stack_id else "stale"
+    return "current" if lock.stack_id == stack_id else "stale"
 
 
-def apply_lock(resolved: Mapping[str, Any], lock: Mapping[str, Any] | None) -> dict[str, Any]:
+def apply_lock(resolved: Mapping[str, Any], lock: StackLock | None) -> dict[str, Any]:
     """The resolved stack with every package at its locked version.
 
     Raises:
@@ -259,17 +450,17 @@ def apply_lock(resolved: Mapping[str, Any], lock: Mapping[str, Any] | None) -> d
     os_id = resolved["os"]
     state = lock_state(lock, resolved["stack_id"])
     if state != "current" or lock is None:
-        detail = "" if lock is None else f" (resolved for stack {lock.get('stack_id')})"
+        detail = "" if lock is None else f" (resolved for stack {lock.stack_id})"
         raise StackError(
             f"the stack lock is {state}{detail} for stack {resolved['stack_id']}: run "
             "`gpunode stack lock -i INVENTORY` (or `gpunode provision --relock`)"
         )
-    system = (lock.get("systems") or {}).get(os_id)
-    if not system:
+    system = lock.systems.get(os_id)
+    if system is None:
         raise StackError(
             f"the stack lock has no {os_id}: add it to {OS_VARIABLE} and run `gpunode stack lock`"
         )
-    locked = system.get("packages") or {}
+    locked = system.packages
     out = copy.deepcopy(dict(resolved))
     missing = []
     for section in out.values():
@@ -278,7 +469,7 @@ def apply_lock(resolved: Mapping[str, Any], lock: Mapping[str, Any] | None) -> d
                 packages = section.get(key) or {}
                 for package in packages:
                     if package in locked:
-                        packages[package] = str(locked[package]["version"])
+                        packages[package] = locked[package].version
                     else:
                         missing.append(package)
     if missing:
@@ -290,7 +481,7 @@ def apply_lock(resolved: Mapping[str, Any], lock: Mapping[str, Any] | None) -> d
     return out
 
 
-def _add_companions(resolved: dict[str, Any], locked: Mapping[str, Any]) -> None:
+def _add_companions(resolved: dict[str, Any], locked: Mapping[str, LockedPackage]) -> None:
     """Each locked companion (``needed_by``) joins the packages of the section that needs it."""
     sections = {
         package: section
@@ -300,21 +491,18 @@ def _add_companions(resolved: dict[str, Any], locked: Mapping[str, Any]) -> None
         for package in section.get(key) or {}
     }
     for package, entry in sorted(locked.items()):
-        root, seen = package, set()
-        while root not in sections and isinstance(locked.get(root), Mapping):
-            parent = locked[root].get("needed_by")
-            if not parent or root in seen:
-                break
-            seen.add(root)
-            root = str(parent)
+        # The schema holds every needed_by to a locked package and refuses cycles.
+        root = package
+        while root not in sections and locked[root].needed_by is not None:
+            root = str(locked[root].needed_by)
         if package not in sections and root in sections:
             section = sections[root]
-            section.setdefault("packages", {})[package] = str(entry["version"])
+            section.setdefault("packages", {})[package] = entry.version
 
 
 def verify_lock(
     group: str,
-    lock: Mapping[str, Any],
+    lock: StackLock,
     resolved_by_os: Mapping[str, Mapping[str, Any]],
     fetch: Fetch = fetch_url,
 ) -> list[str]:
@@ -326,29 +514,31 @@ def verify_lock(
     indexes = _Indexes(fetch)
     problems = []
     for os_id, resolved in resolved_by_os.items():
-        system = (lock.get("systems") or {}).get(os_id) or {}
+        system = lock.systems.get(os_id)
+        if system is None:
+            continue
         repos = {r["name"]: r for r in resolved["repositories"]}
-        for package, entry in sorted((system.get("packages") or {}).items()):
-            repo = repos.get(str(entry.get("repository")))
+        for package, entry in sorted(system.packages.items()):
+            repo = repos.get(entry.repository)
             if repo is None:
-                problems.append(f"{os_id}: {package}: unknown repository {entry.get('repository')}")
+                problems.append(f"{os_id}: {package}: unknown repository {entry.repository}")
                 continue
             versions = [
                 e
                 for e in indexes.entries(repo)
                 if e.package == package
-                and e.version == entry["version"]
-                and e.architecture == entry["architecture"]
+                and e.version == entry.version
+                and e.architecture == entry.architecture
             ]
             if not versions:
                 problems.append(
-                    f"group {group}, {os_id}: {package}={entry['version']} is no longer in "
+                    f"group {group}, {os_id}: {package}={entry.version} is no longer in "
                     f"repository {repo['name']} ({repo['uri']})"
                 )
-            elif all(e.sha256 != entry["sha256"] for e in versions):
+            elif all(e.sha256 != entry.sha256 for e in versions):
                 problems.append(
-                    f"group {group}, {os_id}: {package}={entry['version']} was republished by "
-                    f"repository {repo['name']} with SHA256 {versions[0].sha256}, locked "
-                    f"{entry['sha256']}"
+                    f"group {group}, {os_id}: {package}={entry.version} was republished by "
+                    f"repository {repo['name']} with SHA256 {printable(clip(versions[0].sha256))}"
+                    f", locked {entry.sha256}"
                 )
     return problems

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import date
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,10 @@ from toolkit.stack.check import Violation, check, has_errors, security
 from toolkit.stack.lock import (
     LOCK_KEY,
     OS_VARIABLE,
+    StackLock,
+    apply_lock,
     dump_lock,
+    lock_from_vars,
     lock_path,
     lock_state,
     resolve_lock,
@@ -32,6 +36,9 @@ from toolkit.stack.models import (
 )
 from toolkit.stack.resolve import repository_variables, resolve, stack_id
 
+# Where a lock came from when no file is known (a `stack_lock` given inline).
+LOCK_FILE_UNKNOWN = "group_vars (stack_lock)"
+
 
 @dataclass(frozen=True)
 class Target:
@@ -48,12 +55,35 @@ class Target:
     group_vars: Mapping[str, Any] = field(default_factory=dict)
     # The CVEs whose risk the group (or the one-file stack) accepts: `gpunode_accepted_risks`.
     accepted_risks: tuple[AcceptedRisk, ...] = ()
+    # The file the group's `stack_lock` came from (named in every message about it).
+    lock_source: str = LOCK_FILE_UNKNOWN
 
-    @property
-    def lock(self) -> Mapping[str, Any] | None:
-        """The group's stack lock (``group_vars/<group>/stack.lock.yml``), if any."""
-        value = self.group_vars.get(LOCK_KEY)
-        return value if isinstance(value, Mapping) else None
+    @cached_property
+    def lock(self) -> StackLock | None:
+        """The group's stack lock (``group_vars/<group>/stack.lock.yml``), if any, validated.
+
+        Raises:
+            ConfigError: A lock that breaks the schema (naming the file and key): every
+                command refuses it, none reads past it.
+        """
+        return lock_from_vars(self.group_vars, self.lock_source)
+
+    def resolve_locked(self, os_id: str, arch: str | None = None) -> dict[str, Any]:
+        """The resolved stack at the locked versions when the group's lock is current
+        (``locked: True``), else at its requirements (``locked: False``).
+
+        Raises:
+            ConfigError: A lock that breaks the schema.
+        """
+        resolved = self.resolve(os_id, arch)
+        lock = self.lock
+        if (
+            lock is None
+            or lock_state(lock, resolved["stack_id"]) != "current"
+            or os_id not in lock.systems
+        ):
+            return resolved | {"locked": False}
+        return apply_lock(resolved, lock) | {"locked": True}
 
     def systems(self) -> list[str]:
         """The OSes of the group's nodes (``gpunode_stack_os``)."""
@@ -73,7 +103,7 @@ class Target:
         text = {
             "missing": f"group {self.group} has no stack lock",
             "stale": f"the stack lock of group {self.group} was resolved for stack "
-            f"{(self.lock or {}).get('stack_id')}, not {self.stack_id()}",
+            f"{self.lock.stack_id if self.lock else None}, not {self.stack_id()}",
         }[state]
         rule = f"lock.{state}"
         hint = f"run `gpunode stack lock -i INVENTORY` ({OS_VARIABLE} names the OSes)"
@@ -143,7 +173,10 @@ def load_targets(path: str | Path) -> tuple[bool, list[Target]]:
                 if any(sources.get(key) != info.sources.get(key) for key in ("stack", "hardware")):
                     overrides[host] = inventory.host_config(host)
             risks = _accepted_risks(info.vars, info.sources, group)
-            targets.append(Target(group, stack, hardware, repo_vars, overrides, info.vars, risks))
+            source = info.sources.get(LOCK_KEY, LOCK_FILE_UNKNOWN)
+            targets.append(
+                Target(group, stack, hardware, repo_vars, overrides, info.vars, risks, source)
+            )
         if not targets:
             raise ConfigError(
                 f"{path}: no group has hosts and a `stack:` (group_vars/<group>/stack.yml)"
@@ -220,25 +253,24 @@ def lock_inventory(
                 f"group {target.group}: the stack is incoherent; see `gpunode stack check`"
             )
         group = str(target.group)
-        document = resolve_lock(group, target.stack_id(), target.resolved_by_os(), fetch)
-        documents.append((target, document))
+        lock = resolve_lock(group, target.stack_id(), target.resolved_by_os(), fetch)
+        documents.append((target, lock))
     outcomes = []
-    for target, document in documents:
+    for target, lock in documents:
         group = str(target.group)
         file = lock_path(path, group)
         before = file.read_text(encoding="utf-8") if file.exists() else None
-        write_lock(path, group, document)
-        systems = document[LOCK_KEY]["systems"]
+        write_lock(path, group, lock)
         outcomes.append(
             LockOutcome(
                 group=group,
                 path=file,
                 stack_id=target.stack_id(),
                 packages={
-                    os_id: {p: e["version"] for p, e in system["packages"].items()}
-                    for os_id, system in systems.items()
+                    os_id: {p: e.version for p, e in system.packages.items()}
+                    for os_id, system in lock.systems.items()
                 },
-                changed=before != dump_lock(document),
+                changed=before != dump_lock(lock),
             )
         )
     return outcomes
@@ -269,13 +301,14 @@ def check_locks(
         return lock_inventory(path, limit=groups or None, fetch=fetch)
     problems: list[str] = []
     for target in targets:
-        state = lock_state(target.lock, target.stack_id())
-        if state != "current" or target.lock is None:
+        lock = target.lock
+        state = lock_state(lock, target.stack_id())
+        if state != "current" or lock is None:
             problems.append(
                 f"group {target.group}: the stack lock is {state} (stack {target.stack_id()})"
             )
             continue
-        problems += verify_lock(str(target.group), target.lock, target.resolved_by_os(), fetch)
+        problems += verify_lock(str(target.group), lock, target.resolved_by_os(), fetch)
     if problems:
         raise StackError(
             "the stack locks do not hold; nothing was changed:\n  "

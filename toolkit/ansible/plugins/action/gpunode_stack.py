@@ -83,7 +83,13 @@ class ActionModule(ActionBase):
         try:
             from toolkit.config import validate
             from toolkit.stack import check, resolve
-            from toolkit.stack.lock import LOCK_KEY, apply_lock, lock_state
+            from toolkit.stack.lock import (
+                LOCK_FILE,
+                LOCK_KEY,
+                apply_lock,
+                lock_from_vars,
+                lock_state,
+            )
             from toolkit.stack.models import HardwareProfile, Stack
             from toolkit.stack.resolve import repository_variables
 
@@ -108,7 +114,11 @@ class ActionModule(ActionBase):
                     name: task_vars[name] for name in repository_variables() if task_vars.get(name)
                 },
             )
-            lock = plain(task_vars.get(LOCK_KEY)) or None
+            # The one schema of the lock (toolkit.stack.lock): a broken lock fails the play
+            # with the key named, before any version reaches apt.
+            lock = lock_from_vars(
+                {LOCK_KEY: plain(task_vars.get(LOCK_KEY))}, f"{LOCK_FILE} of host {host}"
+            )
             if lock_state(lock, resolved["stack_id"]) == "current" or self._require_lock():
                 resolved = apply_lock(resolved, lock)
         except ToolkitError as err:
