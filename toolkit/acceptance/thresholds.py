@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 
+from toolkit.acceptance.dcgm import DcgmDiagSpec
 from toolkit.acceptance.topology import TopologySpec
 from toolkit.config import StrictModel, did_you_mean, format_loc, parse_yaml, validate
 from toolkit.errors import ConfigError, clip
@@ -196,6 +197,8 @@ class AcceptanceSpec(StrictModel):
     min_multi_node_scaling_efficiency: float | None = Field(default=None, gt=0, le=1)
     # What `nvidia-smi topo -m` must show (toolkit/acceptance/topology.py); None: not judged.
     topology: TopologySpec | None = None
+    # `dcgmi diag -r <level> -j` on the node (toolkit/acceptance/dcgm.py); None: not run.
+    dcgm_diag: DcgmDiagSpec | None = None
 
     @field_validator("sweep_min_size", "data_test_size", "checkpoint_size", "train_sample_size")
     @classmethod
