@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolkit.acceptance import dcgm
+from toolkit.acceptance import dcgm, node_runner
 from toolkit.acceptance.dcgm import DcgmDiagSpec, DcgmUnreadable, parse_diag
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective
 from toolkit.acceptance.verdict import NodeExpectation, judge
@@ -288,3 +288,36 @@ def test_runner_section_without_a_document(
 ) -> None:
     [check] = dcgm_checks(section, rule)
     assert (check.name, check.ok, check.message) == ("dcgm.run", ok, message)
+
+
+# --- the node runner: dcgmi found on PATH (the lab's stand-in) or not ---------------------------
+
+
+def test_runner_runs_dcgmi_at_the_level_and_keeps_a_failing_document(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hw = NodeHardware.for_node("A100", 2, True, ["dcgm-fail"], seed="r", index=0)
+    lab_dcgmi(tmp_path, hw, "diag", "-r", "1", "-j")  # writes the hardware file
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    tool = bindir / "dcgmi"
+    tool.write_text(f"#!{sys.executable}\n" + STANDIN.read_text())
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("GPUNODE_LAB_ROOT", str(tmp_path))
+    section = node_runner.query_dcgm(2, 60)
+    assert section is not None
+    assert (section["level"], section["rc"], section["error"]) == (2, 226, None)
+    assert [f.ok for f in dcgm.judge(parse_diag(section["raw_output"]), LEVEL2)] == [
+        True,
+        True,
+        False,
+    ]
+    assert node_runner.query_dcgm(None, 60) is None
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert node_runner.query_dcgm(1, 60) == {
+        "level": 1,
+        "raw_output": "",
+        "rc": 127,
+        "error": dcgm.NOT_FOUND,
+    }
