@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_properties import configured
 
 from toolkit.acceptance import dcgm, node_runner
 from toolkit.acceptance.dcgm import DcgmDiagSpec, DcgmUnreadable, parse_diag
@@ -206,6 +207,7 @@ shaped = st.recursive(
 )
 
 
+@configured
 @given(st.one_of(json_values, shaped))
 def test_any_json_gives_a_result_or_a_named_refusal(value: Any) -> None:
     try:
@@ -217,6 +219,7 @@ def test_any_json_gives_a_result_or_a_named_refusal(value: Any) -> None:
             assert all(f.message for f in dcgm.judge(diag, spec))
 
 
+@configured
 @given(st.text(max_size=200))
 def test_any_text_gives_a_result_or_a_named_refusal(text: str) -> None:
     try:
