@@ -220,8 +220,12 @@ def test_two_healthy_nodes_are_ready(
         assert all(c["ok"] for c in topo.values()), topo
         assert node["topology"]["error"] is None and node["topology"]["failing"] == []
         assert [d["label"] for d in node["topology"]["devices"]][:2] == ["GPU0", "GPU1"]
+        # DCGM's level 2 plugins, judged on the lab's dcgmi, every one passed.
+        diag = {c["name"]: c["ok"] for c in node["checks"] if c["name"].startswith("dcgm.")}
+        assert diag == {"dcgm.software": True, "dcgm.pcie": True, "dcgm.memory": True}, diag
     junit = (run.run_dir / "junit.xml").read_text()
     assert 'name="topology.gpu_link_same_numa"' in junit
+    assert 'name="dcgm.memory"' in junit
     assert "<h2>Topology (nvidia-smi topo -m)</h2>" in (run.run_dir / "report.html").read_text()
     # Handover certificates: one per node, verified by the provider's key only.
     provider, other = (Path(f"{k}.pub") for k in provider_keys)
@@ -294,6 +298,8 @@ FAULT_CASES = [
     ("slow-net", True, "multinode.busbw@16MiB"),
     # A throttled /data (blkio on the node's data disks, its containers included).
     ("slow-data", False, "storage.read_p99"),
+    # DCGM's memory plugin fails on one GPU (the lab's dcgmi, `dcgmi diag -r 2 -j`).
+    ("dcgm-fail", False, "dcgm.memory"),
 ]
 # The XID window of the pair test: short, so that an XID logged before the first run is old
 # by the second one (the lab cannot date a journal entry in the past). The window counts back
@@ -384,6 +390,14 @@ def test_fault_marks_only_its_node_not_ready(
     assert remote["state"] == "not-ready"
     assert any(r.startswith(check) for r in remote["reason"])
     assert not run.all_ready
+    if fault == "dcgm-fail":
+        # The plugin, the GPU and DCGM's own words, in run.json, JUnit and the report.
+        [failed] = [f for f in bad["failed_checks"] if f["check"] == check]
+        assert "Found 1 faulty memory elements on GPU" in failed["message"], failed
+        assert failed["message"].startswith("level 2: memory: GPU "), failed
+        junit = (run.run_dir / "junit.xml").read_text()
+        assert 'name="dcgm.memory"' in junit and "faulty memory elements" in junit
+        assert "faulty memory elements" in (run.run_dir / "report.html").read_text()
 
 
 # --- Slurm, for real ----------------------------------------------------------------------------

@@ -1932,6 +1932,36 @@ def query_topology(smi: str | None) -> dict[str, Any]:
     }
 
 
+# `dcgmi diag -r <level> -j` (datacenter-gpu-manager, NVIDIA's CUDA repository; DCGM user
+# guide, "Installation"): the controller parses and judges the JSON
+# (toolkit/acceptance/dcgm.py). dcgmi exits non-zero when a plugin fails (and prints the
+# document all the same), so the text is kept whatever the exit code.
+DCGM_MAX_BYTES = 4 << 20
+
+
+def query_dcgm(level: int | None, timeout_s: float) -> dict[str, Any] | None:
+    """Run the diagnostic at the profile's level; None when the profile does not ask."""
+    if not level:
+        return None
+    started = time.perf_counter()
+    dcgmi = shutil.which("dcgmi")
+    if not dcgmi:
+        return {"level": level, "raw_output": "", "rc": 127, "error": "dcgmi not found"}
+    rc, stdout, stderr = sh([dcgmi, "diag", "-r", str(int(level)), "-j"], timeout=timeout_s)
+    error = None
+    if rc == 124 and not stdout:
+        error = stderr.strip()
+    elif not stdout.strip():
+        error = (stderr or "").strip()[:2000] or f"exited {rc} with no output"
+    return {
+        "level": level,
+        "raw_output": stdout[: DCGM_MAX_BYTES + 1],
+        "rc": rc,
+        "error": error,
+        "duration_s": round(time.perf_counter() - started, 3),
+    }
+
+
 def run_node(spec: dict[str, Any]) -> dict[str, Any]:
     """Every single-node check; returns the result document."""
     started = time.perf_counter()
@@ -1959,6 +1989,9 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
         }
     result["versions"] = query_versions(smi, list(spec.get("packages", [])))
     result["topology"] = query_topology(smi)
+    dcgm = query_dcgm(spec.get("dcgm_diag_level"), float(spec.get("dcgm_timeout_s") or 900))
+    if dcgm is not None:
+        result["dcgm"] = dcgm
     result["kernel_log"] = read_kernel_log(
         spec.get("kernel_log_command") or DEFAULT_KERNEL_LOG_COMMAND
     )

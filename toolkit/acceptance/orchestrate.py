@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import docker.errors
 
 from toolkit import cert, nodestate, runs
-from toolkit.acceptance import nccllog, payload, topology
+from toolkit.acceptance import dcgm, nccllog, payload, topology
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
 from toolkit.acceptance.node_runner import DEFAULT_CONTAINER_OPTIONS, container_argv
@@ -599,6 +599,8 @@ def _runner_spec(plan: NodePlan) -> dict[str, Any]:
     return {
         "packages": sorted(plan.expect.packages),
         "kernel_log_command": plan.host.vars.get("gpunode_kernel_log_command"),
+        "dcgm_diag_level": spec.dcgm_diag.level if spec.dcgm_diag else None,
+        "dcgm_timeout_s": dcgm.LEVEL_TIMEOUT_S[spec.dcgm_diag.level] if spec.dcgm_diag else None,
         "sizes": sweep_sizes(spec),
         "sweep_factor": spec.sweep_factor,
         "iters": spec.iters,

@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 
+from toolkit.acceptance.dcgm import DcgmDiagSpec
 from toolkit.acceptance.nccllog import TransportSpec
 from toolkit.acceptance.topology import TopologySpec
 from toolkit.config import StrictModel, did_you_mean, format_loc, parse_yaml, validate
@@ -200,6 +201,8 @@ class AcceptanceSpec(StrictModel):
     # What the all-reduce's NCCL log must show (toolkit/acceptance/nccllog.py); None: shown,
     # not judged. A run without an NCCL log (gloo on CPU ranks) is never judged.
     transport: TransportSpec | None = None
+    # `dcgmi diag -r <level> -j` on the node (toolkit/acceptance/dcgm.py); None: not run.
+    dcgm_diag: DcgmDiagSpec | None = None
 
     @field_validator("sweep_min_size", "data_test_size", "checkpoint_size", "train_sample_size")
     @classmethod

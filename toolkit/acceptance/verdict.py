@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from toolkit import nodestate
-from toolkit.acceptance import memory_health, nccllog, topology
+from toolkit.acceptance import dcgm, memory_health, nccllog, topology
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse_text
 from toolkit.acceptance.thresholds import AcceptanceSpec, BusbwFloor, critical_xids, format_size
 from toolkit.stack.debversion import satisfies
@@ -339,6 +339,7 @@ def judge(
     checks += _data_checks(result, spec)
     checks += training_checks(result, spec)
     checks += _topology_checks(result, spec)
+    checks += _dcgm_checks(result, spec)
     checks.append(_stack_check(result, expect))
     checks.extend(extra or [])
     return Verdict(expect.host, checks)
@@ -895,6 +896,22 @@ def _topology_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check
     return [
         Check(f"topology.{f.rule}", f.ok, f.message, measured=f.measured, floor=f.floor)
         for f in topology.judge(topo, rules)
+    ]
+
+
+def _dcgm_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
+    """The node's ``dcgmi diag -j`` (``dcgm.py`` holds the parser and the rule), one check per
+    plugin; no ``dcgm_diag`` in the profile, no check."""
+    rule = spec.dcgm_diag
+    if rule is None:
+        return []
+    diag, finding = dcgm.read_section(result.get("dcgm"), rule)
+    findings = [finding] if diag is None and finding is not None else []
+    if diag is not None:
+        findings = dcgm.judge(diag, rule)
+    return [
+        Check(f"dcgm.{f.plugin}", f.ok, f"level {rule.level}: {f.message}", f.measured, f.floor)
+        for f in findings
     ]
 
 

@@ -24,8 +24,8 @@ from toolkit.errors import ConfigError
 
 # 2: the GPU and host maximum link generation, the idle link; 3: `system`; 4: PCIe switches,
 # NICs and the `topo` fault's GPU pair (what `nvidia-smi topo -m` shows); 5: each GPU's
-# `recovery_action`
-SCHEMA_VERSION = 5
+# `recovery_action`; 6: each GPU's `dcgm_failing_plugin` (what the stand-in dcgmi reads)
+SCHEMA_VERSION = 6
 
 FaultName = Literal[
     "missing-gpu",
@@ -43,6 +43,7 @@ FaultName = Literal[
     "swapped-gpu",
     "topo",
     "runfile-driver",
+    "dcgm-fail",
 ]
 
 # Faults the lab can inject. `slow-net` is traffic shaping on the node's interface (done by
@@ -81,7 +82,13 @@ FAULTS: dict[str, str] = {
         "one pair of GPUs on the same NUMA node reads SYS in `nvidia-smi topo -m` (their "
         "NVLinks, if any, down): the path crosses the sockets"
     ),
+    "dcgm-fail": (
+        "one GPU fails DCGM's memory plugin (`dcgmi diag`: faulty memory elements found), "
+        "every other plugin and GPU passes"
+    ),
 }
+# The plugin the `dcgm-fail` fault fails (the stand-in dcgmi, toolkit/lab/standins/dcgmi.py).
+DCGM_FAILING_PLUGIN = "memory"
 
 # The link a `pcie` fault leaves: a real downtrained slot (a riser or retimer problem); the
 # root port's maximum is what `pcie.link.gen.hostmax` reports and `gen.max` follows it.
@@ -339,6 +346,8 @@ class Gpu(_Strict):
     # nvidia-smi -q "GPU Recovery Action" (None, Reset, Reboot, Drain P2P, Drain and Reset;
     # NVIDIA GPU Memory Error Management, Error Recovery and Response Flags).
     recovery_action: Literal["None", "Reset", "Reboot", "Drain P2P", "Drain and Reset"] = "None"
+    # The DCGM plugin this GPU fails in `dcgmi diag` (the `dcgm-fail` fault); None: all pass.
+    dcgm_failing_plugin: Literal["memory"] | None = None
     # Bitmask of `clocks_event_reasons` (NVML `nvmlClocksEventReasons`); 0 = not throttled.
     throttle_reasons_active: int = Field(ge=0)
     utilization_gpu_pct: int = Field(ge=0, le=100)
@@ -529,6 +538,10 @@ class NodeHardware(_Strict):
                 pcie_gen_host_max=gen,
                 pcie_width_current=width,
                 pcie_width_max=width,
+            )
+        if "dcgm-fail" in fault_list:
+            gpus[_pick(seed, index, "dcgm-fail", present)]["dcgm_failing_plugin"] = (
+                DCGM_FAILING_PLUGIN
             )
         if "pcie-idle" in fault_list:
             for gpu in gpus:

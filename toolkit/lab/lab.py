@@ -363,6 +363,12 @@ def _node_files(
         "/etc/machine-id": nodes.NodeFile(nodes.new_machine_id(), 0o444),
         **_disk_files(node),
         **_fault_files(spec, node, hw),
+        # DCGM's dcgmi, as a node that came with DCGM installed has it (the stand-in reads the
+        # node's hardware file; toolkit/lab/standins/dcgmi.py).
+        paths.DCGMI: nodes.NodeFile(
+            resources.files("toolkit.lab").joinpath("standins").joinpath("dcgmi.py").read_bytes(),
+            0o755,
+        ),
     }
     if ca_bundle:
         files[nodes.CA_FILE] = nodes.NodeFile(ca_bundle.read_bytes())

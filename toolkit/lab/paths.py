@@ -21,6 +21,8 @@ LABEL = "gpunode.lab"  # label key on every container and network a lab creates:
 IMAGE_LABEL = "gpunode.lab.image"  # label key on node images: value = recipe hash
 NODE_STATE_DIR = "/var/lib/gpunode-lab"  # inside each node: files the lab writes
 HARDWARE_FILE = f"{NODE_STATE_DIR}/hardware.json"
+# DCGM's command-line tool, where NVIDIA's datacenter-gpu-manager packages put it.
+DCGMI = "/usr/bin/dcgmi"
 # The node's DMI strings, in /sys/class/dmi/id's shape (one file per attribute, the value and a
 # newline: Linux drivers/firmware/dmi-id.c). A container sees the host's sysfs, so the lab
 # inventory points `gpunode_dmi_dir` here.
