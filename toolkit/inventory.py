@@ -559,22 +559,24 @@ def name_path(base: Path, name: str, suffix: str = "", what: str = "host") -> Pa
 
 
 def var_files(base: Path, name: str) -> list[Path]:
-    """The variable files of a group or host: ``<name>[.yml]`` then ``<name>/*`` sorted."""
-    files = []
+    """The variable files of a group or host, as Ansible finds them: the first of ``<name>``
+    (a directory: its files, sorted; or a file), ``<name>.yml``, ``<name>.yaml`` and
+    ``<name>.json`` that exists, and only that one (ansible-core's
+    ``DataLoader.find_vars_files`` stops at the first path that exists, so a ``host.yml``
+    beside a ``host/`` folder is never read by Ansible, and not here either)."""
     for suffix in _VAR_SUFFIXES:
         candidate = name_path(base, name, suffix)
-        if candidate.is_file():
-            files.append(candidate)
-    directory = name_path(base, name)
-    if directory.is_dir():
-        files.extend(
-            sorted(
+        if candidate.is_dir():
+            return sorted(
                 p
-                for p in directory.rglob("*")
-                if p.is_file() and p.suffix in (".yml", ".yaml", ".json")
+                for p in candidate.rglob("*")
+                if p.is_file()
+                and p.suffix in (".yml", ".yaml", ".json")
+                and not p.name.startswith(".")
             )
-        )
-    return files
+        if candidate.is_file():
+            return [candidate]
+    return []
 
 
 def _expand(pattern: str, where: str, before: int = 0) -> list[str]:

@@ -115,6 +115,23 @@ def test_variable_precedence_follows_ansible(inventory_dir: Path) -> None:
     assert inventory.hosts["node01"].vars["site"] == "inline-all"
 
 
+def test_a_vars_file_beside_a_vars_folder_is_not_read_as_ansible_does_not(
+    inventory_dir: Path,
+) -> None:
+    """ansible-core reads the first of host_vars/<host> (a folder), <host>.yml, .yaml, .json
+    that exists (DataLoader.find_vars_files): a node01.yml beside node01/ is ignored by
+    Ansible, so it must not count here either; hidden files in the folder are skipped."""
+    folder = inventory_dir / "host_vars" / "node01"
+    folder.mkdir()
+    (folder / "b.yml").write_text("level: folder-b\n")
+    (folder / "a.yml").write_text("level: folder-a\nonly_a: 1\n")
+    (folder / ".hidden.yml").write_text("level: hidden\n")
+    (inventory_dir / "host_vars" / "node01.yml").write_text("level: beside\nbeside: 1\n")
+    host = load_inventory(inventory_dir).hosts["node01"]
+    assert host.vars["level"] == "folder-b" and host.vars["only_a"] == 1
+    assert "beside" not in host.vars
+
+
 def test_child_stack_replaces_the_parent_stack(inventory_dir: Path) -> None:
     inventory = load_inventory(inventory_dir)
     stack, hardware = inventory.group_config("h100")
