@@ -255,6 +255,57 @@ def test_fabric_manager_stays_resident_and_stops_on_sigterm(root: Root) -> None:
     assert "Starting Fabric Manager" in out
 
 
+def _as_b200(root: Root) -> None:
+    """The node's GPUs named as nvidia-smi names a B200 (fourth-generation NVSwitch)."""
+    path = root.state / "hardware.json"
+    hardware = json.loads(path.read_text())
+    for gpu in hardware["gpus"]:
+        gpu["name"] = "NVIDIA B200"
+    path.write_text(json.dumps(hardware))
+
+
+def test_fabric_manager_on_b200_needs_nvlsm_installed(root: Root) -> None:
+    """Like the real daemon: no NVLSM daemon, no start; the nvlsm package provides it."""
+    _fm_root(root, "550.127.05")
+    _as_b200(root)
+    done = root.run(FM, "-c", "/usr/share/nvidia/nvswitch/fabricmanager.cfg")
+    assert done.returncode == 1
+    assert "/opt/nvidia/nvlsm/sbin/nvlsm does not exist" in done.stderr
+    assert "install nvlsm package" in (root.path / "var/log/fabricmanager.log").read_text()
+    root.unpack("nvlsm", "2025.06.10-1")
+    assert root.run("/opt/nvidia/nvlsm/sbin/nvlsm", "--version").stdout == "nvlsm 2025.06.10\n"
+    _fm_starts(root)
+
+
+def test_fabric_manager_on_h100_does_not_look_for_nvlsm(root: Root) -> None:
+    _fm_root(root, "550.127.05", daemonize=False)
+    assert not (root.path / "opt/nvidia/nvlsm").exists()
+    _fm_starts(root)
+
+
+def _fm_starts(root: Root) -> None:
+    """Fabric Manager passes its start-up checks and stays resident (stopped afterwards)."""
+    cfg = root.path / "usr/share/nvidia/nvswitch/fabricmanager.cfg"
+    cfg.write_text(cfg.read_text().replace("DAEMONIZE=1", "DAEMONIZE=0"))
+    proc = subprocess.Popen(
+        [str(root.path / FM.lstrip("/")), "-c", "/usr/share/nvidia/nvswitch/fabricmanager.cfg"],
+        env=root.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        log = root.path / "var/log/fabricmanager.log"
+        deadline = time.monotonic() + 10
+        while "Successfully configured" not in (log.read_text() if log.exists() else ""):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "Fabric Manager did not start"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)
+
+
 # --- persistenced ----------------------------------------------------------------------------
 
 

@@ -116,7 +116,42 @@ def test_fabric_manager_names_before_and_after_r580(
 )
 def test_fabric_manager_not_installed(stack: dict[str, Any], hardware: dict[str, Any]) -> None:
     fabric = resolve(*make(stack, hardware), "debian12")["fabric_manager"]
-    assert fabric == {"enabled": False, "version": None, "packages": {}}
+    assert fabric == {
+        "enabled": False,
+        "version": None,
+        "packages": {},
+        "nvlsm": None,
+    }
+
+
+@pytest.mark.parametrize("os_id", ["ubuntu2204", "ubuntu2404", "debian12"])
+def test_nvlsm_beside_fabric_manager_on_b200(os_id: str) -> None:
+    """NVLSM is installed where Fabric Manager is and the NVSwitch generation needs it."""
+    b200 = {"gpu": {"model": "B200", "nvswitch": True}}
+    fabric = resolve(*make({"nvlsm": "2025.06.10"}, b200), os_id)["fabric_manager"]
+    assert fabric["enabled"] is True
+    assert fabric["nvlsm"] == "2025.06.10"
+    assert fabric["packages"]["nvlsm"] == "2025.06.10-*"
+    assert "nvlsm" not in resolve(*make({}, b200), os_id)["fabric_manager"]["packages"]
+
+
+@pytest.mark.parametrize(
+    "hardware",
+    [{}, {"gpu": {"model": "B200", "nvswitch": False}}, {"gpu": {"model": "GB200"}}],
+    ids=["h100", "b200 without nvswitch", "gb200"],
+)
+def test_nvlsm_pinned_where_it_is_not_needed_installs_nothing(hardware: dict[str, Any]) -> None:
+    resolved = resolve(*make({"nvlsm": "2025.06.10"}, hardware), "ubuntu2404")
+    assert "nvlsm" not in resolved["fabric_manager"]["packages"]
+    assert resolved["fabric_manager"]["nvlsm"] is None
+    assert stack_id(*make({"nvlsm": "2025.06.10"}, hardware)) == stack_id(*make({}, hardware))
+
+
+def test_stack_id_changes_with_nvlsm_where_it_is_installed() -> None:
+    b200 = {"gpu": {"model": "B200"}}
+    first = stack_id(*make({"nvlsm": "2025.06.10"}, b200))
+    assert first != stack_id(*make({"nvlsm": "2025.10.11"}, b200))
+    assert first != stack_id(*make({}, b200))
 
 
 def test_cudnn_and_dcgm_packages() -> None:

@@ -72,6 +72,14 @@ def fabric_manager_enabled(stack: Stack, hardware: HardwareProfile) -> bool:
     return hardware.gpu.nvswitch and not uses_imex and stack.fabric_manager != "none"
 
 
+def nvlsm_version(stack: Stack, hardware: HardwareProfile) -> str | None:
+    """NVLSM's pinned version where it is installed: beside Fabric Manager on a GPU whose
+    NVSwitch generation needs it (gpus.yml ``nvlsm``); None elsewhere."""
+    if stack.nvlsm and fabric_manager_enabled(stack, hardware) and hardware.gpu.info.nvlsm:
+        return stack.nvlsm
+    return None
+
+
 def fabric_manager_version(stack: Stack) -> str:
     """The Fabric Manager version: the driver's unless pinned explicitly."""
     if stack.fabric_manager in ("auto", "none"):
@@ -142,10 +150,17 @@ def _sections(stack: Stack, hardware: HardwareProfile, os_id: str) -> dict[str, 
     }
     enabled = fabric_manager_enabled(stack, hardware)
     fm_version = fabric_manager_version(stack)
+    nvlsm = nvlsm_version(stack, hardware)
+    # NVLSM is one family with Fabric Manager: installed, pinned, held and started with it
+    # (Fabric Manager's start script launches it where the platform needs it).
     sections["fabric_manager"] = {
         "enabled": enabled,
         "version": fm_version if enabled else None,
-        "packages": packages("fabric_manager", fm_version) if enabled else {},
+        "packages": {
+            **(packages("fabric_manager", fm_version) if enabled else {}),
+            **(packages("nvlsm", nvlsm) if nvlsm else {}),
+        },
+        "nvlsm": nvlsm,
     }
     sections["container_toolkit"] = {
         "version": stack.container_toolkit,
@@ -193,6 +208,8 @@ def canonical(stack: Stack, hardware: HardwareProfile) -> dict[str, Any]:
         "fabric_manager": {
             "enabled": enabled,
             "version": fabric_manager_version(stack) if enabled else None,
+            # Only where it is installed, so that no other stack's id changes.
+            **({"nvlsm": nvlsm} if (nvlsm := nvlsm_version(stack, hardware)) else {}),
         },
         "container_toolkit": stack.container_toolkit,
         "cudnn": stack.cudnn,
