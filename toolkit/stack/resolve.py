@@ -65,11 +65,16 @@ def repository_variables() -> tuple[str, ...]:
 
 def fabric_manager_enabled(stack: Stack, hardware: HardwareProfile) -> bool:
     """Whether Fabric Manager is installed: NVSwitch present, not an IMEX platform, not "none"."""
-    from toolkit.stack.matrix import matrix
+    return hardware.gpu.nvswitch and not imex_enabled(hardware) and stack.fabric_manager != "none"
+
+
+def imex_enabled(hardware: HardwareProfile) -> bool:
+    """Whether the IMEX daemon is installed: a platform whose NVLink domain spans nodes and is
+    managed by IMEX, not by Fabric Manager (matrix.yml ``fabric: imex``: GB200/GB300 NVL)."""
+    from toolkit.stack.matrix import matrix  # matrix reads versions that import this module
 
     arch = matrix().architectures[hardware.gpu.info.architecture]
-    uses_imex = arch.fabric is not None and arch.fabric.value == "imex"
-    return hardware.gpu.nvswitch and not uses_imex and stack.fabric_manager != "none"
+    return arch.fabric is not None and arch.fabric.value == "imex"
 
 
 def nvlsm_version(stack: Stack, hardware: HardwareProfile) -> str | None:
@@ -162,6 +167,12 @@ def _sections(stack: Stack, hardware: HardwareProfile, os_id: str) -> dict[str, 
         },
         "nvlsm": nvlsm,
     }
+    imex = imex_enabled(hardware)
+    sections["imex"] = {
+        "enabled": imex,
+        "version": driver if imex else None,
+        "packages": packages("imex", driver) if imex else {},
+    }
     sections["container_toolkit"] = {
         "version": stack.container_toolkit,
         "packages": packages("container_toolkit", stack.container_toolkit),
@@ -211,6 +222,8 @@ def canonical(stack: Stack, hardware: HardwareProfile) -> dict[str, Any]:
             # Only where it is installed, so that no other stack's id changes.
             **({"nvlsm": nvlsm} if (nvlsm := nvlsm_version(stack, hardware)) else {}),
         },
+        # Only where it is installed, so that no other stack's id changes.
+        **({"imex": stack.driver.version} if imex_enabled(hardware) else {}),
         "container_toolkit": stack.container_toolkit,
         "cudnn": stack.cudnn,
         "dcgm": stack.dcgm,
