@@ -70,6 +70,7 @@ EXPECTED_VERSIONS = {
     "libnvidia-container-tools": {"1.16.2-1", "1.17.8-1"},
     "libnvidia-container1": {"1.16.2-1", "1.17.8-1"},
     "nvlsm": {"2025.06.10-1"},
+    "nvidia-imex-580": D580,
 }
 
 

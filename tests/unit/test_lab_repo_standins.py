@@ -306,6 +306,39 @@ def _fm_starts(root: Root) -> None:
         proc.communicate(timeout=10)
 
 
+IMEX = "/usr/bin/nvidia-imex"
+
+
+def test_imex_checks_the_loaded_driver_and_its_node_list(root: Root) -> None:
+    """The daemon starts only beside its own driver and with a node list to read."""
+    root.unpack("nvidia-imex-580", "580.95.05-1")
+    unit = (root.path / "lib/systemd/system/nvidia-imex.service").read_text()
+    assert "ExecStart=/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg" in unit
+    config = root.path / "etc/nvidia-imex/config.cfg"
+    config.parent.mkdir(parents=True)
+    config.write_text("DAEMONIZE=0\nIMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg\n")
+    (root.state / "loaded-driver-version").write_text("580.105.08\n")
+    done = root.run(IMEX, "-c", "/etc/nvidia-imex/config.cfg")
+    assert done.returncode == 1 and "not compatible with the loaded driver" in done.stderr
+    (root.state / "loaded-driver-version").write_text("580.95.05\n")
+    done = root.run(IMEX, "-c", "/etc/nvidia-imex/config.cfg")
+    assert done.returncode == 1 and "nodes_config.cfg" in done.stderr
+    (config.parent / "nodes_config.cfg").write_text("10.0.0.1\n10.0.0.2\n")
+    proc = subprocess.Popen(
+        [str(root.path / IMEX.lstrip("/")), "-c", "/etc/nvidia-imex/config.cfg"],
+        env=root.env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1)
+        assert proc.poll() is None, proc.communicate()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)
+    assert root.run(IMEX, "--version").stdout == "IMEX version is: 580.95.05\n"
+
+
 # --- persistenced ----------------------------------------------------------------------------
 
 

@@ -675,6 +675,31 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
     return out
 
 
+def _imex_package(release: DriverRelease) -> PackageSpec:
+    """The IMEX daemon built with one driver (nvidia-imex-<branch>, the driver's version): its
+    daemon and the systemd unit nvidia-imex (NVIDIA IMEX guide, "Getting Started")."""
+    daemon = render("nvidia_imex.py", version=release.version)
+    return PackageSpec(
+        name=f"nvidia-imex-{release.branch}",
+        version=release.apt_version,
+        source=f"nvidia-imex-{release.branch}",
+        section="multiverse/utils",
+        description=(
+            "NVIDIA IMEX service\n"
+            f" Version {release.version}: GPU memory export and import across the nodes of an"
+            " NVLink domain."
+        ),
+        depends=("python3",),
+        files=(
+            FileSpec("/usr/bin/nvidia-imex", _script(daemon), 0o755),
+            FileSpec(
+                "/lib/systemd/system/nvidia-imex.service",
+                render("nvidia-imex.service.j2").encode(),
+            ),
+        ),
+    )
+
+
 def _nvlsm_gpu_names() -> list[str]:
     """The names nvidia-smi prints for the GPUs whose NVSwitch generation needs NVLSM."""
     return sorted(name for gpu in gpu_catalog() if gpu.nvlsm for name in gpu.names)
@@ -886,4 +911,6 @@ def packages() -> tuple[PackageSpec, ...]:
     for toolkit in CONTAINER_TOOLKITS:
         out.extend(_container_toolkit_packages(toolkit))
     out.extend(_nvlsm_package(version) for version in NVLSM_RELEASES)
+    # IMEX packages exist for the branches naming.yml names (570 to 589).
+    out.extend(_imex_package(d) for d in DRIVERS if 570 <= int(d.branch) <= 589)
     return tuple(sorted(out, key=lambda p: (p.repository, p.name, p.version)))
