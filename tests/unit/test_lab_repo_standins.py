@@ -466,6 +466,51 @@ def test_ctk_configures_docker_keeping_other_keys(root: Root) -> None:
     assert json.loads(daemon.read_text())["default-runtime"] == "nvidia"
 
 
+def test_ctk_configures_containerd_with_cdi_keeping_its_root(root: Root) -> None:
+    """containerd's version 2 file: the nvidia runtime of the CRI plugin (runc v2, BinaryName),
+    CDI enabled, and the data-disk root the role put first kept first; a second run the same."""
+    import tomllib
+
+    _ctk(root)
+    config = root.path / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('root = "/data/containers/containerd"\n')
+    argv = ("runtime", "configure", "--runtime=containerd", "--cdi.enabled", f"--config={config}")
+    done = root.run("/usr/bin/nvidia-ctk", *argv)
+    assert done.returncode == 0, done.stderr
+    assert 'Using CRI runtime plugin name "io.containerd.grpc.v1.cri"' in done.stderr
+    first = config.read_text()
+    parsed = tomllib.loads(first)
+    assert parsed["version"] == 2 and parsed["root"] == "/data/containers/containerd"
+    cri = parsed["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["enable_cdi"] is True and cri["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+    nvidia = cri["containerd"]["runtimes"]["nvidia"]
+    assert nvidia["runtime_type"] == "io.containerd.runc.v2"
+    assert nvidia["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+    assert root.run("/usr/bin/nvidia-ctk", *argv).returncode == 0
+    assert config.read_text() == first
+
+
+def test_ctk_generates_and_lists_cdi_devices_of_the_emulated_gpus(root: Root) -> None:
+    _ctk(root)
+    root.hardware()
+    done = root.run("/usr/bin/nvidia-ctk", "cdi", "generate", "--output=/etc/cdi/nvidia.yaml")
+    assert done.returncode == 0, done.stderr
+    spec = json.loads((root.path / "etc/cdi/nvidia.yaml").read_text())
+    assert spec["kind"] == "nvidia.com/gpu"
+    hardware = json.loads((root.state / "hardware.json").read_text())
+    names = {d["name"] for d in spec["devices"]}
+    assert names == {"all"} | {str(g["index"]) for g in hardware["gpus"]} | {
+        g["uuid"] for g in hardware["gpus"]
+    }
+    listed = root.run("/usr/bin/nvidia-ctk", "cdi", "list")
+    assert f"Found {len(names)} CDI devices" in listed.stderr
+    assert "nvidia.com/gpu=all" in listed.stdout.splitlines()
+    (root.state / "hardware.json").unlink()
+    failed = root.run("/usr/bin/nvidia-ctk", "cdi", "generate", "--output=/etc/cdi/x.yaml")
+    assert failed.returncode == 1 and "no GPUs found" in failed.stderr
+
+
 def test_ctk_creates_a_missing_config_and_supports_dry_run(root: Root) -> None:
     _ctk(root)
     daemon = root.path / "etc/docker/daemon.json"
@@ -491,7 +536,7 @@ def test_ctk_creates_a_missing_config_and_supports_dry_run(root: Root) -> None:
 @pytest.mark.parametrize(
     ("args", "content", "message"),
     [
-        (["--runtime=containerd"], None, "unrecognized runtime 'containerd'"),
+        (["--runtime=crio"], None, "unrecognized runtime 'crio'"),
         (["--runtime=docker", "--frobnicate"], None, "flag provided but not defined: -frobnicate"),
         (["--runtime=docker"], "{not json", "invalid JSON"),
         (["--runtime=docker"], "[1, 2]", "does not hold a JSON object"),
