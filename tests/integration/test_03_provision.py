@@ -299,8 +299,10 @@ def test_cdi_mode_generates_the_spec_and_configures_containerd(
     with the nvidia runtime and CDI enabled and restarted, Docker still running; the other
     node is left alone, and a second run changes nothing."""
     node, other = lab.nodes[1].name, lab.nodes[0].name
-    host_vars = inv / "host_vars" / f"{node}.yml"
-    host_vars.parent.mkdir(exist_ok=True)
+    # The lab keeps each node's variables in a host_vars/<node>/ folder (Ansible reads no
+    # <node>.yml beside it).
+    host_vars = inv / "host_vars" / node / "cdi.yml"
+    host_vars.parent.mkdir(parents=True, exist_ok=True)
     host_vars.write_text("gpunode_container_cdi: true\n")
     result = provision(state_dir, inv)
     assert result["plan"][node]["container_runtime"]["run"]
