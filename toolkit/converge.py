@@ -37,6 +37,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "cuda": ("cuda_toolkit", "apt_pins"),
     "nccl": ("nccl", "apt_pins"),
     "fabric_manager": ("fabric_manager", "apt_pins"),
+    "imex": ("imex", "apt_pins"),
     "container_runtime": ("container_runtime", "apt_repository", "apt_pins"),
 }
 COMPONENTS = tuple(ROLES)
@@ -48,6 +49,7 @@ EXTRA_INPUTS: dict[str, tuple[str, ...]] = {
     "cuda": ("gpunode_stack.os",),
     "nccl": ("gpunode_stack.os",),
     "fabric_manager": ("gpunode_stack.os",),
+    "imex": ("gpunode_stack.os",),
     "container_runtime": ("gpunode_stack.os",),
 }
 

@@ -276,7 +276,7 @@ def test_first_provision_installs_exact_versions(lab: Any, inv: Path, state_dir:
         assert "signed-by=/etc/apt/keyrings/gpunode-" in sources and "trusted" not in sources
 
 
-COMPONENTS = ("driver", "cuda", "nccl", "fabric_manager", "container_runtime")
+COMPONENTS = ("driver", "cuda", "nccl", "fabric_manager", "imex", "container_runtime")
 UP_TO_DATE = {"run": False, "reason": "up to date"}
 
 
@@ -323,6 +323,36 @@ def test_each_kind_of_changed_fact_runs_its_component_and_is_restored(
     assert_converged(lab, inv)
     again = provision(state_dir, inv)
     assert again["plan"] == {n.name: {c: UP_TO_DATE for c in COMPONENTS} for n in lab.nodes}
+
+
+def test_cdi_mode_generates_the_spec_and_configures_containerd(
+    lab: Any, inv: Path, state_dir: Path
+) -> None:
+    """Opt-in CDI mode on one node (a Kubernetes node): the GPUs' CDI specification, containerd
+    with the nvidia runtime and CDI enabled and restarted, Docker still running; the other
+    node is left alone, and a second run changes nothing."""
+    node, other = lab.nodes[1].name, lab.nodes[0].name
+    # The lab keeps each node's variables in a host_vars/<node>/ folder (Ansible reads no
+    # <node>.yml beside it).
+    host_vars = inv / "host_vars" / node / "cdi.yml"
+    host_vars.parent.mkdir(parents=True, exist_ok=True)
+    host_vars.write_text("gpunode_container_cdi: true\n")
+    result = provision(state_dir, inv)
+    assert result["plan"][node]["container_runtime"]["run"]
+    assert result["plan"][other] == {c: UP_TO_DATE for c in COMPONENTS}
+    spec = json.loads(lab.ssh(node, "cat /etc/cdi/nvidia.yaml").stdout)
+    assert spec["kind"] == "nvidia.com/gpu"
+    listed = lab.ssh(node, "nvidia-ctk cdi list").stdout.splitlines()
+    assert "nvidia.com/gpu=all" in listed and "nvidia.com/gpu=0" in listed
+    config = lab.ssh(node, "cat /etc/containerd/config.toml").stdout
+    assert "enable_cdi = true" in config and "nvidia-container-runtime" in config
+    for service in ("containerd", "docker"):
+        assert lab.ssh(node, f"systemctl is-active {service}").stdout.strip() == "active"
+    assert lab.ssh(node, "docker info --format '{{.ServerVersion}}'").stdout.strip()
+    assert lab.ssh(other, "test -e /etc/cdi/nvidia.yaml", check=False).returncode != 0
+    again = provision(state_dir, inv)
+    assert again["hosts"][node]["changed"] == 0
+    assert again["plan"][node] == {c: UP_TO_DATE for c in COMPONENTS}
 
 
 def test_unattended_upgrade_is_drift_and_provision_restores_it(

@@ -67,6 +67,7 @@ def test_provision_maps_the_resolved_stack() -> None:
         "cuda_toolkit_packages",
         "nccl_packages",
         "fabric_manager_packages",
+        "imex_packages",
         "container_runtime_toolkit_packages",
         "node_state_stack_id",
     ):
@@ -79,6 +80,7 @@ def test_provision_maps_the_resolved_stack() -> None:
         "cuda_toolkit",
         "nccl",
         "fabric_manager",
+        "imex",
         "container_runtime",
         "node_state",
     ]

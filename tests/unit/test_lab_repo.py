@@ -69,6 +69,8 @@ EXPECTED_VERSIONS = {
     "nvidia-container-toolkit-base": {"1.16.2-1", "1.17.8-1"},
     "libnvidia-container-tools": {"1.16.2-1", "1.17.8-1"},
     "libnvidia-container1": {"1.16.2-1", "1.17.8-1"},
+    "nvlsm": {"2025.06.10-1"},
+    "nvidia-imex-580": D580,
 }
 
 
@@ -97,6 +99,9 @@ def test_catalog_carries_every_name_the_naming_rules_give_debian12() -> None:
                 {"driver": {"version": version, "flavour": flavour}, "cuda": cuda, "nccl": nccl}
             )
             assert set(requirements(resolve(stack, hardware, "debian12"))) <= names
+    # A fourth-generation NVSwitch system adds NVLSM beside Fabric Manager.
+    stack, hardware = make({"nvlsm": "2025.06.10"}, {"gpu": {"model": "B200"}})
+    assert "nvlsm" in set(requirements(resolve(stack, hardware, "debian12"))) <= names
 
 
 def test_no_branch_suffix_free_names_before_580() -> None:

@@ -255,6 +255,90 @@ def test_fabric_manager_stays_resident_and_stops_on_sigterm(root: Root) -> None:
     assert "Starting Fabric Manager" in out
 
 
+def _as_b200(root: Root) -> None:
+    """The node's GPUs named as nvidia-smi names a B200 (fourth-generation NVSwitch)."""
+    path = root.state / "hardware.json"
+    hardware = json.loads(path.read_text())
+    for gpu in hardware["gpus"]:
+        gpu["name"] = "NVIDIA B200"
+    path.write_text(json.dumps(hardware))
+
+
+def test_fabric_manager_on_b200_needs_nvlsm_installed(root: Root) -> None:
+    """Like the real daemon: no NVLSM daemon, no start; the nvlsm package provides it."""
+    _fm_root(root, "550.127.05")
+    _as_b200(root)
+    done = root.run(FM, "-c", "/usr/share/nvidia/nvswitch/fabricmanager.cfg")
+    assert done.returncode == 1
+    assert "/opt/nvidia/nvlsm/sbin/nvlsm does not exist" in done.stderr
+    assert "install nvlsm package" in (root.path / "var/log/fabricmanager.log").read_text()
+    root.unpack("nvlsm", "2025.06.10-1")
+    assert root.run("/opt/nvidia/nvlsm/sbin/nvlsm", "--version").stdout == "nvlsm 2025.06.10\n"
+    _fm_starts(root)
+
+
+def test_fabric_manager_on_h100_does_not_look_for_nvlsm(root: Root) -> None:
+    _fm_root(root, "550.127.05", daemonize=False)
+    assert not (root.path / "opt/nvidia/nvlsm").exists()
+    _fm_starts(root)
+
+
+def _fm_starts(root: Root) -> None:
+    """Fabric Manager passes its start-up checks and stays resident (stopped afterwards)."""
+    cfg = root.path / "usr/share/nvidia/nvswitch/fabricmanager.cfg"
+    cfg.write_text(cfg.read_text().replace("DAEMONIZE=1", "DAEMONIZE=0"))
+    proc = subprocess.Popen(
+        [str(root.path / FM.lstrip("/")), "-c", "/usr/share/nvidia/nvswitch/fabricmanager.cfg"],
+        env=root.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        log = root.path / "var/log/fabricmanager.log"
+        deadline = time.monotonic() + 10
+        while "Successfully configured" not in (log.read_text() if log.exists() else ""):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "Fabric Manager did not start"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)
+
+
+IMEX = "/usr/bin/nvidia-imex"
+
+
+def test_imex_checks_the_loaded_driver_and_its_node_list(root: Root) -> None:
+    """The daemon starts only beside its own driver and with a node list to read."""
+    root.unpack("nvidia-imex-580", "580.95.05-1")
+    unit = (root.path / "lib/systemd/system/nvidia-imex.service").read_text()
+    assert "ExecStart=/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg" in unit
+    config = root.path / "etc/nvidia-imex/config.cfg"
+    config.parent.mkdir(parents=True)
+    config.write_text("DAEMONIZE=0\nIMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg\n")
+    (root.state / "loaded-driver-version").write_text("580.105.08\n")
+    done = root.run(IMEX, "-c", "/etc/nvidia-imex/config.cfg")
+    assert done.returncode == 1 and "not compatible with the loaded driver" in done.stderr
+    (root.state / "loaded-driver-version").write_text("580.95.05\n")
+    done = root.run(IMEX, "-c", "/etc/nvidia-imex/config.cfg")
+    assert done.returncode == 1 and "nodes_config.cfg" in done.stderr
+    (config.parent / "nodes_config.cfg").write_text("10.0.0.1\n10.0.0.2\n")
+    proc = subprocess.Popen(
+        [str(root.path / IMEX.lstrip("/")), "-c", "/etc/nvidia-imex/config.cfg"],
+        env=root.env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1)
+        assert proc.poll() is None, proc.communicate()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)
+    assert root.run(IMEX, "--version").stdout == "IMEX version is: 580.95.05\n"
+
+
 # --- persistenced ----------------------------------------------------------------------------
 
 
@@ -382,6 +466,51 @@ def test_ctk_configures_docker_keeping_other_keys(root: Root) -> None:
     assert json.loads(daemon.read_text())["default-runtime"] == "nvidia"
 
 
+def test_ctk_configures_containerd_with_cdi_keeping_its_root(root: Root) -> None:
+    """containerd's version 2 file: the nvidia runtime of the CRI plugin (runc v2, BinaryName),
+    CDI enabled, and the data-disk root the role put first kept first; a second run the same."""
+    import tomllib
+
+    _ctk(root)
+    config = root.path / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('root = "/data/containers/containerd"\n')
+    argv = ("runtime", "configure", "--runtime=containerd", "--cdi.enabled", f"--config={config}")
+    done = root.run("/usr/bin/nvidia-ctk", *argv)
+    assert done.returncode == 0, done.stderr
+    assert 'Using CRI runtime plugin name "io.containerd.grpc.v1.cri"' in done.stderr
+    first = config.read_text()
+    parsed = tomllib.loads(first)
+    assert parsed["version"] == 2 and parsed["root"] == "/data/containers/containerd"
+    cri = parsed["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["enable_cdi"] is True and cri["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+    nvidia = cri["containerd"]["runtimes"]["nvidia"]
+    assert nvidia["runtime_type"] == "io.containerd.runc.v2"
+    assert nvidia["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+    assert root.run("/usr/bin/nvidia-ctk", *argv).returncode == 0
+    assert config.read_text() == first
+
+
+def test_ctk_generates_and_lists_cdi_devices_of_the_emulated_gpus(root: Root) -> None:
+    _ctk(root)
+    root.hardware()
+    done = root.run("/usr/bin/nvidia-ctk", "cdi", "generate", "--output=/etc/cdi/nvidia.yaml")
+    assert done.returncode == 0, done.stderr
+    spec = json.loads((root.path / "etc/cdi/nvidia.yaml").read_text())
+    assert spec["kind"] == "nvidia.com/gpu"
+    hardware = json.loads((root.state / "hardware.json").read_text())
+    names = {d["name"] for d in spec["devices"]}
+    assert names == {"all"} | {str(g["index"]) for g in hardware["gpus"]} | {
+        g["uuid"] for g in hardware["gpus"]
+    }
+    listed = root.run("/usr/bin/nvidia-ctk", "cdi", "list")
+    assert f"Found {len(names)} CDI devices" in listed.stderr
+    assert "nvidia.com/gpu=all" in listed.stdout.splitlines()
+    (root.state / "hardware.json").unlink()
+    failed = root.run("/usr/bin/nvidia-ctk", "cdi", "generate", "--output=/etc/cdi/x.yaml")
+    assert failed.returncode == 1 and "no GPUs found" in failed.stderr
+
+
 def test_ctk_creates_a_missing_config_and_supports_dry_run(root: Root) -> None:
     _ctk(root)
     daemon = root.path / "etc/docker/daemon.json"
@@ -407,7 +536,7 @@ def test_ctk_creates_a_missing_config_and_supports_dry_run(root: Root) -> None:
 @pytest.mark.parametrize(
     ("args", "content", "message"),
     [
-        (["--runtime=containerd"], None, "unrecognized runtime 'containerd'"),
+        (["--runtime=crio"], None, "unrecognized runtime 'crio'"),
         (["--runtime=docker", "--frobnicate"], None, "flag provided but not defined: -frobnicate"),
         (["--runtime=docker"], "{not json", "invalid JSON"),
         (["--runtime=docker"], "[1, 2]", "does not hold a JSON object"),

@@ -121,6 +121,7 @@ stack:
   nccl: "2.26.2-1+cuda12.8"
   fabric_manager: auto
   container_toolkit: "1.17.8"
+  nvlsm: "2025.06.10"
 hardware:
   gpu: {model: B200, count: 8, nvswitch: true}
 """

@@ -18,8 +18,8 @@ PRE_R580_OPEN = {"driver": {"version": "550.127.05", "flavour": "open"}, "cuda":
 def test_resolved_shape_matches_the_architecture_contract() -> None:
     resolved = resolve(*make(), "debian12")
     assert set(resolved) == {
-        "stack_id", "os", "driver", "cuda", "nccl", "fabric_manager", "container_toolkit",
-        "cudnn", "dcgm", "repositories", "arch",
+        "stack_id", "os", "driver", "cuda", "nccl", "fabric_manager", "imex",
+        "container_toolkit", "cudnn", "dcgm", "repositories", "arch",
     }  # fmt: skip
     assert resolved["os"] == "debian12"
     assert len(resolved["stack_id"]) == 12
@@ -44,6 +44,7 @@ def test_resolved_shape_matches_the_architecture_contract() -> None:
         },
     }
     assert resolved["cudnn"] is None and resolved["dcgm"] is None
+    assert resolved["imex"] == {"enabled": False, "version": None, "packages": {}}
 
 
 # (driver version, flavour, driver packages, pinning packages)
@@ -116,7 +117,42 @@ def test_fabric_manager_names_before_and_after_r580(
 )
 def test_fabric_manager_not_installed(stack: dict[str, Any], hardware: dict[str, Any]) -> None:
     fabric = resolve(*make(stack, hardware), "debian12")["fabric_manager"]
-    assert fabric == {"enabled": False, "version": None, "packages": {}}
+    assert fabric == {
+        "enabled": False,
+        "version": None,
+        "packages": {},
+        "nvlsm": None,
+    }
+
+
+@pytest.mark.parametrize("os_id", ["ubuntu2204", "ubuntu2404", "debian12"])
+def test_nvlsm_beside_fabric_manager_on_b200(os_id: str) -> None:
+    """NVLSM is installed where Fabric Manager is and the NVSwitch generation needs it."""
+    b200 = {"gpu": {"model": "B200", "nvswitch": True}}
+    fabric = resolve(*make({"nvlsm": "2025.06.10"}, b200), os_id)["fabric_manager"]
+    assert fabric["enabled"] is True
+    assert fabric["nvlsm"] == "2025.06.10"
+    assert fabric["packages"]["nvlsm"] == "2025.06.10-*"
+    assert "nvlsm" not in resolve(*make({}, b200), os_id)["fabric_manager"]["packages"]
+
+
+@pytest.mark.parametrize(
+    "hardware",
+    [{}, {"gpu": {"model": "B200", "nvswitch": False}}, {"gpu": {"model": "GB200"}}],
+    ids=["h100", "b200 without nvswitch", "gb200"],
+)
+def test_nvlsm_pinned_where_it_is_not_needed_installs_nothing(hardware: dict[str, Any]) -> None:
+    resolved = resolve(*make({"nvlsm": "2025.06.10"}, hardware), "ubuntu2404")
+    assert "nvlsm" not in resolved["fabric_manager"]["packages"]
+    assert resolved["fabric_manager"]["nvlsm"] is None
+    assert stack_id(*make({"nvlsm": "2025.06.10"}, hardware)) == stack_id(*make({}, hardware))
+
+
+def test_stack_id_changes_with_nvlsm_where_it_is_installed() -> None:
+    b200 = {"gpu": {"model": "B200"}}
+    first = stack_id(*make({"nvlsm": "2025.06.10"}, b200))
+    assert first != stack_id(*make({"nvlsm": "2025.10.11"}, b200))
+    assert first != stack_id(*make({}, b200))
 
 
 def test_cudnn_and_dcgm_packages() -> None:
@@ -326,3 +362,24 @@ def test_debian12_gets_debian_style_names(
     assert list(driver["packages"]) == packages
     assert list(driver["pinning_packages"]) == pinning
     assert set(driver["packages"].values()) == {f"{version}-*"}
+
+
+@pytest.mark.parametrize("model", ["GB200", "GB300"])
+def test_imex_on_grace_blackwell_at_the_drivers_version(model: str) -> None:
+    """GB200/GB300 NVL: the IMEX daemon, built with the driver, instead of Fabric Manager."""
+    stack, hardware = make({}, {"gpu": {"model": model, "nvswitch": True}})
+    resolved = resolve(stack, hardware, "ubuntu2404")
+    assert resolved["imex"] == {
+        "enabled": True,
+        "version": "580.95.05",
+        "packages": {"nvidia-imex-580": "580.95.05-*"},
+    }
+    assert resolved["fabric_manager"]["enabled"] is False
+    assert stack_id(stack, hardware) != stack_id(*make({}, {"gpu": {"model": "H100"}}))
+
+
+def test_imex_has_no_name_from_590() -> None:
+    """No public package name exists for 590 and later: none is guessed."""
+    stack, hardware = make({"driver": {"version": "595.45.04"}}, {"gpu": {"model": "GB200"}})
+    with pytest.raises(ConfigError, match="no naming rule for imex"):
+        resolve(stack, hardware, "ubuntu2404")

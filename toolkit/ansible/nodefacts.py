@@ -280,7 +280,7 @@ class Drift:
         return f"{prefix}{self.package} pinned {self.pinned}, installed {self.found}"
 
 
-COMPONENTS = ("driver", "cuda", "nccl", "fabric_manager", "container_toolkit")
+COMPONENTS = ("driver", "cuda", "nccl", "fabric_manager", "imex", "container_toolkit")
 
 
 def pinned_packages(resolved: Mapping[str, Any]) -> dict[str, dict[str, str]]:
@@ -290,7 +290,7 @@ def pinned_packages(resolved: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         part = resolved.get(component)
         if not isinstance(part, Mapping):
             continue
-        if component == "fabric_manager" and not part.get("enabled", True):
+        if component in ("fabric_manager", "imex") and not part.get("enabled", True):
             continue
         packages = dict(part.get("packages") or {})
         if component == "driver":

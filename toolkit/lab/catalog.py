@@ -20,6 +20,8 @@ from pathlib import Path
 
 import jinja2
 
+from toolkit.stack.catalog import catalog as gpu_catalog
+
 STANDINS = Path(__file__).with_name("standins")
 
 # Every package's maintainer field: the stand-ins are not NVIDIA's packages.
@@ -139,6 +141,15 @@ CONTAINER_TOOLKITS: tuple[ContainerToolkitRelease, ...] = (
     ContainerToolkitRelease("1.16.2", "a5a5833c14a15fd9c86bcece85d5ec6621b65652"),
     ContainerToolkitRelease("1.17.8", "f202b80a9b9d0db00d9b1d73c0128c8962c55f4d"),
 )
+
+
+# NVLink Subnet Manager releases (package `nvlsm`, one name on every branch, date versions).
+# Source: nvlsm_2025.06.10-1_amd64.deb in NVIDIA's compute/cuda/repos/ubuntu2404/x86_64, as public
+# install notes download it (naming.yml `nvlsm`). Its daemon is /opt/nvidia/nvlsm/sbin/nvlsm:
+# Fabric Manager aborts on a fourth-generation NVSwitch system with "/opt/nvidia/nvlsm/sbin/nvlsm
+# does not exist ... install nvlsm package" (quoted in public install notes).
+NVLSM_RELEASES: tuple[str, ...] = ("2025.06.10",)
+NVLSM_DAEMON = "/opt/nvidia/nvlsm/sbin/nvlsm"
 
 
 @dataclass(frozen=True)
@@ -610,7 +621,12 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
             )
         )
     fm = names["fabricmanager"]
-    fm_script = render("nv_fabricmanager.py", version=v)
+    fm_script = render(
+        "nv_fabricmanager.py",
+        version=v,
+        nvlsm_gpus="|".join(_nvlsm_gpu_names()),
+        nvlsm=NVLSM_DAEMON,
+    )
     out.append(
         PackageSpec(
             name=fm,
@@ -657,6 +673,53 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
         )
     )
     return out
+
+
+def _imex_package(release: DriverRelease) -> PackageSpec:
+    """The IMEX daemon built with one driver (nvidia-imex-<branch>, the driver's version): its
+    daemon and the systemd unit nvidia-imex (NVIDIA IMEX guide, "Getting Started")."""
+    daemon = render("nvidia_imex.py", version=release.version)
+    return PackageSpec(
+        name=f"nvidia-imex-{release.branch}",
+        version=release.apt_version,
+        source=f"nvidia-imex-{release.branch}",
+        section="multiverse/utils",
+        description=(
+            "NVIDIA IMEX service\n"
+            f" Version {release.version}: GPU memory export and import across the nodes of an"
+            " NVLink domain."
+        ),
+        depends=("python3",),
+        files=(
+            FileSpec("/usr/bin/nvidia-imex", _script(daemon), 0o755),
+            FileSpec(
+                "/lib/systemd/system/nvidia-imex.service",
+                render("nvidia-imex.service.j2").encode(),
+            ),
+        ),
+    )
+
+
+def _nvlsm_gpu_names() -> list[str]:
+    """The names nvidia-smi prints for the GPUs whose NVSwitch generation needs NVLSM."""
+    return sorted(name for gpu in gpu_catalog() if gpu.nvlsm for name in gpu.names)
+
+
+def _nvlsm_package(version: str) -> PackageSpec:
+    """NVLSM: its daemon, which Fabric Manager's start-up looks for (it starts it itself)."""
+    daemon = render("nvlsm.py", version=version)
+    return PackageSpec(
+        name="nvlsm",
+        version=f"{version}-1",
+        section="multiverse/utils",
+        description=(
+            "NVLink Subnet Manager\n"
+            " Programs NVSwitches and NVLinks of fourth-generation NVSwitch systems; Fabric"
+            " Manager starts it."
+        ),
+        depends=("python3",),
+        files=(FileSpec(NVLSM_DAEMON, _script(daemon), 0o755),),
+    )
 
 
 def _cuda_package(release: CudaRelease) -> PackageSpec:
@@ -847,4 +910,7 @@ def packages() -> tuple[PackageSpec, ...]:
         out.extend(_nccl_packages(nccl))
     for toolkit in CONTAINER_TOOLKITS:
         out.extend(_container_toolkit_packages(toolkit))
+    out.extend(_nvlsm_package(version) for version in NVLSM_RELEASES)
+    # IMEX packages exist for the branches naming.yml names (570 to 589).
+    out.extend(_imex_package(d) for d in DRIVERS if 570 <= int(d.branch) <= 589)
     return tuple(sorted(out, key=lambda p: (p.repository, p.name, p.version)))

@@ -37,7 +37,8 @@ RULES: dict[str, str] = {
     "fabric_manager.matches_driver": "Fabric Manager's version equals the driver's",
     "fabric_manager.not_used": "an explicit Fabric Manager version is only for NVSwitch systems "
     "managed by Fabric Manager",
-    "fabric_manager.nvlsm": "this NVSwitch system also needs NVLSM, which gpunode does not pin",
+    "fabric_manager.nvlsm": "a fourth-generation NVSwitch system pins NVLSM beside Fabric Manager",
+    "fabric_manager.nvlsm_not_used": "NVLSM is pinned only where the NVSwitch generation needs it",
     "gpu.min_cuda": "the CUDA toolkit supports the GPU's compute capability",
     "gpu.min_driver": "the driver supports the GPU's compute capability",
     "gpu.open_required": "the GPU's architecture needs the open kernel modules",
@@ -281,14 +282,28 @@ def _fabric_manager(
                 source,
             )
         )
-    if fabric_manager_enabled(stack, hardware) and gpu.info.nvlsm:
+    needs_nvlsm = fabric_manager_enabled(stack, hardware) and gpu.info.nvlsm
+    if needs_nvlsm and stack.nvlsm is None:
         found.append(
             _violation(
                 "fabric_manager.nvlsm",
+                "error",
+                f"{gpu.model} with NVSwitch needs the NVLink Subnet Manager (NVLSM) beside "
+                f"Fabric Manager {stack.driver.version}: without it Fabric Manager fails to start "
+                "(NV_WARN_NOTHING_TO_DO) and CUDA with cudaErrorSystemNotReady (802); pin it "
+                '(stack.nvlsm, e.g. "2025.06.10")',
+                source,
+            )
+        )
+    elif stack.nvlsm is not None and not needs_nvlsm:
+        found.append(
+            _violation(
+                "fabric_manager.nvlsm_not_used",
                 "warning",
-                f"{gpu.model} with NVSwitch needs the NVLink subnet manager (NVLSM) next to "
-                f"Fabric Manager {stack.driver.version}; install and pin it separately",
-                m.sources["package_names"],
+                f"nvlsm {stack.nvlsm} is pinned, but {gpu.model}"
+                + (" with NVSwitch" if gpu.nvswitch else " without NVSwitch")
+                + " does not use it; it will not be installed",
+                source,
             )
         )
     return found

@@ -71,6 +71,11 @@ class Stack(StrictModel):
         description='"auto" (the driver version where NVSwitch is present), "none", or a version.',
     )
     container_toolkit: PlainVersion = Field(description='NVIDIA container toolkit, e.g. "1.16.2".')
+    nvlsm: PlainVersion | None = Field(
+        default=None,
+        description='NVLink Subnet Manager (package nvlsm, a date version such as "2025.06.10"), '
+        "needed beside Fabric Manager on fourth-generation NVSwitch systems (HGX B200/B300).",
+    )
     cudnn: CudnnVersion | None = None
     dcgm: DcgmVersion | None = None
     cuda_minor_version_compat: StrictBool = Field(

@@ -65,11 +65,24 @@ def repository_variables() -> tuple[str, ...]:
 
 def fabric_manager_enabled(stack: Stack, hardware: HardwareProfile) -> bool:
     """Whether Fabric Manager is installed: NVSwitch present, not an IMEX platform, not "none"."""
-    from toolkit.stack.matrix import matrix
+    return hardware.gpu.nvswitch and not imex_enabled(hardware) and stack.fabric_manager != "none"
+
+
+def imex_enabled(hardware: HardwareProfile) -> bool:
+    """Whether the IMEX daemon is installed: a platform whose NVLink domain spans nodes and is
+    managed by IMEX, not by Fabric Manager (matrix.yml ``fabric: imex``: GB200/GB300 NVL)."""
+    from toolkit.stack.matrix import matrix  # matrix reads versions that import this module
 
     arch = matrix().architectures[hardware.gpu.info.architecture]
-    uses_imex = arch.fabric is not None and arch.fabric.value == "imex"
-    return hardware.gpu.nvswitch and not uses_imex and stack.fabric_manager != "none"
+    return arch.fabric is not None and arch.fabric.value == "imex"
+
+
+def nvlsm_version(stack: Stack, hardware: HardwareProfile) -> str | None:
+    """NVLSM's pinned version where it is installed: beside Fabric Manager on a GPU whose
+    NVSwitch generation needs it (gpus.yml ``nvlsm``); None elsewhere."""
+    if stack.nvlsm and fabric_manager_enabled(stack, hardware) and hardware.gpu.info.nvlsm:
+        return stack.nvlsm
+    return None
 
 
 def fabric_manager_version(stack: Stack) -> str:
@@ -142,10 +155,23 @@ def _sections(stack: Stack, hardware: HardwareProfile, os_id: str) -> dict[str, 
     }
     enabled = fabric_manager_enabled(stack, hardware)
     fm_version = fabric_manager_version(stack)
+    nvlsm = nvlsm_version(stack, hardware)
+    # NVLSM is one family with Fabric Manager: installed, pinned, held and started with it
+    # (Fabric Manager's start script launches it where the platform needs it).
     sections["fabric_manager"] = {
         "enabled": enabled,
         "version": fm_version if enabled else None,
-        "packages": packages("fabric_manager", fm_version) if enabled else {},
+        "packages": {
+            **(packages("fabric_manager", fm_version) if enabled else {}),
+            **(packages("nvlsm", nvlsm) if nvlsm else {}),
+        },
+        "nvlsm": nvlsm,
+    }
+    imex = imex_enabled(hardware)
+    sections["imex"] = {
+        "enabled": imex,
+        "version": driver if imex else None,
+        "packages": packages("imex", driver) if imex else {},
     }
     sections["container_toolkit"] = {
         "version": stack.container_toolkit,
@@ -193,7 +219,11 @@ def canonical(stack: Stack, hardware: HardwareProfile) -> dict[str, Any]:
         "fabric_manager": {
             "enabled": enabled,
             "version": fabric_manager_version(stack) if enabled else None,
+            # Only where it is installed, so that no other stack's id changes.
+            **({"nvlsm": nvlsm} if (nvlsm := nvlsm_version(stack, hardware)) else {}),
         },
+        # Only where it is installed, so that no other stack's id changes.
+        **({"imex": stack.driver.version} if imex_enabled(hardware) else {}),
         "container_toolkit": stack.container_toolkit,
         "cudnn": stack.cudnn,
         "dcgm": stack.dcgm,

@@ -2,8 +2,10 @@
 """nv-fabricmanager of the gpunode lab: Fabric Manager's start-up checks, then it idles.
 
 The real daemon refuses to run when its version differs from the loaded driver's (the
-commonest Fabric Manager failure in the field) or when the node has no NVSwitch; this
-stand-in does the same from the lab's emulation state, so `systemctl start
+commonest Fabric Manager failure in the field), when the node has no NVSwitch, or, on a
+fourth-generation NVSwitch system (HGX B200/B300), when the NVLink Subnet Manager is not
+installed (its start-up launches NVLSM); this stand-in does the same from the lab's emulation
+state, so `systemctl start
 nvidia-fabricmanager` fails where it would on a real node. GPUNODE_LAB_ROOT (default "/")
 relocates its paths for tests. Stdlib only.
 """
@@ -18,6 +20,9 @@ import time
 from pathlib import Path
 
 VERSION = "@VERSION@"
+# The GPUs (as nvidia-smi names them) whose NVSwitch generation needs NVLSM (gpus.yml `nvlsm`).
+NVLSM_GPUS = set("@NVLSM_GPUS@".split("|"))  # noqa: SIM905 (a marker filled when built)
+NVLSM = "@NVLSM@"
 ROOT = Path(os.environ.get("GPUNODE_LAB_ROOT", "/"))
 STATE = ROOT / "var/lib/gpunode-lab"
 DEFAULT_CONFIG = "/usr/share/nvidia/nvswitch/fabricmanager.cfg"
@@ -67,6 +72,12 @@ def preflight(config: dict[str, str]) -> str | None:
         return (
             "fabric manager did not find any NVSwitch devices: NVSwitch based system is not "
             "detected. Fabric Manager is needed only on NVSwitch based systems."
+        )
+    names = {str(gpu.get("name")) for gpu in hardware.get("gpus") or [] if isinstance(gpu, dict)}
+    if names & NVLSM_GPUS and not (ROOT / NVLSM.lstrip("/")).is_file():
+        return (
+            f"{NVLSM} does not exist: NVLink Subnet Manager is required on this system, "
+            "install nvlsm package"
         )
     return None
 
