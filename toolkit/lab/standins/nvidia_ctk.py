@@ -95,7 +95,11 @@ def configure_docker(flags: dict[str, str]) -> int:
     if flags.get("cdi.enabled", "false") == "true":
         features = config.setdefault("features", {})
         features["cdi"] = True
-    output = json.dumps(config, indent=4) + "\n"
+    return write_config(path, json.dumps(config, indent=4) + "\n", flags, "docker")
+
+
+def write_config(path: Path, output: str, flags: dict[str, str], daemon: str) -> int:
+    """Print it (--dry-run) or replace the file atomically, saying what the real tool says."""
     if flags.get("dry-run", "false") == "true":
         sys.stdout.write(output)
         return 0
@@ -104,7 +108,7 @@ def configure_docker(flags: dict[str, str]) -> int:
     tmp.write_text(output)
     tmp.replace(path)
     info(f"Wrote updated config to {path}")
-    info("It is recommended that docker daemon be restarted.")
+    info(f"It is recommended that {daemon} daemon be restarted.")
     return 0
 
 
@@ -148,17 +152,7 @@ def configure_containerd(flags: dict[str, str]) -> int:
     ]
     if tables:
         out += ["", *tables]
-    output = "\n".join(out).rstrip("\n") + "\n"
-    if flags.get("dry-run", "false") == "true":
-        sys.stdout.write(output)
-        return 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(output)
-    tmp.replace(path)
-    info(f"Wrote updated config to {path}")
-    info("It is recommended that containerd daemon be restarted.")
-    return 0
+    return write_config(path, "\n".join(out).rstrip("\n") + "\n", flags, "containerd")
 
 
 def _gpus() -> list[dict[str, Any]]:
