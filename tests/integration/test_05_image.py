@@ -306,21 +306,22 @@ def test_a_framework_base_builds_and_a_wrongly_declared_kind_fails_naming_it(
         (framework, "cuda-runtime", "is cuda-runtime but the base carries Python"),
         (runtime, "framework", "is framework but the base has no python3"),
     ]
-    for base, kind, message in wrong:
-        inventory = _inventory_copy(
-            lab, tmp_path / kind, gpunode_image_base=base, gpunode_image_base_kind=kind
-        )
-        built = _gpunode("image", "build", "-i", str(inventory))
-        assert built.returncode != 0, built.stdout
-        first = " ".join(built.stderr.split())
-        assert f"the image build failed: gpunode: gpunode_image_base_kind {message}" in first
-    inventory = _inventory_copy(
-        lab, tmp_path / "ok", gpunode_image_base=framework, gpunode_image_base_kind="framework"
-    )
-    built = _gpunode("image", "build", "-i", str(inventory), "--json")
-    assert built.returncode == 0, built.stderr[-3000:]
-    other = json.loads(built.stdout)["image_id"]
+    client = docker_client()
     try:
+        for base, kind, message in wrong:
+            inventory = _inventory_copy(
+                lab, tmp_path / kind, gpunode_image_base=base, gpunode_image_base_kind=kind
+            )
+            built = _gpunode("image", "build", "-i", str(inventory))
+            assert built.returncode != 0, built.stdout
+            first = " ".join(built.stderr.split())
+            assert f"the image build failed: gpunode: gpunode_image_base_kind {message}" in first
+        inventory = _inventory_copy(
+            lab, tmp_path / "ok", gpunode_image_base=framework, gpunode_image_base_kind="framework"
+        )
+        built = _gpunode("image", "build", "-i", str(inventory), "--json")
+        assert built.returncode == 0, built.stderr[-3000:]
+        other = json.loads(built.stdout)["image_id"]
         assert _sh(other, "command -v python3; apt-mark showhold").split() == [
             "/usr/bin/python3",
             "libnccl2",
@@ -328,10 +329,11 @@ def test_a_framework_base_builds_and_a_wrongly_declared_kind_fails_naming_it(
         inspected = _gpunode("image", "inspect", other, "-i", str(inventory))
         assert inspected.returncode == 0, inspected.stdout + inspected.stderr
     finally:
-        # Same stack id: the framework build took the tag; give it back.
-        client = docker_client()
-        client.images.remove(other, force=True)
-        client.images.get(training_image.image_id).tag(training_image.tag)
+        # Every build here has the session's stack id: whichever took the tag gives it back.
+        tagged = str(client.images.get(training_image.tag).id)
+        if tagged != training_image.image_id:
+            client.images.remove(tagged, force=True)
+            client.images.get(training_image.image_id).tag(training_image.tag)
 
 
 @pytest.mark.lab
