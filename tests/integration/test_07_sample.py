@@ -227,8 +227,9 @@ def test_the_sample_with_site_edits_only_reaches_ready(sample_lab: dict[str, Any
         check=False,
     )
     spent = time.monotonic() - started
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    nodes = json.loads(proc.stdout)["nodes"]
+    nodes = json.loads(proc.stdout)["nodes"] if proc.stdout.strip() else {}
+    failed = {h: (n["stages"], n["reason"]) for h, n in nodes.items() if not n["ready"]}
+    assert proc.returncode == 0, f"{failed}\n{proc.stderr[-5000:]}"
     names = sorted(n.name for n in state.nodes)
     assert sorted(nodes) == names
     for name in names:
