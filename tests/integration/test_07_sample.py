@@ -17,7 +17,9 @@ one) and md RAID on a host kernel without md. A real site makes none of these.
 The lab is its own (``$GPUNODE_TEST_LAB-sample``, 2 nodes with 2 sparse data disks each):
 the shared lab carries the lab's default driver (R550) loaded after the earlier modules,
 and the sample's R580 would need a reboot between two ``up`` runs; a bare lab keeps this
-to one ``up``, as a site's first run on bare servers. The module prints what it cost.
+to one ``up``, as a site's first run on bare servers. The module prints what it cost
+(2026-12-03, 2 shared cores: its lab up 4.4 s with cached images, ``up`` 162 s, the
+module 178 s with the session lab's start).
 """
 
 from __future__ import annotations
