@@ -38,7 +38,7 @@ def _spec(name: str, version: str) -> PackageSpec:
 
 
 D550 = {"550.127.05-1", "550.144.03-1"}
-D580 = {"580.95.05-1", "580.105.08-1"}
+D580 = {"580.95.05-1", "580.105.08-1", "580.159.03-1"}
 
 # The debian12 shape of NVIDIA's CUDA repository (toolkit/stack/naming.yml, source
 # debian12_repository): Debian-style names without the branch, at V-1.
@@ -61,14 +61,15 @@ EXPECTED_VERSIONS = {
     "libnvidia-nscq": D580,
     "nvidia-driver-pinning-580.95.05": {"580.95.05-1"},
     "nvidia-driver-pinning-580.105.08": {"580.105.08-1"},
+    "nvidia-driver-pinning-580.159.03": {"580.159.03-1"},
     "cuda-toolkit-12-4": {"12.4.1-1"},
     "cuda-toolkit-12-8": {"12.8.1-1"},
     "libnccl2": {"2.21.5-1+cuda12.4", "2.26.2-1+cuda12.8"},
     "libnccl-dev": {"2.21.5-1+cuda12.4", "2.26.2-1+cuda12.8"},
-    "nvidia-container-toolkit": {"1.16.2-1", "1.17.8-1"},
-    "nvidia-container-toolkit-base": {"1.16.2-1", "1.17.8-1"},
-    "libnvidia-container-tools": {"1.16.2-1", "1.17.8-1"},
-    "libnvidia-container1": {"1.16.2-1", "1.17.8-1"},
+    "nvidia-container-toolkit": {"1.16.2-1", "1.17.8-1", "1.19.1-1"},
+    "nvidia-container-toolkit-base": {"1.16.2-1", "1.17.8-1", "1.19.1-1"},
+    "libnvidia-container-tools": {"1.16.2-1", "1.17.8-1", "1.19.1-1"},
+    "libnvidia-container1": {"1.16.2-1", "1.17.8-1", "1.19.1-1"},
     "nvlsm": {"2025.06.10-1"},
     "nvidia-imex-580": D580,
 }
@@ -482,7 +483,7 @@ def test_apt_accepts_the_signed_repository(built: RepoInfo, apt: Apt) -> None:
     policy = apt("apt-cache", "policy", "cuda-drivers-550", "nvidia-container-toolkit").stdout
     assert "Candidate: 550.144.03-1" in policy
     assert "550.127.05-1 500" in policy
-    assert "Candidate: 1.17.8-1" in policy
+    assert "Candidate: 1.19.1-1" in policy
 
 
 def test_apt_accepts_the_repository_over_http(built: RepoInfo, apt: Apt) -> None:
@@ -600,7 +601,7 @@ def test_without_the_companions_an_older_build_does_not_install(updated: Apt) ->
         "apt-get", "-s", "-y", "install", *_driver_set("550", "550.127.05", companions=False)
     )
     assert done.returncode != 0
-    assert "Depends: nvidia-alternative (= 550.127.05-1) but 580.105.08-1 is to be installed" in (
+    assert "Depends: nvidia-alternative (= 550.127.05-1) but 580.159.03-1 is to be installed" in (
         done.stdout
     )
 
@@ -639,7 +640,7 @@ def test_an_unattended_upgrade_moves_the_driver(updated: Apt) -> None:
     assert done.returncode == 0, done.stderr
     # Unbranched names follow the newest driver of any branch unless pinned (which is what
     # the version-lock packages and gpunode's own apt preferences and holds are for).
-    assert "Inst nvidia-smi [550.127.05-1] (580.105.08-1" in done.stdout
+    assert "Inst nvidia-smi [550.127.05-1] (580.159.03-1" in done.stdout
     assert "Inst nvidia-fabricmanager-550 [550.127.05-1] (550.144.03-1" in done.stdout
 
 

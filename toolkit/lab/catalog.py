@@ -58,11 +58,16 @@ class DriverRelease:
 # (https://docs.nvidia.com/datacenter/tesla/index.html): 550.127.05 (Oct 2024) and 550.144.03
 # (Jan 2025) on R550; 580.95.05 (Oct 2025, CUDA 13.0 U2) and 580.105.08 (Nov 2025) on R580.
 # Max CUDA: R550 -> 12.4, R580 -> 13.0 (CUDA release notes, table 3).
+# 580.159.03 is the R580 release of NVIDIA's May 2026 driver security bulletin, the one
+# inventories/sample pins (toolkit/stack/security.yml); its build date is the one public
+# /proc/driver/nvidia/version captures print ("NVIDIA UNIX Open Kernel Module for x86_64
+# 580.159.03  Release Build  (dvs-builder@U22-I3-AM27-29-6)  Fri Apr 24 06:03:03 UTC 2026").
 DRIVERS: tuple[DriverRelease, ...] = (
     DriverRelease("550.127.05", "550", "12.4", False, "Tue Sep 24 12:43:38 UTC 2024"),
     DriverRelease("550.144.03", "550", "12.4", True, "Mon Dec 30 17:10:10 UTC 2024"),
     DriverRelease("580.95.05", "580", "13.0", False, "Fri Sep 26 02:03:39 UTC 2025"),
     DriverRelease("580.105.08", "580", "13.0", True, "Tue Nov  4 04:22:31 UTC 2025"),
+    DriverRelease("580.159.03", "580", "13.0", False, "Fri Apr 24 06:03:03 UTC 2026"),
 )
 
 
@@ -136,10 +141,14 @@ class ContainerToolkitRelease:
     commit: str
 
 
-# Source: https://github.com/NVIDIA/nvidia-container-toolkit/releases (v1.16.2, v1.17.8).
+# Source: https://github.com/NVIDIA/nvidia-container-toolkit/releases (v1.16.2, v1.17.8,
+# v1.19.1: NVIDIA/nvidia-container-toolkit PR #1843 "Final updates to CHANGELOG for v1.19.1
+# release"; its commit as a public `nvidia-ctk --version` capture prints it). 1.19.1 is the
+# version inventories/sample pins (CVE-2026-24260, toolkit/stack/security.yml).
 CONTAINER_TOOLKITS: tuple[ContainerToolkitRelease, ...] = (
     ContainerToolkitRelease("1.16.2", "a5a5833c14a15fd9c86bcece85d5ec6621b65652"),
     ContainerToolkitRelease("1.17.8", "f202b80a9b9d0db00d9b1d73c0128c8962c55f4d"),
+    ContainerToolkitRelease("1.19.1", "b18fc6ded64aae8d69a10e1fe49d4e0e8571fc9b"),
 )
 
 
