@@ -297,7 +297,7 @@ FAULT_CASES = [
     ("topo", False, "topology.gpu_link_same_numa"),
     ("slow-net", True, "multinode.busbw@16MiB"),
     # A throttled /data (blkio on the node's data disks, its containers included).
-    ("slow-data", False, "storage.read_p99"),
+    ("slow-data", False, "storage.files_per_s"),
     # DCGM's memory plugin fails on one GPU (the lab's dcgmi, `dcgmi diag -r 2 -j`).
     ("dcgm-fail", False, "dcgm.memory"),
 ]

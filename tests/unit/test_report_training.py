@@ -89,7 +89,7 @@ def test_html_shows_each_node_passed_or_not() -> None:
     assert "not measured: CPU ranks" in html
     section = html.split("<h3>node-2</h3>")[1]
     assert "<td>storage.read_p99</td><td class='not-ready'>failed</td>" in section
-    assert "p99 205 ms &gt; limit 50.0 ms" in section
+    assert "p99 205 ms &gt; limit 150.0 ms" in section
 
 
 def test_junit_and_run_json_carry_the_new_checks(tmp_path: Path) -> None:
@@ -99,7 +99,7 @@ def test_junit_and_run_json_carry_the_new_checks(tmp_path: Path) -> None:
     names = {c.get("name") for c in suites["node-1"].iter("testcase")}
     assert {"storage.read_p99", "checkpoint.roundtrip", "train.data_wait"} <= names
     failure = suites["node-2"].find("testcase[@name='storage.read_p99']/failure")
-    assert failure is not None and "measured: 205.0; floor: 50.0" in (failure.text or "")
+    assert failure is not None and "measured: 205.0; floor: 150.0" in (failure.text or "")
     paths = write_reports(data, tmp_path)
     recorded = json.loads(paths["json"].read_text())
     training = recorded["nodes"][0]["training"]
