@@ -51,7 +51,9 @@ try:
     load_yaml(sys.argv[1])
 except ConfigError as err:
     print(err.message)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+# VmHWM: the peak of this process's own memory (ru_maxrss would count the pytest
+# process that forked it, whose memory the child shares until exec).
+print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:')))
 """
 
 
