@@ -112,6 +112,22 @@ def test_rebuild_without_cache_elsewhere_gives_the_same_id(lab: Any, training_im
 
 
 @pytest.mark.lab
+def test_unchanged_recipe_is_reused_not_built_again(lab: Any, training_image: Any) -> None:
+    # The session's build (without cache) recorded its result under the recipe's input key;
+    # `image verify` above rebuilt from scratch without recording. The same recipe again is
+    # answered with that image: no build, no normalisation (tests/bench times it).
+    result = _gpunode("image", "build", "-i", str(lab.inventory), "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    outcome = json.loads(result.stdout)
+    assert outcome["reused"] is True
+    assert outcome["image_id"] == training_image.image_id
+    assert outcome["recipe_digest"] == training_image.digest
+    assert outcome["normalise_seconds"] == 0
+    text = _gpunode("image", "build", "-i", str(lab.inventory))
+    assert text.returncode == 0 and "reused" in text.stdout, text.stdout + text.stderr
+
+
+@pytest.mark.lab
 def test_changed_nccl_pin_changes_the_id_and_inspect_reports_two_nccls(
     lab: Any, training_image: Any, tmp_path: Path
 ) -> None:
@@ -130,7 +146,7 @@ def test_changed_nccl_pin_changes_the_id_and_inspect_reports_two_nccls(
     assert built.returncode == 0, built.stderr[-2000:]
     other = json.loads(built.stdout)
     try:
-        assert other["image_id"] != training_image.image_id
+        assert other["image_id"] != training_image.image_id and other["reused"] is False
         assert any("2.26.2" in w for w in other["warnings"])
         inspected = _gpunode("image", "inspect", other["image_id"], "-i", str(lab.inventory))
         assert inspected.returncode == 1, inspected.stdout + inspected.stderr

@@ -59,6 +59,12 @@ def build(inventory: Path, group: str | None, no_cache: bool, as_json: bool) -> 
     _line(f"image   {outcome.image_id}")
     _line(f"tag     {outcome.tag}")
     _line(f"recipe  {outcome.digest}")
+    if outcome.reused:
+        _line(
+            f"reused  the recipe is unchanged: its normalised image, found in "
+            f"{outcome.build_seconds:.1f}s (--no-cache builds again); {outcome.size / 1e6:.0f} MB"
+        )
+        return
     _line(
         f"builder {outcome.builder}; built in {outcome.build_seconds:.1f}s, normalised in "
         f"{outcome.normalise_seconds:.1f}s; {outcome.size / 1e6:.0f} MB"

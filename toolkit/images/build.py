@@ -9,6 +9,7 @@ the inventory names must be reachable from this machine, as they are from the la
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,11 @@ BUILDER = "classic"  # the engine's legacy builder, normalised afterwards
 # one per recipe is kept under this name, and only the most recent few recipes.
 CACHE_REPOSITORY = "gpunode-training-cache"
 KEEP_CACHES = 3
+# The normalised result of a recipe is found again by its input key (the base's image ID and
+# the recipe's input digest: rendered Dockerfile, context files, source date): an unchanged
+# recipe is answered from here without building or normalising, as a cached `docker build` is
+# answered from its layer cache. The same number of recent recipes is kept.
+BUILT_REPOSITORY = "gpunode-training-built"
 MAX_DIFFERENCES = 200
 
 
@@ -47,6 +53,7 @@ class BuildOutcome:
     size: int
     cached: bool
     volatile: list[str] = field(default_factory=list)
+    reused: bool = False  # the recipe's normalised image was found by its input key
     normalised: Normalised | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -62,6 +69,7 @@ class BuildOutcome:
             "normalise_seconds": round(self.normalise_seconds, 2),
             "size_bytes": self.size,
             "no_cache": not self.cached,
+            "reused": self.reused,
             "volatile_files": self.volatile,
             "warnings": list(self.recipe.warnings),
         }
@@ -142,18 +150,40 @@ def build_recipe(
     *,
     no_cache: bool = False,
     tag: bool = True,
+    record: bool = True,
     progress: Progress = lambda _m: None,
     client: docker.DockerClient | None = None,
     workdir: Path | None = None,
 ) -> BuildOutcome:
     """Render, build and normalise one recipe; tag the result with the stack id.
 
+    An unchanged recipe (same base image, same input digest) is answered with the image its
+    last build normalised, unless ``no_cache``. ``record=False`` leaves the result out of
+    that lookup (a rebuild made only to be compared).
+
     Raises:
         ImageError: The base is missing, the build failed, or normalisation failed.
     """
     client = client or docker_client()
+    started = time.perf_counter()
     context = render(recipe)
-    _require_base(client, recipe.base)
+    key = _input_key(_require_base(client, recipe.base), context.digest)
+    if not no_cache and (found := _built(client, key)) is not None:
+        if tag:
+            found.tag(*recipe.tag.rsplit(":", 1))
+        progress(f"image {found.id} (unchanged recipe: reused, not rebuilt)")
+        return BuildOutcome(
+            recipe=recipe,
+            image_id=str(found.id),
+            digest=context.digest,
+            tag=recipe.tag,
+            builder=BUILDER,
+            build_seconds=time.perf_counter() - started,
+            normalise_seconds=0.0,
+            size=int(found.attrs.get("Size") or 0),
+            cached=True,
+            reused=True,
+        )
     with build_lock():
         started = time.perf_counter()
         raw = _engine_build(client, context, recipe, no_cache, progress)
@@ -162,6 +192,8 @@ def build_recipe(
         tags = (recipe.tag,) if tag else ()
         result = normalise(client, raw, recipe.base, recipe.source_date_epoch, tags, workdir)
         _keep_as_cache(client, raw, context.digest)
+        if record:
+            _record_built(client, result.id, key)
     progress(f"image {result.id} ({recipe.tag if tag else 'untagged'})")
     return BuildOutcome(
         recipe=recipe,
@@ -176,6 +208,24 @@ def build_recipe(
         volatile=result.volatile,
         normalised=result,
     )
+
+
+def _input_key(base_id: str, digest: str) -> str:
+    """The lookup key of a recipe's normalised image: its base's ID and its input digest."""
+    return hashlib.sha256(f"{base_id}\n{digest}".encode()).hexdigest()
+
+
+def _built(client: docker.DockerClient, key: str) -> Any:
+    try:
+        return client.images.get(f"{BUILT_REPOSITORY}:{key}")
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _record_built(client: docker.DockerClient, image_id: str, key: str) -> None:
+    """Name the normalised image by its input key; keep the most recent few recipes."""
+    client.images.get(image_id).tag(BUILT_REPOSITORY, key)
+    _prune(client, BUILT_REPOSITORY)
 
 
 def verify_recipe(
@@ -198,7 +248,13 @@ def verify_recipe(
             f"no image {recipe.tag} to verify: run `gpunode image build` first"
         ) from err
     rebuilt = build_recipe(
-        recipe, no_cache=True, tag=False, progress=progress, client=client, workdir=workdir
+        recipe,
+        no_cache=True,
+        tag=False,
+        record=False,
+        progress=progress,
+        client=client,
+        workdir=workdir,
     )
     differences: list[str] = []
     if rebuilt.image_id != expected and rebuilt.normalised is not None:
@@ -227,21 +283,28 @@ def _keep_as_cache(client: docker.DockerClient, raw: str, digest: str) -> None:
     client.images.get(raw).tag(CACHE_REPOSITORY, tag)
     if previous and previous != raw:
         _remove(client, previous)
-    caches = sorted(
-        client.images.list(name=CACHE_REPOSITORY),
+    _prune(client, CACHE_REPOSITORY)
+
+
+def _prune(client: docker.DockerClient, repository: str) -> None:
+    """Keep the newest ``KEEP_CACHES`` images of a gpunode repository; untag the rest."""
+    kept = sorted(
+        client.images.list(name=repository),
         key=lambda image: str(image.attrs.get("Created", "")),
         reverse=True,
     )
-    for old in caches[KEEP_CACHES:]:
+    for old in kept[KEEP_CACHES:]:
         for name in old.tags:
-            with contextlib.suppress(docker.errors.APIError):
-                client.images.remove(name, noprune=True)
+            if name.startswith(f"{repository}:"):
+                with contextlib.suppress(docker.errors.APIError):
+                    client.images.remove(name, noprune=True)
         _remove(client, str(old.id))
 
 
-def _require_base(client: docker.DockerClient, base: str) -> None:
+def _require_base(client: docker.DockerClient, base: str) -> str:
+    """The base's image ID on this engine."""
     try:
-        client.images.get(base)
+        return str(client.images.get(base).id)
     except docker.errors.ImageNotFound as err:
         raise ImageError(
             f"the base image {base} is not on this engine; pull it by digest first "
