@@ -170,6 +170,13 @@ def push(
     else:
         for node in outcome.nodes:
             line = f"{node.host}: {node.action}"
+            if node.action == "loaded":
+                line += (
+                    f" ({node.layers_sent} of {node.layers_total} layers, "
+                    f"{node.bytes_sent / 1e6:.1f} MB sent)"
+                )
+            if node.note:
+                line += f" ({node.note})"
             if node.error:
                 line += f" ({node.error})"
             _line(line)

@@ -5,11 +5,23 @@ digest (``<registry>/gpunode-training@sha256:...``); without it, the image is sa
 streamed over SSH into ``docker load`` on every node at once. Either way a node that already
 holds the image's ID is skipped, and each node's image ID is checked after the transfer:
 the ID is the SHA-256 of the image's config, so equal IDs are equal images.
+
+Over SSH a node is sent only the layers it lacks, as a registry pull would: it reports the
+layer stacks (``RootFS.Layers``, diff IDs bottom first) of the images it holds, and the saved
+archive goes to it without the ``layer.tar`` of each layer whose whole stack up to it the node
+already has. ``docker load`` looks a layer up by its chain ID (the digest of that stack) and
+reads the layer's file only when the chain is missing (moby ``image/tarexport/load.go``:
+``lss.Get(ChainID)`` before ``loadLayer``); test_05 loads such a subset on a lab node. A node
+whose engine refuses the subset (a layer went between the look and the load) gets the whole
+archive, and says so.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
+import tarfile
 import tempfile
 import threading
 import time
@@ -30,6 +42,11 @@ from toolkit.remote import Node, open_node, parallel
 
 CHUNK = 1 << 20
 INSPECT_ID = "docker image inspect --format '{{.Id}}' "
+# Every image's layer stack on a node, one JSON list of diff IDs per line.
+HELD_LAYERS = (
+    "docker image ls -aq --no-trunc | sort -u | "
+    "xargs -r docker image inspect --format '{{json .RootFS.Layers}}'"
+)
 
 
 @dataclass
@@ -40,6 +57,9 @@ class NodeTransfer:
     action: str  # "present", "loaded", "pulled" or "failed"
     image_id: str | None = None
     bytes_sent: int = 0
+    layers_sent: int = 0  # over SSH: the layers the node lacked (of layers_total)
+    layers_total: int = 0
+    note: str | None = None
     seconds: float = 0.0
     error: str | None = None
 
@@ -202,11 +222,24 @@ def _ssh(
 ) -> list[NodeTransfer]:
     with tempfile.TemporaryDirectory(prefix="gpunode-push-", dir=workdir) as tmp:
         saved = Path(tmp) / "image.tar"
-        state: dict[str, bool] = {"saved": False}
+        state: dict[str, Any] = {}
 
         def load(node: Node) -> NodeTransfer:
-            _save_once(client, image_id, saved, state)
-            res = node.run_with_input("docker load --quiet", _saved_chunks(saved), timeout=1800)
+            layers = _save_once(client, image_id, saved, state)
+            skip = held_files(layers, _held_stacks(node))
+            sent = len({name for name, _diff in layers} - skip)
+            note = None
+            counted = _Counted(_subset_chunks(saved, skip) if skip else _saved_chunks(saved))
+            res = node.run_with_input("docker load --quiet", counted, timeout=1800)
+            counted.close()
+            if not res.ok and skip:
+                note = f"the subset was refused ({(res.stderr or res.stdout).strip()[-200:]}); "
+                note += "sent the whole image"
+                progress(f"{node.host.name}: {note}")
+                sent = len({name for name, _diff in layers})
+                counted = _Counted(_saved_chunks(saved), counted.bytes)
+                res = node.run_with_input("docker load --quiet", counted, timeout=1800)
+                counted.close()
             if not res.ok:
                 return NodeTransfer(
                     node.host.name, "failed", error=(res.stderr or res.stdout)[-400:]
@@ -217,26 +250,130 @@ def _ssh(
                 node.host.name,
                 "loaded",
                 node_image_id(node, image_id),
-                bytes_sent=saved.stat().st_size,
+                bytes_sent=counted.bytes,
+                layers_sent=sent,
+                layers_total=len({name for name, _diff in layers}),
+                note=note,
             )
 
         return _fan_out(hosts, image_id, load, progress)
+
+
+def held_files(layers: list[tuple[str, str]], held: set[tuple[str, ...]]) -> set[str]:
+    """The archive's layer files a node need not be sent.
+
+    ``layers`` are (file in the archive, diff ID) bottom first; ``held`` the node's layer
+    stacks and all their prefixes. A layer is held when its whole stack up to it is (that is
+    its chain ID); a file that stands for the layer at two depths is skipped only if both are.
+    """
+    needed: set[str] = set()
+    skip: set[str] = set()
+    for depth, (name, _diff) in enumerate(layers):
+        stack = tuple(diff for _name, diff in layers[: depth + 1])
+        (skip if stack in held else needed).add(name)
+    return skip - needed
+
+
+def _held_stacks(node: Node) -> set[tuple[str, ...]]:
+    """Every layer stack the node's images have, with each of its prefixes."""
+    res = node.run(HELD_LAYERS, timeout=120)
+    held: set[tuple[str, ...]] = set()
+    if not res.ok:
+        return held  # nothing known: the whole image is sent
+    for line in res.stdout.splitlines():
+        try:
+            diffs = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(diffs, list):
+            held.update(tuple(diffs[: depth + 1]) for depth in range(len(diffs)))
+    return held
+
+
+class _Counted:
+    """A byte stream that counts what went through it."""
+
+    def __init__(self, chunks: Iterator[bytes], already: int = 0) -> None:
+        self.chunks = chunks
+        self.bytes = already
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.chunks:
+            self.bytes += len(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        """Stop the stream where it is (a load that ended early reads no more)."""
+        close = getattr(self.chunks, "close", None)
+        if close is not None:
+            close()
+
+
+def _subset_chunks(saved: Path, skip: set[str]) -> Iterator[bytes]:
+    """The saved archive without the files in ``skip``, streamed (a writer thread and a pipe:
+    no copy on disk, a layer never held in memory)."""
+    read_fd, write_fd = os.pipe()
+    failure: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with (
+                os.fdopen(write_fd, "wb") as sink,
+                tarfile.open(saved) as source,
+                tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as out,
+            ):
+                for member in source:
+                    if member.name in skip:
+                        continue
+                    out.addfile(member, source.extractfile(member) if member.isfile() else None)
+        except BrokenPipeError:
+            pass  # the reader stopped: the load ended early and says why
+        except BaseException as err:  # handed to the reader below
+            failure.append(err)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    with os.fdopen(read_fd, "rb") as pipe:
+        yield from iter(lambda: pipe.read(CHUNK), b"")
+    writer.join()
+    if failure:
+        raise ImageError(f"cannot stream the image's missing layers: {failure[0]}")
 
 
 _save_lock = threading.Lock()
 
 
 def _save_once(
-    client: docker.DockerClient, image_id: str, path: Path, state: dict[str, bool]
-) -> None:
-    """``docker save`` into ``path`` once, whichever node asks first."""
+    client: docker.DockerClient, image_id: str, path: Path, state: dict[str, Any]
+) -> list[tuple[str, str]]:
+    """``docker save`` into ``path`` once, whichever node asks first; the archive's layer
+    files with their diff IDs, bottom first."""
     with _save_lock:
-        if state["saved"]:
-            return
+        if "layers" in state:
+            return list(state["layers"])
         try:
             with path.open("wb") as handle:
                 for chunk in client.images.get(image_id).save(chunk_size=CHUNK, named=False):
                     handle.write(chunk)
         except docker.errors.APIError as err:
             raise ImageError(f"cannot save image {image_id}: {err}") from err
-        state["saved"] = True
+        state["layers"] = _archive_layers(path)
+        return list(state["layers"])
+
+
+def _archive_layers(path: Path) -> list[tuple[str, str]]:
+    """(file in a ``docker save`` archive, diff ID) of each layer, bottom first."""
+    with tarfile.open(path) as archive:
+        manifest = _json_member(archive, "manifest.json")[0]
+        config = _json_member(archive, manifest["Config"])
+    files, diffs = manifest["Layers"], config["rootfs"]["diff_ids"]
+    if len(files) != len(diffs):
+        raise ImageError(f"{path}: {len(files)} layer files for {len(diffs)} diff IDs")
+    return list(zip(files, diffs, strict=True))
+
+
+def _json_member(archive: tarfile.TarFile, name: str) -> Any:
+    member = archive.extractfile(name)
+    if member is None:
+        raise ImageError(f"the saved image has no {name}")
+    return json.load(member)
