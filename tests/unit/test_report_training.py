@@ -12,7 +12,7 @@ from xml.etree import ElementTree as ET
 
 from shared_fixtures import healthy_training
 
-from toolkit.acceptance import node_runner as nr
+from toolkit.acceptance.node_runner.storage import LATENCY_BUCKETS_MS, latency_histogram
 from toolkit.acceptance.orchestrate import training_summary
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective
 from toolkit.acceptance.verdict import training_checks
@@ -50,13 +50,13 @@ def _summary(*results: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_latency_histogram_bars_follow_the_counts() -> None:
-    svg = render_latency_svg(nr.latency_histogram([0.3] * 30 + [4.0] * 3), limit_ms=50)
+    svg = render_latency_svg(latency_histogram([0.3] * 30 + [4.0] * 3), limit_ms=50)
     ET.fromstring(svg)
     bars = re.findall(
         r'<rect x="[^"]+" y="[^"]+" width="[^"]+" height="([^"]+)" fill="#1f77b4"', svg
     )
     heights = [float(h) for h in bars]
-    assert len(heights) == len(nr.LATENCY_BUCKETS_MS) + 1
+    assert len(heights) == len(LATENCY_BUCKETS_MS) + 1
     assert max(heights) == heights[2]  # 0.3 ms falls in the "<= 0.5" bucket, the tallest
     assert "&lt;= 0.5 ms: 30 reads" in svg and "&lt;= 5 ms: 3 reads" in svg
     assert "p99 limit 50 ms" in svg

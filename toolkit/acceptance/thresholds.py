@@ -28,7 +28,7 @@ from toolkit.errors import ConfigError, clip
 _SIZE_RE = re.compile(r"^\s*([0-9]{1,15})\s*(B|KiB|MiB|GiB|TiB|K|M|G|T)?\s*\Z")
 _UNITS = {None: 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _UNITS.update({"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40})
-DIRECT_IO_ALIGN = 4096  # the runner's O_DIRECT alignment (node_runner.DIRECT_ALIGN)
+DIRECT_IO_ALIGN = 4096  # the runner's O_DIRECT alignment (node_runner.storage.DIRECT_ALIGN)
 
 
 def parse_size(text: str | int) -> int:
