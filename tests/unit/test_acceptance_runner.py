@@ -445,6 +445,9 @@ def lab_spec(folder: Path) -> dict[str, Any]:
             "sample_bytes": 64 << 10,
             "loader_workers": 1,
             "hidden": 64,
+            # The accelerator's compute of a step, emulated (a sleep, MLPerf Storage's method).
+            "compute_s": 0.02,
+            "gpu_step": None,
         },
     }
 
@@ -500,6 +503,9 @@ def test_run_node_with_gloo(tmp_path: Path, runner_pyz: Path) -> None:
     loop = train["loop"]
     assert loop["ranks"] == 2 and loop["device"] == "cpu" and 0 <= loop["data_wait_share"] < 1
     assert loop["gpu_util"]["measured"] is False and "CPU ranks" in loop["gpu_util"]["reason"]
+    # Every step slept the emulated compute: the steps took at least that long.
+    assert loop["compute"] == {"kind": "emulated", "step_s": 0.02} and loop["gpu_step"] is None
+    assert loop["samples_per_s"] <= loop["batch"] / 0.02 * loop["ranks"]
     # The data set and checkpoint are gone; only the sequential test's folder stays empty.
     assert not list(tmp_path.glob(".gpunode-accept-train-*"))
 

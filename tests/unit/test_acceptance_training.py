@@ -287,10 +287,14 @@ def test_every_real_profile_sets_the_training_floors_with_sources() -> None:
         profile = shipped_profile(name)
         spec = profile.acceptance
         assert spec.max_read_p99_ms and spec.min_files_per_s and spec.min_scaling_efficiency
-        # The loop's utilisation and data wait have no measurement behind them (review
-        # real-hardware-748e562, N6b): shown, not judged, until the loop is redesigned.
-        assert spec.max_data_wait_share is None and spec.min_gpu_util_pct is None
+        # The GPU-utilisation step has not been measured on these GPUs: shown, not judged.
+        assert spec.min_gpu_util_pct is None
         assert any("MLPerf Storage" in s for s in profile.sources)
+        # MLPerf Storage's method where its DLIO configs give the GPU's compute time: the
+        # data-wait share is 1 - AU, whose floor there is 0.90.
+        if spec.train_compute_s is not None:
+            assert spec.max_data_wait_share == 0.10
+            assert any("computation_time" in s for s in profile.sources)
     lab = shipped_profile("lab")
     assert lab.acceptance.min_gpu_util_pct is None  # CPU ranks: nothing to sample
     assert any("slow-data" in s for s in lab.sources)
@@ -314,3 +318,43 @@ def test_gpu_utilisation_is_sampled_per_gpu_while_the_loop_runs(tmp_path: Path) 
     assert "--query-gpu=index,utilization.gpu" in argv and "--loop-ms=100" in argv
     missing = sample_utilisation(None)[1]()
     assert missing == {"measured": False, "reason": "nvidia-smi not found", "per_gpu": {}}
+
+
+# DLIO's computation_time per step for ResNet-50 (github.com/mlcommons/storage,
+# configs/dlio/workload/resnet50_h100.yaml and resnet50_a100.yaml; batch 400).
+DLIO_RESNET50_S = {"h100-sxm-8": 0.224, "h200-sxm-8": 0.224, "a100-sxm-8": 0.435}
+
+
+def test_the_gpu_step_is_sized_from_each_profiles_gemm_floor() -> None:
+    """Per profile: the storage loop's compute (emulated, from DLIO) and the GPU step (bf16
+    GEMMs sized from the GEMM floor in force); its time at the floor is computed, the time it
+    takes on the node is measured there (the loop's ``gpu_step.measured_s``)."""
+    from toolkit.acceptance.thresholds import GPU_STEP_MIN_S, gpu_step, shipped_profile
+
+    print("\nprofile       emulated compute/step  GPU step (bf16 GEMMs)   floor TFLOP/s  at floor")
+    for name in ("h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "l40s-pcie", "lab"):
+        spec = effective(AcceptanceSpec(profile=name))
+        assert shipped_profile(name) is not None
+        assert spec.train_compute_s == DLIO_RESNET50_S.get(name, 0.05 if name == "lab" else None)
+        step = gpu_step(spec)
+        if spec.min_gemm_tflops is None:
+            assert step is None  # the lab's CPU ranks: no floor, no GPU step
+            print(f"{name:13} {spec.train_compute_s} s (emulated)      - (no GEMM floor)")
+            continue
+        assert (
+            step is not None and step.gemm_n == 8192 and step.floor_tflops == spec.min_gemm_tflops
+        )
+        one = 2 * 8192**3 / 1e12 / spec.min_gemm_tflops  # one GEMM's time at the floor
+        target = max(GPU_STEP_MIN_S, spec.train_compute_s or 0.0)
+        assert target <= step.at_floor_s < target + one
+        assert step.at_floor_s == pytest.approx(step.tflop / spec.min_gemm_tflops)
+        print(
+            f"{name:13} {spec.train_compute_s or '-'!s:>5} s (emulated)     "
+            f"{step.gemms:4d} x 8192^3 = {step.tflop:6.1f} TFLOP  {step.floor_tflops:8.1f}"
+            f"       {step.at_floor_s * 1000:6.1f} ms (computed)"
+        )
+    h100 = gpu_step(effective(AcceptanceSpec(profile="h100-sxm-8")))
+    assert h100 is not None and h100.gemms == 120  # 0.75 x 783.66 TFLOP/s: 1.87 ms a GEMM
+    l40s = gpu_step(effective(AcceptanceSpec(profile="l40s-pcie")))
+    assert l40s is not None and l40s.gemms == 10 and l40s.at_floor_s >= 0.05
+    assert h100.as_spec() == {"gemm_n": 8192, "gemms": 120, "at_floor_s": h100.at_floor_s}

@@ -124,3 +124,23 @@ def test_html_lists_the_all_reduce_at_each_scaling_point() -> None:
     assert "<td>all-reduce busbw by ranks</td><td>-</td>" in render_html(
         _summary(healthy_training())
     )
+
+
+def test_html_says_which_figure_is_emulated_and_which_measured() -> None:
+    result = healthy_training()
+    loop = result["train"]["loop"]
+    loop["compute"] = {"kind": "emulated", "step_s": 0.224}
+    loop["gpu_step"] = {"gemm_n": 8192, "gemms": 120, "at_floor_s": 0.2244, "measured_s": 0.17}
+    html = render_html(_summary(result))
+    assert (
+        "<td>accelerator utilisation</td><td>88.0% (emulated compute: 0.224 s per step, "
+        "the MLPerf Storage method; 1 - data-loader wait share)</td>"
+    ) in html
+    assert (
+        "<td>GPU step</td><td>120 bf16 GEMMs of 8192: 0.224 s at the GEMM floor "
+        "(computed), 0.17 s here (measured)</td>"
+    ) in html
+    assert "<td>GPU utilisation (measured, nvidia-smi)</td>" in html
+    plain = render_html(_summary(healthy_training()))
+    assert "<td>accelerator utilisation</td><td>not emulated: the steps ran the model only" in plain
+    assert "<td>GPU step</td><td>-</td>" in plain

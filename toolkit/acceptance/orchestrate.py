@@ -28,7 +28,13 @@ from toolkit.acceptance import dcgm, nccllog, payload, topology
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
 from toolkit.acceptance.node_runner.node import DEFAULT_CONTAINER_OPTIONS, container_argv
-from toolkit.acceptance.thresholds import AcceptanceSpec, effective, parse_size, sweep_sizes
+from toolkit.acceptance.thresholds import (
+    AcceptanceSpec,
+    effective,
+    gpu_step,
+    parse_size,
+    sweep_sizes,
+)
 from toolkit.acceptance.verdict import Check, NodeExpectation, Verdict, judge, normalise_allreduce
 from toolkit.errors import AcceptanceError, ConfigError, RemoteError
 from toolkit.inventory import Host, Inventory, load_inventory, name_path
@@ -626,6 +632,8 @@ def _runner_spec(plan: NodePlan) -> dict[str, Any]:
             "sample_bytes": parse_size(spec.train_sample_size),
             "loader_workers": spec.train_loader_workers,
             "hidden": spec.train_hidden,
+            "compute_s": spec.train_compute_s,
+            "gpu_step": step.as_spec() if (step := gpu_step(spec)) else None,
         },
         "workdir": REMOTE_DIR,
         "state_file": nodestate.PATH,

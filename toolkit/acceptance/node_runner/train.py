@@ -120,10 +120,14 @@ def train_loop(
     rank: int,
     device: Any,
     train: dict[str, Any],
+    compute: Callable[[], None] | None = None,
 ) -> dict[str, float]:
     """A short data-parallel loop over ``group`` fed by a DataLoader with workers reading
     ``/data``; the first step (workers starting) is not counted, as MLPerf Storage excludes
-    it. Returns this rank's step time, data wait and samples.
+    it. Returns this rank's step time, data wait, time in ``compute`` and samples.
+
+    ``compute`` runs in every step after the model's: the accelerator's compute of the step,
+    emulated (:func:`emulated_compute`) or real (:func:`gemm_compute`).
 
     Data parallel the way DistributedDataParallel is by default: the same initial weights on
     every rank (broadcast from rank 0), and after each backward pass the gradients averaged
@@ -183,7 +187,7 @@ def train_loop(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    wait = busy = 0.0
+    wait = busy = computing = 0.0
     it = iter(loader)
     for step in range(steps + 1):
         start = time.perf_counter()
@@ -200,11 +204,40 @@ def train_loop(
             for param in params:
                 param.add_(param.grad, alpha=-0.01)
         sync()
+        computed = time.perf_counter()
+        if compute is not None:
+            compute()
         if step:
             wait += got - start
             busy += time.perf_counter() - start
+            computing += time.perf_counter() - computed
     del it, loader
-    return {"step_s": busy, "wait_s": wait, "samples": float(steps * batch)}
+    return {
+        "step_s": busy,
+        "wait_s": wait,
+        "compute_s": computing,
+        "samples": float(steps * batch),
+    }
+
+
+def emulated_compute(seconds: float) -> Callable[[], None]:
+    """MLPerf Storage's accelerator: a sleep of the step's compute time (DLIO's
+    ``train.computation_time``), so the loop measures the storage and the loader alone."""
+    return lambda: time.sleep(seconds)
+
+
+def gemm_compute(torch: Any, device: Any, n: int, gemms: int) -> Callable[[], None]:
+    """A real step on the GPU: ``gemms`` bf16 products of two n x n matrices, waited for."""
+    a = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    b = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    c = torch.empty_like(a)
+
+    def run() -> None:
+        for _ in range(gemms):
+            torch.matmul(a, b, out=c)
+        torch.cuda.synchronize(device)
+
+    return run
 
 
 def train_phase(
@@ -227,24 +260,15 @@ def train_phase(
         out["checkpoint"] = checkpoint_restore(torch, checkpoint["path"], checkpoint["manifest"])
     dist.barrier()
     points: list[dict[str, Any]] = []
-    util: dict[str, Any] = {
-        "measured": False,
-        "reason": "the loop ran on CPU ranks (no CUDA device): there is no GPU utilisation "
-        "to sample, and an emulated nvidia-smi's figure would describe no work",
-        "per_gpu": {},
-    }
+    compute_s = train.get("compute_s")
+    emulated = emulated_compute(float(compute_s)) if compute_s else None
     for k in scaling_points(world):
         point_started = time.perf_counter()
         group = None if k == world else dist.new_group(ranks=list(range(k)))
         mine = torch.zeros(3, dtype=torch.float64, device=device)
         busbw = None
         if rank < k:
-            sampler = None
-            if k == world and device.type == "cuda" and rank == 0:
-                _proc, sampler = sample_utilisation(smi)
-            figures = train_loop(torch, dist, group, k, rank, device, train)
-            if sampler is not None:
-                util = sampler()
+            figures = train_loop(torch, dist, group, k, rank, device, train, emulated)
             mine = torch.tensor(
                 [figures["step_s"], figures["wait_s"] / max(figures["step_s"], 1e-9), 0.0],
                 dtype=torch.float64,
@@ -276,6 +300,7 @@ def train_phase(
                     "duration_s": time.perf_counter() - point_started,
                 }
             )
+    util, gpu_step = gpu_phase(torch, dist, rank, world, device, train, smi)
     if rank != 0:
         return None
     base = points[0]["samples_per_s"]
@@ -295,7 +320,13 @@ def train_phase(
         "nodes": full["nodes"],
         "samples_per_s": full["samples_per_s"],
         "data_wait_share": full["data_wait_share"],
+        # What the step's compute was: emulated (a sleep of the profile's figure, MLPerf
+        # Storage's method: accelerator utilisation = 1 - data_wait_share), or the model only.
+        "compute": {"kind": "emulated", "step_s": float(compute_s)}
+        if compute_s
+        else {"kind": "model", "step_s": None},
         "gpu_util": util,
+        "gpu_step": gpu_step,
     }
     out["scaling"] = {
         "points": points,
@@ -303,6 +334,49 @@ def train_phase(
         "note": "all-reduce busbw at all ranks is the all-reduce section's row",
     }
     return out
+
+
+def gpu_phase(
+    torch: Any,
+    dist: Any,
+    rank: int,
+    world: int,
+    device: Any,
+    train: dict[str, Any],
+    smi: str | None,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """GPU utilisation: the loop at all ranks once more, each step's compute real bf16 GEMMs
+    sized on the controller from the profile's GEMM floor (``train.gpu_step``), nvidia-smi
+    sampling every GPU while it runs (rank 0). Returns the utilisation and the step: its size,
+    its time at the floor (computed there) and its time here (measured, the slowest rank)."""
+    step = train.get("gpu_step")
+    if device.type != "cuda":
+        reason = (
+            "the loop ran on CPU ranks (no CUDA device): there is no GPU utilisation "
+            "to sample, and an emulated nvidia-smi's figure would describe no work"
+        )
+        return {"measured": False, "reason": reason, "per_gpu": {}}, None
+    if not step:
+        reason = "the profile sets no GEMM floor: the GPU step cannot be sized"
+        return {"measured": False, "reason": reason, "per_gpu": {}}, None
+    compute = gemm_compute(torch, device, int(step["gemm_n"]), int(step["gemms"]))
+    compute()  # cuBLAS picks its kernel outside the sampled loop
+    stop = None
+    if rank == 0:
+        _proc, stop = sample_utilisation(smi)
+    figures = train_loop(torch, dist, None, world, rank, device, train, compute)
+    util = stop() if stop is not None else {}
+    slowest = torch.tensor(
+        [figures["compute_s"] / max(1, int(train["steps"]))], dtype=torch.float64, device=device
+    )
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    measured = {
+        "gemm_n": int(step["gemm_n"]),
+        "gemms": int(step["gemms"]),
+        "at_floor_s": float(step["at_floor_s"]),
+        "measured_s": float(slowest.item()),
+    }
+    return util, measured
 
 
 def write_train_spec(spec: dict[str, Any], storage: dict[str, Any], sizes: list[int]) -> str | None:
