@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from shared_fixtures import REPO
 
+from toolkit.acceptance import payload
+
 # In CI (`CI=true`, set by the CI runner) every prerequisite is installed by scripts/setup-host,
 # so a skip means a broken set-up, not a missing optional tool. Only these reasons, which a
 # machine cannot fix by installing something, may skip there.
@@ -20,6 +22,15 @@ CI_ALLOWED_SKIPS = (
 @pytest.fixture
 def repo_root() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def runner_pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The node-side runner's zipapp as shipped (toolkit.acceptance.payload), in a temporary
+    folder: ``python3 <it> <subcommand> ...`` runs the runner as a node does."""
+    path = tmp_path_factory.mktemp("runner") / payload.ARCHIVE
+    path.write_bytes(payload.runner_zipapp())
+    return path
 
 
 @pytest.hookimpl(hookwrapper=True)

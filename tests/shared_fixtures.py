@@ -71,7 +71,7 @@ def healthy_training(p99_ms: float = 4.0, latencies: list[float] | None = None) 
 
     ``p99_ms`` and ``latencies`` (every read's time, ms) make its storage as slow as given; by
     default 160 reads, the slowest ten at ``p99_ms``."""
-    from toolkit.acceptance import node_runner as nr
+    from toolkit.acceptance.node_runner.storage import latency_histogram
 
     latencies = latencies or [0.3] * 150 + [p99_ms] * 10
     return {
@@ -89,7 +89,7 @@ def healthy_training(p99_ms: float = 4.0, latencies: list[float] | None = None) 
                 "max_ms": max(latencies),
                 "files_per_s": 4000.0,
                 "mbps": 900.0,
-                "histogram": nr.latency_histogram(latencies),
+                "histogram": latency_histogram(latencies),
                 "error": None,
             },
             "error": None,

@@ -18,8 +18,6 @@ import pytest
 import yaml
 from shared_fixtures import torch_python
 
-from toolkit.acceptance import node_runner
-
 SIZES = [1 << 16, 1 << 20, 1 << 22, 1 << 24]
 ITERS = 5
 WARMUP = 1
@@ -68,13 +66,13 @@ def _bare_loop(python: str, tmp: Path, port: int) -> float:
     return time.perf_counter() - start
 
 
-def _runner(python: str, tmp: Path, port: int) -> tuple[float, dict[str, object]]:
+def _runner(python: str, runner: Path, tmp: Path, port: int) -> tuple[float, dict[str, object]]:
     out = tmp / "runner.json"
     start = time.perf_counter()
     proc = subprocess.run(
         [
             python,
-            node_runner.__file__,
+            str(runner),
             "allreduce",
             "--nnodes",
             "1",
@@ -107,12 +105,12 @@ def _runner(python: str, tmp: Path, port: int) -> tuple[float, dict[str, object]
     return elapsed, json.loads(out.read_text())
 
 
-def test_bench_runner_overhead_vs_bare_loop(tmp_path: Path) -> None:
+def test_bench_runner_overhead_vs_bare_loop(tmp_path: Path, runner_pyz: Path) -> None:
     python = torch_python()
     if python is None:
         pytest.skip("no Python with torch (set GPUNODE_TORCH_PYTHON)")
     bare = min(_bare_loop(python, tmp_path, 29700 + i) for i in range(2))
-    runs = [_runner(python, tmp_path, 29710 + i) for i in range(2)]
+    runs = [_runner(python, runner_pyz, tmp_path, 29710 + i) for i in range(2)]
     runner = min(r[0] for r in runs)
     result = runs[-1][1]
     rows = result["rows"]

@@ -390,6 +390,16 @@ def test_fault_marks_only_its_node_not_ready(
     assert remote["state"] == "not-ready"
     assert any(r.startswith(check) for r in remote["reason"])
     assert not run.all_ready
+    if fault == "slow-data":
+        # MLPerf Storage's method (issue 23): the step's compute is emulated (the lab profile's
+        # 50 ms), so the loader's wait fails the throttled node and not the healthy one.
+        waits = {
+            n["host"]: next(c for c in n["checks"] if c["name"] == "train.data_wait")
+            for n in (bad, good)
+        }
+        print(f"\ntrain.data_wait under slow-data: {waits[faulty]['message']}")
+        print(f"train.data_wait healthy: {waits[healthy]['message']}")
+        assert not waits[faulty]["ok"] and waits[healthy]["ok"], waits
     if fault == "dcgm-fail":
         # The plugin, the GPU and DCGM's own words, in run.json, JUnit and the report.
         [failed] = [f for f in bad["failed_checks"] if f["check"] == check]

@@ -16,8 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import configured
 
-from toolkit.acceptance import dcgm, node_runner
+from toolkit.acceptance import dcgm
 from toolkit.acceptance.dcgm import DcgmDiagSpec, DcgmUnreadable, parse_diag
+from toolkit.acceptance.node_runner.facts import query_dcgm
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective
 from toolkit.acceptance.verdict import NodeExpectation, judge
 from toolkit.lab import paths
@@ -308,7 +309,7 @@ def test_runner_runs_dcgmi_at_the_level_and_keeps_a_failing_document(
     tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("GPUNODE_LAB_ROOT", str(tmp_path))
-    section = node_runner.query_dcgm(2, 60)
+    section = query_dcgm(2, 60)
     assert section is not None
     assert (section["level"], section["rc"], section["error"]) == (2, 226, None)
     assert [f.ok for f in dcgm.judge(parse_diag(section["raw_output"]), LEVEL2)] == [
@@ -316,9 +317,9 @@ def test_runner_runs_dcgmi_at_the_level_and_keeps_a_failing_document(
         True,
         False,
     ]
-    assert node_runner.query_dcgm(None, 60) is None
+    assert query_dcgm(None, 60) is None
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert node_runner.query_dcgm(1, 60) == {
+    assert query_dcgm(1, 60) == {
         "level": 1,
         "raw_output": "",
         "rc": 127,

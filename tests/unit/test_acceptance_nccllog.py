@@ -22,9 +22,15 @@ from test_acceptance_verdict import EXPECT, SPEC, healthy
 from test_hostile_input import strict_json
 from test_properties import configured
 
-from toolkit.acceptance import nccllog, node_runner
+from toolkit.acceptance import nccllog
 from toolkit.acceptance.multinode import run_multi_node
 from toolkit.acceptance.nccltests import parse_text
+from toolkit.acceptance.node_runner.collective import (
+    free_port,
+    launch_ranks,
+    nccl_debug_env,
+    run_nccl_tests,
+)
 from toolkit.acceptance.thresholds import AcceptanceSpec, shipped_profile
 from toolkit.acceptance.verdict import judge, transport_checks
 from toolkit.report import render_html, render_junit
@@ -281,8 +287,8 @@ def test_multi_node_socket_fallback_fails_the_pair() -> None:
 
 
 def test_runner_asks_nccl_for_its_log_and_keeps_a_sites_own_setting() -> None:
-    assert node_runner.nccl_debug_env({"PATH": "/bin"}) == {"PATH": "/bin", "NCCL_DEBUG": "INFO"}
-    assert node_runner.nccl_debug_env({"NCCL_DEBUG": "WARN"})["NCCL_DEBUG"] == "WARN"
+    assert nccl_debug_env({"PATH": "/bin"}) == {"PATH": "/bin", "NCCL_DEBUG": "INFO"}
+    assert nccl_debug_env({"NCCL_DEBUG": "WARN"})["NCCL_DEBUG"] == "WARN"
 
 
 def test_all_reduce_perf_runs_with_the_nccl_log_on(
@@ -296,7 +302,7 @@ def test_all_reduce_perf_runs_with_the_nccl_log_on(
     )
     binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
     monkeypatch.delenv("NCCL_DEBUG", raising=False)
-    section = node_runner.run_nccl_tests(str(binary), 8, [1 << 20], 1, 1, 2, 30)
+    section = run_nccl_tests(str(binary), 8, [1 << 20], 1, 1, 2, 30)
     assert "NCCL_DEBUG was INFO" in section["raw_output"]
     summary = nccllog.read_section(section)
     assert summary is not None and summary.network_kind == "socket"
@@ -421,9 +427,9 @@ def test_the_transport_reaches_run_json_junit_and_the_html_report() -> None:
 
 def test_cpu_ranks_over_gloo_leave_no_log_and_are_not_judged(tmp_path: Path) -> None:
     # The lab's all-reduce, for real: two CPU ranks over gloo on this machine.
-    port = node_runner.free_port()
+    port = free_port()
     out = str(tmp_path / "out.json")
-    section = node_runner.launch_ranks(1, 0, 2, "127.0.0.1", port, [1 << 16], 2, 1, "cpu", 120, out)
+    section = launch_ranks(1, 0, 2, "127.0.0.1", port, [1 << 16], 2, 1, "cpu", 120, out)
     assert section["error"] is None and section["engine"] == "torch-gloo"
     assert "nccl_log" not in section and nccllog.read_section(section) is None
     checks = transport_checks(section, H100)

@@ -60,10 +60,6 @@ def test_rendezvous_address(address: str, vars_: dict[str, object], expected: st
     assert o._rendezvous_address(_host(address, **vars_), facts) == expected
 
 
-def test_runner_ships_as_the_module_file() -> None:
-    assert payload.runner_source() == Path(o.__file__).with_name("node_runner.py").read_bytes()
-
-
 def test_pip_zip_is_runnable_layout() -> None:
     with zipfile.ZipFile(io.BytesIO(payload.pip_zip())) as archive:
         names = set(archive.namelist())

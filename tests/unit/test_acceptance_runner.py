@@ -16,13 +16,28 @@ from typing import Any
 import pytest
 from shared_fixtures import torch_python
 
-from toolkit.acceptance import node_runner as nr
+from toolkit.acceptance.node_runner.collective import busbw_factor, free_port, pattern_value
+from toolkit.acceptance.node_runner.common import parse_smi_csv, smi_int, smi_value
+from toolkit.acceptance.node_runner.facts import (
+    boot_time,
+    memory_health,
+    parse_smi_q,
+    parse_xids,
+    query_gpus,
+    query_identity,
+    query_topology,
+    query_versions,
+    read_kernel_log,
+    this_boot_only,
+)
+from toolkit.acceptance.node_runner.gpu import link_under_load
+from toolkit.acceptance.node_runner.storage import data_throughput
+from toolkit.acceptance.node_runner.train import prepare_loop
 from toolkit.acceptance.thresholds import AcceptanceSpec, shipped_profile
 from toolkit.acceptance.topology import judge as judge_topology
 from toolkit.acceptance.topology import read_section
 from toolkit.acceptance.verdict import NodeExpectation, judge
 
-RUNNER = Path(nr.__file__)
 STANDIN = Path(__file__).resolve().parents[2] / "toolkit" / "lab" / "standins" / "nvidia_smi.py"
 
 
@@ -31,7 +46,7 @@ STANDIN = Path(__file__).resolve().parents[2] / "toolkit" / "lab" / "standins" /
     [("0", "0"), (" [N/A]", None), ("[Not Supported]", None), ("N/A", None), ("Yes", "Yes")],
 )
 def test_smi_value(text: str, value: str | None) -> None:
-    assert nr.smi_value(text) == value
+    assert smi_value(text) == value
 
 
 @pytest.mark.parametrize(
@@ -39,12 +54,12 @@ def test_smi_value(text: str, value: str | None) -> None:
     [("0x0000000000000040", 0x40), ("16", 16), ("5.0", 5), (None, None), ("x", None)],
 )
 def test_smi_int(text: str | None, value: int | None) -> None:
-    assert nr.smi_int(text) == value
+    assert smi_int(text) == value
 
 
 def test_parse_smi_csv_skips_malformed_lines() -> None:
     text = "0, NVIDIA H100 80GB HBM3, 5\n\n1, NVIDIA H100 80GB HBM3\n2, [N/A], 4\n"
-    rows = nr.parse_smi_csv(text, ("index", "name", "gen"))
+    rows = parse_smi_csv(text, ("index", "name", "gen"))
     assert rows == [
         {"index": "0", "name": "NVIDIA H100 80GB HBM3", "gen": "5"},
         {"index": "2", "name": None, "gen": "4"},
@@ -58,7 +73,7 @@ def test_parse_xids() -> None:
         "Nov 29 10:00:00 node kernel: NVRM: Xid (PCI:0000:2a:00): 119, pid=2417, name=python3, "
         "Timeout after 6s\n"
     )
-    events = nr.parse_xids(log)
+    events = parse_xids(log)
     assert [(e["bus_id"], e["xid"]) for e in events] == [("0000:18:00", 79), ("0000:2a:00", 119)]
     assert [e["time"] for e in events] == [None, None]  # no boot time, no year: not placed
 
@@ -85,7 +100,7 @@ def test_parse_xids() -> None:
 )
 def test_xid_times_are_wall_clock(line: str, when: str) -> None:
     boot = datetime(2025, 6, 1, 10, 0, 0, tzinfo=timezone.utc).timestamp()
-    (event,) = nr.parse_xids(line + "\n", boot)
+    (event,) = parse_xids(line + "\n", boot)
     assert event["time"] == when
 
 
@@ -93,7 +108,7 @@ REAL = Path(__file__).resolve().parents[1] / "data" / "real"
 
 
 def _capture(name: str) -> dict[str, dict[str, Any]]:
-    return nr.parse_smi_q((REAL / name).read_text())
+    return parse_smi_q((REAL / name).read_text())
 
 
 def test_smi_q_h100_565_reads_every_counter() -> None:
@@ -103,7 +118,7 @@ def test_smi_q_h100_565_reads_every_counter() -> None:
     assert len(gpus) == 8 and "00000000:18:00.0" in gpus and "00000000:DB:00.0" in gpus
     for tree in gpus.values():
         assert tree["Product Name"] == "NVIDIA H100 80GB HBM3"
-        assert nr.memory_health(tree) == {
+        assert memory_health(tree) == {
             "ecc_uncorrected_volatile": 0,
             "ecc_uncorrected_aggregate": 0,
             "retired_pages_pending": None,  # Hopper retires no pages: N/A
@@ -121,7 +136,7 @@ def test_smi_q_h100_535_has_no_recovery_action() -> None:
     """Driver 535.161.08 prints no "GPU Recovery Action" line: not reported, not a failure."""
     gpus = _capture("nvidia-smi-q.h100-sxm-8.535.161.08.txt")
     assert len(gpus) == 8
-    health = [nr.memory_health(tree) for tree in gpus.values()]
+    health = [memory_health(tree) for tree in gpus.values()]
     assert all(h["recovery_action"] is None for h in health)
     assert all(h["ecc_uncorrected_volatile"] == 0 for h in health)
     assert all(h["remapped_rows"] and h["remapped_rows"]["pending"] is False for h in health)
@@ -131,7 +146,7 @@ def test_smi_q_a10_with_a_pending_remap() -> None:
     """A real A10 with 4 rows remapped for uncorrectable errors, pending a reset (leptonai/gpud
     test data): the volatile count is 0, the pending remap is what needs the reset."""
     (tree,) = _capture("nvidia-smi-q.a10.535.129.03.txt").values()
-    health = nr.memory_health(tree)
+    health = memory_health(tree)
     assert health["ecc_uncorrected_volatile"] == 0
     assert health["remapped_rows"] == {
         "correctable": 0,
@@ -145,7 +160,7 @@ def test_smi_q_titan_v_old_layout_is_not_reported() -> None:
     """A real TITAN V (Volta: "Single Bit"/"Double Bit" counters, all N/A; "Remapped Rows :
     N/A"): nothing reported, nothing made up."""
     (tree,) = _capture("nvidia-smi-q.titan-v.560.35.03.txt").values()
-    assert nr.memory_health(tree) == {
+    assert memory_health(tree) == {
         "ecc_uncorrected_volatile": None,
         "ecc_uncorrected_aggregate": None,
         "retired_pages_pending": None,
@@ -161,8 +176,8 @@ def test_smi_q_volta_double_bit_totals_are_read() -> None:
     text = text.replace(
         "Pending Page Blacklist            : N/A", "Pending Page Blacklist            : Yes"
     )
-    (tree,) = nr.parse_smi_q(text).values()
-    health = nr.memory_health(tree)
+    (tree,) = parse_smi_q(text).values()
+    health = memory_health(tree)
     assert (health["ecc_uncorrected_volatile"], health["ecc_uncorrected_aggregate"]) == (3, 3)
     assert health["retired_pages_pending"] is True
 
@@ -177,7 +192,7 @@ def test_parse_xids_places_lines_by_boot() -> None:
         "host kernel: NVRM: Xid (PCI:0000:2a:00): 154, GPU recovery action changed\n"
     )
     boot = datetime(2025, 6, 1, 10, 0, 0, tzinfo=timezone.utc).timestamp()
-    events = nr.parse_xids(log, boot)
+    events = parse_xids(log, boot)
     assert [(e["xid"], e["boot"], e["time"]) for e in events] == [
         (79, "previous", None),
         (95, "this", "2025-06-01T10:00:07Z"),
@@ -185,8 +200,8 @@ def test_parse_xids_places_lines_by_boot() -> None:
     ]
     # No marker: this boot when the command reads this boot only, unknown otherwise.
     line = "NVRM: Xid (PCI:0000:18:00): 48, DBE\n"
-    assert nr.parse_xids(line, boot, this_boot=True)[0]["boot"] == "this"
-    assert nr.parse_xids(line, boot)[0]["boot"] is None
+    assert parse_xids(line, boot, this_boot=True)[0]["boot"] == "this"
+    assert parse_xids(line, boot)[0]["boot"] is None
 
 
 @pytest.mark.parametrize(
@@ -205,44 +220,44 @@ def test_parse_xids_places_lines_by_boot() -> None:
     ],
 )
 def test_this_boot_only(command: str, this_boot: bool) -> None:
-    assert nr.this_boot_only(command) is this_boot
+    assert this_boot_only(command) is this_boot
 
 
 def test_boot_time_is_now_less_uptime() -> None:
-    boot = nr.boot_time()
+    boot = boot_time()
     assert boot is not None
     uptime = float(Path("/proc/uptime").read_text().split()[0])
     assert abs((time.time() - uptime) - boot) < 5
 
 
 def test_kernel_log_falls_back_and_reports() -> None:
-    out = nr.read_kernel_log("printf 'NVRM: Xid (PCI:0000:18:00): 48, DBE\\n'")
+    out = read_kernel_log("printf 'NVRM: Xid (PCI:0000:18:00): 48, DBE\\n'")
     assert out["ok"] and out["xid_events"][0]["xid"] == 48
-    bad = nr.read_kernel_log("exit 3")
+    bad = read_kernel_log("exit 3")
     # dmesg may or may not be readable here; either way the result says what happened.
     assert bad["ok"] is (bad["command"] == "dmesg") or bad["error"]
 
 
 def test_data_throughput(tmp_path: Path) -> None:
-    out = nr.data_throughput(str(tmp_path), 8 << 20)
+    out = data_throughput(str(tmp_path), 8 << 20)
     assert out["error"] is None
     assert out["write_mbps"] > 0 and out["read_mbps"] > 0
     assert list(tmp_path.iterdir()) == []  # the test file is removed
 
 
 def test_data_throughput_missing_path(tmp_path: Path) -> None:
-    out = nr.data_throughput(str(tmp_path / "nope"), 1 << 20)
+    out = data_throughput(str(tmp_path / "nope"), 1 << 20)
     assert out["error"].endswith("does not exist") and out["write_mbps"] is None
 
 
 def test_busbw_factor() -> None:
-    assert [nr.busbw_factor(n) for n in (1, 2, 4, 8)] == [0.0, 1.0, 1.5, 1.75]
+    assert [busbw_factor(n) for n in (1, 2, 4, 8)] == [0.0, 1.0, 1.5, 1.75]
 
 
 def test_pattern_sums_are_exact_in_float32() -> None:
     # The largest reduced value must stay below 2**24 for float32 to be exact.
     ranks = 64
-    assert sum(nr.pattern_value(r, 6) for r in range(ranks)) < 2**24
+    assert sum(pattern_value(r, 6) for r in range(ranks)) < 2**24
 
 
 def _standin(tmp_path: Path, faults: list[str], version: str = "550.127.05") -> dict[str, str]:
@@ -284,7 +299,7 @@ def lab_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.Fix
 
 
 def test_query_gpus_healthy(lab_env: Any) -> None:
-    out = nr.query_gpus(lab_env([]))
+    out = query_gpus(lab_env([]))
     assert out["ok"] and out["count"] == 8 and out["unsupported_fields"] == []
     gpu = out["list"][0]
     assert gpu["name"] == "NVIDIA H100 80GB HBM3"
@@ -308,7 +323,7 @@ def test_query_identity_reads_dmi_disks_and_nics(tmp_path: Path) -> None:
     dmi.mkdir()
     (dmi / "product_serial").write_text("S123\n")
     (dmi / "product_name").write_text("SYS-821GE-TNHR\n")
-    out = nr.query_identity(str(dmi), by_id_dir=str(tmp_path / "no-by-id"))
+    out = query_identity(str(dmi), by_id_dir=str(tmp_path / "no-by-id"))
     assert out["dmi"] == {
         "sys_vendor": None,
         "product_name": "SYS-821GE-TNHR",
@@ -333,8 +348,8 @@ def test_query_identity_reads_dmi_disks_and_nics(tmp_path: Path) -> None:
 def test_lab_faults_reach_the_verdict(lab_env: Any, fault: str, check: str, text: str) -> None:
     smi = lab_env([fault])
     result = {
-        "gpus": nr.query_gpus(smi),
-        "versions": nr.query_versions(smi, []),
+        "gpus": query_gpus(smi),
+        "versions": query_versions(smi, []),
         "kernel_log": {"ok": True, "xid_events": []},
         "state": {"stack_id": "s"},
         "allreduce": {
@@ -355,7 +370,7 @@ def test_lab_faults_reach_the_verdict(lab_env: Any, fault: str, check: str, text
 def test_lab_remapped_long_ago_is_ready(lab_env: Any) -> None:
     """The `remapped` fault (lifetime counts above 0, nothing since the driver loaded, nothing
     pending) reaches the verdict as history, not as a reason."""
-    gpus = nr.query_gpus(lab_env(["remapped"]))
+    gpus = query_gpus(lab_env(["remapped"]))
     (gpu,) = [g for g in gpus["list"] if g["ecc_uncorrected_aggregate"]]
     assert gpu["ecc_uncorrected_volatile"] == 0 and gpu["ecc_uncorrected_aggregate"] == 2
     assert gpu["remapped_rows"] == {
@@ -375,7 +390,7 @@ def test_lab_remapped_long_ago_is_ready(lab_env: Any) -> None:
 def test_topology_is_shipped_raw_and_judged_by_the_controller(
     lab_env: Any, faults: list[str]
 ) -> None:
-    section = nr.query_topology(lab_env(faults))
+    section = query_topology(lab_env(faults))
     assert section["error"] is None and section["raw_output"].startswith("\tGPU0\tGPU1")
     rules = shipped_profile("lab").acceptance.topology
     topo, error = read_section(section)
@@ -387,7 +402,7 @@ def test_topology_is_shipped_raw_and_judged_by_the_controller(
     assert same_numa.ok is not bool(faults), same_numa.message
     if faults:
         assert same_numa.message.endswith("SYS (rule: NODE or nearer)")
-    missing = nr.query_topology(None)
+    missing = query_topology(None)
     assert missing["raw_output"] == "" and missing["error"] == "nvidia-smi not found"
     assert missing["duration_s"] >= 0
 
@@ -396,7 +411,7 @@ def test_driver_mismatch_is_reported(lab_env: Any, tmp_path: Path) -> None:
     smi = lab_env([])
     loaded = Path(os.environ["GPUNODE_LAB_ROOT"]) / "var/lib/gpunode-lab/loaded-driver-version"
     loaded.write_text("550.90.07\n")
-    versions = nr.query_versions(smi, [])
+    versions = query_versions(smi, [])
     assert "Driver/library version mismatch" in versions["nvml_error"]
     assert versions["nvml_library"] == "12.550"
 
@@ -430,11 +445,14 @@ def lab_spec(folder: Path) -> dict[str, Any]:
             "sample_bytes": 64 << 10,
             "loader_workers": 1,
             "hidden": 64,
+            # The accelerator's compute of a step, emulated (a sleep, MLPerf Storage's method).
+            "compute_s": 0.02,
+            "gpu_step": None,
         },
     }
 
 
-def test_run_node_with_gloo(tmp_path: Path) -> None:
+def test_run_node_with_gloo(tmp_path: Path, runner_pyz: Path) -> None:
     python = torch_python()
     if python is None:
         pytest.skip("no Python with torch (set GPUNODE_TORCH_PYTHON)")
@@ -445,7 +463,7 @@ def test_run_node_with_gloo(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
             python,
-            str(RUNNER),
+            str(runner_pyz),
             "run",
             "--spec",
             str(tmp_path / "spec.json"),
@@ -485,24 +503,29 @@ def test_run_node_with_gloo(tmp_path: Path) -> None:
     loop = train["loop"]
     assert loop["ranks"] == 2 and loop["device"] == "cpu" and 0 <= loop["data_wait_share"] < 1
     assert loop["gpu_util"]["measured"] is False and "CPU ranks" in loop["gpu_util"]["reason"]
+    # Every step slept the emulated compute: the steps took at least that long.
+    assert loop["compute"] == {"kind": "emulated", "step_s": 0.02} and loop["gpu_step"] is None
+    assert loop["samples_per_s"] <= loop["batch"] / 0.02 * loop["ranks"]
     # The data set and checkpoint are gone; only the sequential test's folder stays empty.
     assert not list(tmp_path.glob(".gpunode-accept-train-*"))
 
 
-def test_the_loop_scales_across_two_nodes_each_reading_its_own_data(tmp_path: Path) -> None:
+def test_the_loop_scales_across_two_nodes_each_reading_its_own_data(
+    tmp_path: Path, runner_pyz: Path
+) -> None:
     """Two ``allreduce`` launches on this machine stand for two nodes (one CPU rank each):
     after the all-reduce the ranks run the loop at 1 and 2 ranks, the point of 2 spanning
     both nodes, each node's loader reading the data set it wrote on its own data path."""
     python = torch_python()
     if python is None:
         pytest.skip("no Python with torch (set GPUNODE_TORCH_PYTHON)")
-    port = nr.free_port()
+    port = free_port()
     procs = []
     for rank in (0, 1):
         folder = tmp_path / f"node{rank}"
         folder.mkdir()
         (folder / "spec.json").write_text(json.dumps(lab_spec(folder)))
-        argv = [python, str(RUNNER), "allreduce", "--nnodes", "2", "--node-rank", str(rank)]
+        argv = [python, str(runner_pyz), "allreduce", "--nnodes", "2", "--node-rank", str(rank)]
         argv += ["--nproc", "1", "--master-addr", "127.0.0.1", "--master-port", str(port)]
         argv += ["--iters", "2", "--warmup", "1", "--timeout", "120", "--sizes", str(1 << 16)]
         argv += ["--train-from", str(folder / "spec.json"), "--out", str(folder / "out.json")]
@@ -528,20 +551,18 @@ def test_the_loop_scales_across_two_nodes_each_reading_its_own_data(tmp_path: Pa
 def test_a_node_without_its_data_path_runs_no_loop_and_says_why(tmp_path: Path) -> None:
     spec = lab_spec(tmp_path / "absent")
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    loop = nr.prepare_loop(str(tmp_path / "spec.json"), [1 << 16])
+    loop = prepare_loop(str(tmp_path / "spec.json"), [1 << 16])
     assert loop["file"] is None and loop["storage"] is None
     assert loop["error"] == f"no data path {tmp_path / 'absent'} here"
-    assert nr.prepare_loop(str(tmp_path / "nothing.json"), [1])["error"].startswith(
-        "cannot read spec"
-    )
+    assert prepare_loop(str(tmp_path / "nothing.json"), [1])["error"].startswith("cannot read spec")
 
 
-def test_runner_refuses_a_bad_spec(tmp_path: Path) -> None:
+def test_runner_refuses_a_bad_spec(tmp_path: Path, runner_pyz: Path) -> None:
     (tmp_path / "spec.json").write_text("{not json")
     proc = subprocess.run(
         [
             sys.executable,
-            str(RUNNER),
+            str(runner_pyz),
             "run",
             "--spec",
             str(tmp_path / "spec.json"),
@@ -555,19 +576,14 @@ def test_runner_refuses_a_bad_spec(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "cannot read spec" in proc.stderr
 
 
-def test_runner_is_standard_library_only() -> None:
-    source = RUNNER.read_text()
-    assert "import toolkit" not in source and "from toolkit" not in source
-
-
-def test_pattern_fill_and_check_across_chunks() -> None:
+def test_pattern_fill_and_check_across_chunks(runner_pyz: Path) -> None:
     python = torch_python()
     if python is None:
         pytest.skip("no Python with torch (set GPUNODE_TORCH_PYTHON)")
     script = f"""
-import importlib.util, torch
-spec = importlib.util.spec_from_file_location("nr", {str(RUNNER)!r})
-nr = importlib.util.module_from_spec(spec); spec.loader.exec_module(nr)
+import sys, torch
+sys.path.insert(0, {str(runner_pyz)!r})
+from toolkit.acceptance.node_runner import collective as nr
 nr.PATTERN_CHUNK = 5
 buf = torch.zeros(23)
 nr.fill_pattern(torch, buf, 3.0)
@@ -596,14 +612,14 @@ def test_link_is_sampled_while_the_work_runs(tmp_path: Path) -> None:
         calls.append(1)
         time.sleep(0.01)
 
-    sample = nr.link_under_load(str(smi), 0, work, settle_s=0.1)
+    sample = link_under_load(str(smi), 0, work, settle_s=0.1)
     assert sample == {"gpu": 0, "gen": 5, "width": 16, "error": None}
     assert calls
-    assert nr.link_under_load(None, 0, work) is None
+    assert link_under_load(None, 0, work) is None
 
     def broken() -> None:
         raise RuntimeError("CUDA error")
 
     (tmp_path / "busy").unlink()
-    failed = nr.link_under_load(str(smi), 1, broken, settle_s=0.05)
+    failed = link_under_load(str(smi), 1, broken, settle_s=0.05)
     assert failed is not None and failed["error"] == "RuntimeError: CUDA error"

@@ -183,8 +183,10 @@ def test_one_factor_per_floor_for_every_gpu_profile() -> None:
     assert [f.min_busbw_gbps for f in lab.acceptance.multi_node_allreduce] == [pytest.approx(0.019)]
 
 
-def test_real_profiles_leave_the_training_loops_util_and_wait_unjudged() -> None:
-    """Review real-hardware-748e562 N6b: the tiny loop cannot keep an H100 busy."""
+def test_real_profiles_judge_the_emulated_loops_wait_and_leave_util_unjudged() -> None:
+    """Review real-hardware-748e562 N6b: the tiny loop could not keep an H100 busy. Issue 23:
+    where a profile emulates the step's compute (MLPerf Storage's DLIO figure) its data wait
+    is judged (1 - AU); the GPU step's utilisation is not judged until measured there."""
     section = {
         "storage": None,
         "train": {
@@ -198,8 +200,12 @@ def test_real_profiles_leave_the_training_loops_util_and_wait_unjudged() -> None
     }
     for name in REAL:
         spec = shipped_profile(name).acceptance
-        names = {c.name for c in verdict._loop_checks(section["train"], spec)}
-        assert not names & {"train.data_wait", "train.gpu_util"}
+        checks = {c.name: c for c in verdict._loop_checks(section["train"], spec)}
+        assert "train.gpu_util" not in checks
+        if spec.train_compute_s is None:
+            assert "train.data_wait" not in checks
+        else:
+            assert not checks["train.data_wait"].ok and checks["train.data_wait"].floor == 0.10
 
 
 CAPTURES = Path(__file__).resolve().parents[1] / "data" / "real" / "nccl-tests"

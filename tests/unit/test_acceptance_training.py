@@ -18,13 +18,19 @@ from typing import Any
 import pytest
 from shared_fixtures import TRAINING_CHECKS, healthy_training, torch_python
 
-from toolkit.acceptance import node_runner as nr
+from toolkit.acceptance.node_runner.storage import (
+    latency_histogram,
+    make_dataset,
+    percentile,
+    random_reads,
+    read_plan,
+)
+from toolkit.acceptance.node_runner.train import sample_utilisation, scaling_points
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective
 from toolkit.acceptance.verdict import Check, training_checks
 from toolkit.config import validate
 from toolkit.errors import ConfigError
 
-RUNNER = Path(nr.__file__)
 LAB = effective(AcceptanceSpec(profile="lab"))
 
 
@@ -40,12 +46,12 @@ LAB = effective(AcceptanceSpec(profile="lab"))
     ],
 )
 def test_percentile_is_nearest_rank(values: list[float], q: float, expected: float | None) -> None:
-    assert nr.percentile(values, q) == expected
+    assert percentile(values, q) == expected
 
 
 def test_latency_histogram_puts_every_value_in_one_bucket() -> None:
     values = [0.05, 0.1, 0.2, 3.0, 9.9, 10.0, 10.1, 2000.0]
-    histogram = nr.latency_histogram(values)
+    histogram = latency_histogram(values)
     assert sum(b["count"] for b in histogram) == len(values)
     by_bound = {b["le_ms"]: b["count"] for b in histogram}
     assert by_bound[0.1] == 2 and by_bound[0.25] == 1 and by_bound[5.0] == 1
@@ -54,7 +60,7 @@ def test_latency_histogram_puts_every_value_in_one_bucket() -> None:
 
 
 def test_read_plan_sizes_and_offsets_are_aligned_and_inside_the_file() -> None:
-    plan = nr.read_plan(files=7, file_bytes=1 << 20, reads=500, min_read=4096, max_read=1 << 20)
+    plan = read_plan(files=7, file_bytes=1 << 20, reads=500, min_read=4096, max_read=1 << 20)
     assert len(plan) == 500
     sizes = [size for _, _, size in plan]
     assert min(sizes) >= 4096 and max(sizes) <= 1 << 20
@@ -62,16 +68,16 @@ def test_read_plan_sizes_and_offsets_are_aligned_and_inside_the_file() -> None:
     assert all(offset + size <= 1 << 20 and 0 <= index < 7 for index, offset, size in plan)
     # Log-uniform: small and large reads both occur.
     assert min(sizes) < 32 << 10 and max(sizes) > 256 << 10
-    assert plan == nr.read_plan(7, 1 << 20, 500, 4096, 1 << 20)  # seeded: the same plan
+    assert plan == read_plan(7, 1 << 20, 500, 4096, 1 << 20)  # seeded: the same plan
 
 
 def test_random_reads_on_real_files(tmp_path: Path) -> None:
-    dataset = nr.make_dataset(str(tmp_path / "samples"), files=6, file_bytes=256 << 10)
+    dataset = make_dataset(str(tmp_path / "samples"), files=6, file_bytes=256 << 10)
     assert len(dataset["files"]) == 6 and dataset["write_s"] > 0
     assert all(os.path.getsize(p) == 256 << 10 for p in dataset["files"])
     # Each file differs (its index leads it): no two samples are the same bytes.
     assert len({Path(p).read_bytes()[:8] for p in dataset["files"]}) == 6
-    out = nr.random_reads(
+    out = random_reads(
         dataset["files"], 256 << 10, reads=40, workers=3, min_read=4096, max_read=1 << 20
     )
     assert out["error"] is None, out
@@ -83,22 +89,22 @@ def test_random_reads_on_real_files(tmp_path: Path) -> None:
 
 
 def test_random_reads_report_a_missing_file(tmp_path: Path) -> None:
-    out = nr.random_reads([str(tmp_path / "gone")], 1 << 20, 4, 2, 4096, 1 << 20)
+    out = random_reads([str(tmp_path / "gone")], 1 << 20, 4, 2, 4096, 1 << 20)
     assert out["error"] and "gone" in out["error"]
 
 
 def test_scaling_points() -> None:
-    assert nr.scaling_points(1) == [1]
-    assert nr.scaling_points(2) == [1, 2]
-    assert nr.scaling_points(8) == [1, 2, 4, 8]
-    assert nr.scaling_points(6) == [1, 2, 4, 6]
+    assert scaling_points(1) == [1]
+    assert scaling_points(2) == [1, 2]
+    assert scaling_points(8) == [1, 2, 4, 8]
+    assert scaling_points(6) == [1, 2, 4, 6]
 
 
 CHECKPOINT_SCRIPT = textwrap.dedent(
     """
     import json, shutil, sys
     sys.path.insert(0, sys.argv[1])
-    import node_runner as nr
+    from toolkit.acceptance.node_runner import storage as nr
     import torch
     path, flipped = sys.argv[2], sys.argv[3]
     written = nr.checkpoint_write(torch, path, 1 << 20)
@@ -116,7 +122,7 @@ CHECKPOINT_SCRIPT = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def round_trip(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def round_trip(tmp_path_factory: pytest.TempPathFactory, runner_pyz: Path) -> dict[str, Any]:
     """A checkpoint written and restored with real torch, and a copy with one byte flipped
     between the write and the restore."""
     python = torch_python()
@@ -126,7 +132,7 @@ def round_trip(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     script = folder / "roundtrip.py"
     script.write_text(CHECKPOINT_SCRIPT)
     proc = subprocess.run(
-        [python, str(script), str(RUNNER.parent), str(folder / "c.pt"), str(folder / "f.pt")],
+        [python, str(script), str(runner_pyz), str(folder / "c.pt"), str(folder / "f.pt")],
         capture_output=True,
         text=True,
         timeout=300,
@@ -281,10 +287,14 @@ def test_every_real_profile_sets_the_training_floors_with_sources() -> None:
         profile = shipped_profile(name)
         spec = profile.acceptance
         assert spec.max_read_p99_ms and spec.min_files_per_s and spec.min_scaling_efficiency
-        # The loop's utilisation and data wait have no measurement behind them (review
-        # real-hardware-748e562, N6b): shown, not judged, until the loop is redesigned.
-        assert spec.max_data_wait_share is None and spec.min_gpu_util_pct is None
+        # The GPU-utilisation step has not been measured on these GPUs: shown, not judged.
+        assert spec.min_gpu_util_pct is None
         assert any("MLPerf Storage" in s for s in profile.sources)
+        # MLPerf Storage's method where its DLIO configs give the GPU's compute time: the
+        # data-wait share is 1 - AU, whose floor there is 0.90.
+        if spec.train_compute_s is not None:
+            assert spec.max_data_wait_share == 0.10
+            assert any("computation_time" in s for s in profile.sources)
     lab = shipped_profile("lab")
     assert lab.acceptance.min_gpu_util_pct is None  # CPU ranks: nothing to sample
     assert any("slow-data" in s for s in lab.sources)
@@ -299,12 +309,52 @@ def test_gpu_utilisation_is_sampled_per_gpu_while_the_loop_runs(tmp_path: Path) 
         "while true; do echo '0, 96'; echo '1, 40'; echo '1, [N/A]'; sleep 0.05; done\n"
     )
     smi.chmod(0o755)
-    _proc, stop = nr.sample_utilisation(str(smi))
+    _proc, stop = sample_utilisation(str(smi))
     time.sleep(0.3)
     util = stop()
     assert util["measured"] and util["samples"] >= 2
     assert util["per_gpu"] == {"0": 96.0, "1": 40.0}
     argv = (tmp_path / "argv").read_text()
     assert "--query-gpu=index,utilization.gpu" in argv and "--loop-ms=100" in argv
-    missing = nr.sample_utilisation(None)[1]()
+    missing = sample_utilisation(None)[1]()
     assert missing == {"measured": False, "reason": "nvidia-smi not found", "per_gpu": {}}
+
+
+# DLIO's computation_time per step for ResNet-50 (github.com/mlcommons/storage,
+# configs/dlio/workload/resnet50_h100.yaml and resnet50_a100.yaml; batch 400).
+DLIO_RESNET50_S = {"h100-sxm-8": 0.224, "h200-sxm-8": 0.224, "a100-sxm-8": 0.435}
+
+
+def test_the_gpu_step_is_sized_from_each_profiles_gemm_floor() -> None:
+    """Per profile: the storage loop's compute (emulated, from DLIO) and the GPU step (bf16
+    GEMMs sized from the GEMM floor in force); its time at the floor is computed, the time it
+    takes on the node is measured there (the loop's ``gpu_step.measured_s``)."""
+    from toolkit.acceptance.thresholds import GPU_STEP_MIN_S, gpu_step, shipped_profile
+
+    print("\nprofile       emulated compute/step  GPU step (bf16 GEMMs)   floor TFLOP/s  at floor")
+    for name in ("h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "l40s-pcie", "lab"):
+        spec = effective(AcceptanceSpec(profile=name))
+        assert shipped_profile(name) is not None
+        assert spec.train_compute_s == DLIO_RESNET50_S.get(name, 0.05 if name == "lab" else None)
+        step = gpu_step(spec)
+        if spec.min_gemm_tflops is None:
+            assert step is None  # the lab's CPU ranks: no floor, no GPU step
+            print(f"{name:13} {spec.train_compute_s} s (emulated)      - (no GEMM floor)")
+            continue
+        assert (
+            step is not None and step.gemm_n == 8192 and step.floor_tflops == spec.min_gemm_tflops
+        )
+        one = 2 * 8192**3 / 1e12 / spec.min_gemm_tflops  # one GEMM's time at the floor
+        target = max(GPU_STEP_MIN_S, spec.train_compute_s or 0.0)
+        assert target <= step.at_floor_s < target + one
+        assert step.at_floor_s == pytest.approx(step.tflop / spec.min_gemm_tflops)
+        print(
+            f"{name:13} {spec.train_compute_s or '-'!s:>5} s (emulated)     "
+            f"{step.gemms:4d} x 8192^3 = {step.tflop:6.1f} TFLOP  {step.floor_tflops:8.1f}"
+            f"       {step.at_floor_s * 1000:6.1f} ms (computed)"
+        )
+    h100 = gpu_step(effective(AcceptanceSpec(profile="h100-sxm-8")))
+    assert h100 is not None and h100.gemms == 120  # 0.75 x 783.66 TFLOP/s: 1.87 ms a GEMM
+    l40s = gpu_step(effective(AcceptanceSpec(profile="l40s-pcie")))
+    assert l40s is not None and l40s.gemms == 10 and l40s.at_floor_s >= 0.05
+    assert h100.as_spec() == {"gemm_n": 8192, "gemms": 120, "at_floor_s": h100.at_floor_s}

@@ -23,7 +23,7 @@ BUS = ["00000000:18:00.0", "00000000:2A:00.0"]
 
 
 def healthy() -> dict[str, Any]:
-    """A runner result of a healthy 2-GPU H100 node (the shape node_runner.py writes)."""
+    """A runner result of a healthy 2-GPU H100 node (the shape node_runner writes)."""
     gpus = [
         {
             "index": i,

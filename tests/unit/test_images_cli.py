@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from toolkit.acceptance.node_runner import DEFAULT_CONTAINER_OPTIONS, container_argv
+from toolkit.acceptance.node_runner.node import DEFAULT_CONTAINER_OPTIONS, container_argv
 from toolkit.acceptance.orchestrate import container_options
 from toolkit.errors import ConfigError
 from toolkit.inventory import load_inventory
@@ -72,7 +72,7 @@ def test_ranks_run_in_the_image_with_gpus_host_network_and_data() -> None:
         "--entrypoint",
         "python3",
         "sha256:abc",
-        "/opt/gpunode/accept/node_runner.py",
+        "/opt/gpunode/accept/node_runner.pyz",
     ]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.acceptance import node_runner as nr
+from toolkit.acceptance.node_runner.probe import decode_nccl_version, mapped_nccl, nccl_candidates
 from toolkit.images.inspect import judge
 from toolkit.images.recipe import LABEL_CUDA, LABEL_STACK_ID
 from toolkit.lab import nccl_wheel
@@ -35,21 +35,21 @@ LDCONFIG = """\
     ("code", "version"), [(22105, "2.21.5"), (22602, "2.26.2"), (22703, "2.27.3"), (2804, "2.8.4")]
 )
 def test_version_codes(code: int, version: str) -> None:
-    assert nr.decode_nccl_version(code) == version
+    assert decode_nccl_version(code) == version
 
 
 def test_mapped_libraries_are_read_from_proc_maps() -> None:
-    assert nr.mapped_nccl(MAPS) == [WHEEL_LIB]
-    assert nr.mapped_nccl("") == []
+    assert mapped_nccl(MAPS) == [WHEEL_LIB]
+    assert mapped_nccl("") == []
 
 
 def test_the_wheel_comes_before_the_loader_cache(tmp_path: Path) -> None:
     lib = tmp_path / "site" / "nvidia" / "nccl" / "lib"
     lib.mkdir(parents=True)
     (lib / "libnccl.so.2").write_bytes(b"x")
-    found = nr.nccl_candidates([str(tmp_path / "nothing"), str(tmp_path / "site")], LDCONFIG)
+    found = nccl_candidates([str(tmp_path / "nothing"), str(tmp_path / "site")], LDCONFIG)
     assert found[:2] == [str(lib / "libnccl.so.2"), "/usr/lib/x86_64-linux-gnu/libnccl.so.2"]
-    assert nr.nccl_candidates([], "")[:1] != [str(lib / "libnccl.so.2")]
+    assert nccl_candidates([], "")[:1] != [str(lib / "libnccl.so.2")]
 
 
 def test_standin_wheel_is_reproducible_and_shaped_like_the_real_one() -> None:
@@ -79,10 +79,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
-def test_probe_finds_the_wheels_library_its_version_and_its_source(site: Path) -> None:
-    runner = Path(nr.__file__)
+def test_probe_finds_the_wheels_library_its_version_and_its_source(
+    site: Path, runner_pyz: Path
+) -> None:
     out = subprocess.run(
-        [sys.executable, "-S", str(runner), "nccl-probe"],
+        [sys.executable, "-S", str(runner_pyz), "nccl-probe"],
         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,

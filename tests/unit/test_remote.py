@@ -20,7 +20,7 @@ def test_a_root_login_runs_commands_as_they_are() -> None:
     [
         "docker load",
         "mkdir -p /opt/gpunode/accept /etc/gpunode",
-        "env GPUNODE_X='a b' python3 /opt/gpunode/accept/node_runner.py run",
+        "env GPUNODE_X='a b' python3 /opt/gpunode/accept/node_runner.pyz run",
         "cat /etc/os-release; echo GPUNODE_ADDR=$(hostname -I)",
         "printf '%s\\n' \"it's\" | tee /tmp/x",
     ],

@@ -12,7 +12,7 @@ from xml.etree import ElementTree as ET
 
 from shared_fixtures import healthy_training
 
-from toolkit.acceptance import node_runner as nr
+from toolkit.acceptance.node_runner.storage import LATENCY_BUCKETS_MS, latency_histogram
 from toolkit.acceptance.orchestrate import training_summary
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective
 from toolkit.acceptance.verdict import training_checks
@@ -50,13 +50,13 @@ def _summary(*results: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_latency_histogram_bars_follow_the_counts() -> None:
-    svg = render_latency_svg(nr.latency_histogram([0.3] * 30 + [4.0] * 3), limit_ms=50)
+    svg = render_latency_svg(latency_histogram([0.3] * 30 + [4.0] * 3), limit_ms=50)
     ET.fromstring(svg)
     bars = re.findall(
         r'<rect x="[^"]+" y="[^"]+" width="[^"]+" height="([^"]+)" fill="#1f77b4"', svg
     )
     heights = [float(h) for h in bars]
-    assert len(heights) == len(nr.LATENCY_BUCKETS_MS) + 1
+    assert len(heights) == len(LATENCY_BUCKETS_MS) + 1
     assert max(heights) == heights[2]  # 0.3 ms falls in the "<= 0.5" bucket, the tallest
     assert "&lt;= 0.5 ms: 30 reads" in svg and "&lt;= 5 ms: 3 reads" in svg
     assert "p99 limit 50 ms" in svg
@@ -124,3 +124,23 @@ def test_html_lists_the_all_reduce_at_each_scaling_point() -> None:
     assert "<td>all-reduce busbw by ranks</td><td>-</td>" in render_html(
         _summary(healthy_training())
     )
+
+
+def test_html_says_which_figure_is_emulated_and_which_measured() -> None:
+    result = healthy_training()
+    loop = result["train"]["loop"]
+    loop["compute"] = {"kind": "emulated", "step_s": 0.224}
+    loop["gpu_step"] = {"gemm_n": 8192, "gemms": 120, "at_floor_s": 0.2244, "measured_s": 0.17}
+    html = render_html(_summary(result))
+    assert (
+        "<td>accelerator utilisation</td><td>88.0% (emulated compute: 0.224 s per step, "
+        "the MLPerf Storage method; 1 - data-loader wait share)</td>"
+    ) in html
+    assert (
+        "<td>GPU step</td><td>120 bf16 GEMMs of 8192: 0.224 s at the GEMM floor "
+        "(computed), 0.17 s here (measured)</td>"
+    ) in html
+    assert "<td>GPU utilisation (measured, nvidia-smi)</td>" in html
+    plain = render_html(_summary(healthy_training()))
+    assert "<td>accelerator utilisation</td><td>not emulated: the steps ran the model only" in plain
+    assert "<td>GPU step</td><td>-</td>" in plain

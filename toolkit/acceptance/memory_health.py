@@ -1,8 +1,9 @@
 """The GPU memory-error rules: which of nvidia-smi's counters make a node not ready.
 
-Pure, and the one owner of these rules. The runner (``node_runner.memory_health``) reads per
-GPU, from ``nvidia-smi -q``: ``ecc_uncorrected_volatile`` and ``ecc_uncorrected_aggregate``
-(uncorrectable ECC errors since the driver loaded, and over the board's life),
+Pure, and the one owner of these rules. The runner (``node_runner.facts.memory_health``)
+reads per GPU, from ``nvidia-smi -q``: ``ecc_uncorrected_volatile`` and
+``ecc_uncorrected_aggregate`` (uncorrectable ECC errors since the driver loaded, and over the
+board's life),
 ``retired_pages_pending`` (page retirement, Volta and older), ``remapped_rows`` (row
 remapping, Ampere and newer: ``correctable``, ``uncorrectable``, ``pending``, ``failure``) and
 ``recovery_action`` (newer drivers). None means the GPU or driver does not report it: shown

@@ -27,8 +27,14 @@ from toolkit import cert, nodestate, runs
 from toolkit.acceptance import dcgm, nccllog, payload, topology
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
-from toolkit.acceptance.node_runner import DEFAULT_CONTAINER_OPTIONS, container_argv
-from toolkit.acceptance.thresholds import AcceptanceSpec, effective, parse_size, sweep_sizes
+from toolkit.acceptance.node_runner.node import DEFAULT_CONTAINER_OPTIONS, container_argv
+from toolkit.acceptance.thresholds import (
+    AcceptanceSpec,
+    effective,
+    gpu_step,
+    parse_size,
+    sweep_sizes,
+)
 from toolkit.acceptance.verdict import Check, NodeExpectation, Verdict, judge, normalise_allreduce
 from toolkit.errors import AcceptanceError, ConfigError, RemoteError
 from toolkit.inventory import Host, Inventory, load_inventory, name_path
@@ -392,7 +398,7 @@ def _stage_images(plans: list[NodePlan], opts: AcceptOptions, progress: Progress
 
 def container_options(host: Host) -> list[str]:
     """``docker run`` options for the ranks: ``gpunode_accept_container_options`` or the
-    documented defaults (``node_runner.DEFAULT_CONTAINER_OPTIONS``).
+    documented defaults (``node_runner.node.DEFAULT_CONTAINER_OPTIONS``).
 
     Raises:
         ConfigError: The variable is not a list of strings.
@@ -461,13 +467,13 @@ def _stage_node(plan: NodePlan, opts: AcceptOptions, progress: Progress) -> None
         plan.address = _rendezvous_address(plan.host, facts)
         plan.expect = _expectation(plan)
         node.run(f"mkdir -p {REMOTE_DIR} /etc/gpunode", check=True, timeout=60)
-        node.put_text(payload.runner_source(), f"{REMOTE_DIR}/node_runner.py", 0o755)
+        node.put_text(payload.runner_zipapp(), f"{REMOTE_DIR}/{payload.ARCHIVE}", 0o755)
         if opts.engine == "host":
             plan.python = _ensure_torch(plan, progress)
         spec = _runner_spec(plan)
         node.put_text(json.dumps(spec, indent=1), f"{REMOTE_DIR}/spec.json")
         progress(f"{name}: running checks")
-        runner = shlex.quote(f"{REMOTE_DIR}/node_runner.py")
+        runner = shlex.quote(f"{REMOTE_DIR}/{payload.ARCHIVE}")
         res = node.run(
             f"{plan.python} {runner} run --spec {REMOTE_DIR}/spec.json "
             f"--out {REMOTE_DIR}/result.json",
@@ -610,7 +616,7 @@ def _runner_spec(plan: NodePlan) -> dict[str, Any]:
         "timeout_s": 900,
         "data_path": _data_path(plan),
         "data_size_bytes": parse_size(spec.data_test_size),
-        # The training-shaped checks (node_runner.run_storage_checks and train_phase).
+        # The training-shaped checks (node_runner.storage and node_runner.train).
         "storage": {
             "files": spec.storage_files,
             "file_bytes": parse_size(spec.storage_file_size),
@@ -626,6 +632,8 @@ def _runner_spec(plan: NodePlan) -> dict[str, Any]:
             "sample_bytes": parse_size(spec.train_sample_size),
             "loader_workers": spec.train_loader_workers,
             "hidden": spec.train_hidden,
+            "compute_s": spec.train_compute_s,
+            "gpu_step": step.as_spec() if (step := gpu_step(spec)) else None,
         },
         "workdir": REMOTE_DIR,
         "state_file": nodestate.PATH,
@@ -739,7 +747,7 @@ def _launch_set(
             prefix = (
                 "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) if env else ""
             )
-            start = f"{prefix} {plan.python} {REMOTE_DIR}/node_runner.py".strip()
+            start = f"{prefix} {plan.python} {REMOTE_DIR}/{payload.ARCHIVE}".strip()
         command = (
             f"{start} allreduce --nnodes {len(members)} "
             f"--node-rank {index} --nproc {nproc} --master-addr {shlex.quote(str(master))} "

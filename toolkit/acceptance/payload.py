@@ -1,7 +1,21 @@
-"""What gpunode ships to a node to run there: the acceptance runner (one file, standard
-library only) and this machine's pip as a zip. Imported by acceptance (which copies them over
-SSH) and by images (which bakes the runner into the training image and runs it there), so it
-imports neither: it is the one place both read the payload from.
+"""What gpunode ships to a node to run there: the acceptance runner (a zipapp, standard library
+only) and this machine's pip as a zip. Imported by acceptance (which copies them over SSH) and
+by images (which bakes the runner into the training image and runs it there), so it imports
+neither: it is the one place both read the payload from.
+
+The runner's zipapp holds the package ``toolkit.acceptance.node_runner`` at its own path
+(``toolkit/acceptance/node_runner/*.py``) and a ``__main__.py`` that runs it, so its modules
+import each other by the same names in the source tree and on the node. The archive is built
+byte for byte the same from the same sources (names in sorted order, one fixed time stamp and
+mode per entry, stored uncompressed so no zlib version can change the bytes): the training
+image that bakes it in stays reproducible.
+
+To ship a small module of another package with the runner (say a ``toolkit/facts/dpkg.py``
+parser the runner should use too), add its dotted name to ``SHIPPED_MODULES``: the archive then
+holds ``toolkit/facts/dpkg.py`` and an empty ``toolkit/facts/__init__.py`` (a parent package's
+real ``__init__`` is never shipped, so it may import anything), and the runner imports it as
+``from toolkit.facts import dpkg`` in both places. The module must use the standard library
+only; ``tests/unit/test_acceptance_payload.py`` checks that of every shipped module.
 """
 
 from __future__ import annotations
@@ -12,10 +26,58 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from toolkit.acceptance.node_runner.common import ARCHIVE
 
-def runner_source() -> bytes:
-    """The node-side runner, as shipped."""
-    return resources.files("toolkit.acceptance").joinpath("node_runner.py").read_bytes()
+__all__ = ["ARCHIVE", "SHIPPED_MODULES", "pip_zip", "runner_files", "runner_zipapp"]
+
+# The runner's package (every module in it) and the single modules shipped with it.
+RUNNER_PACKAGE = "toolkit.acceptance.node_runner"
+SHIPPED_MODULES: tuple[str, ...] = ()
+# What the zipapp runs: the package's own command line.
+ZIPAPP_MAIN = (
+    f'"""Runs {RUNNER_PACKAGE} (built by toolkit.acceptance.payload)."""\n'
+    "import runpy\n\n"
+    f'runpy.run_module("{RUNNER_PACKAGE}", run_name="__main__", alter_sys=True)\n'
+)
+# zip entries carry a DOS time stamp; its earliest value, the same for every entry.
+ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+ZIP_MODE = 0o644
+
+
+def runner_files(shipped: tuple[str, ...] = SHIPPED_MODULES) -> dict[str, bytes]:
+    """Every file of the runner's zipapp by its name in the archive (``shipped``: the single
+    modules of other packages that go with it)."""
+    files: dict[str, bytes] = {"__main__.py": ZIPAPP_MAIN.encode()}
+    package = resources.files(RUNNER_PACKAGE)
+    folder = RUNNER_PACKAGE.replace(".", "/")
+    for entry in package.iterdir():
+        if entry.name.endswith(".py") and entry.is_file():
+            files[f"{folder}/{entry.name}"] = entry.read_bytes()
+    for dotted in shipped:
+        parent, _, name = dotted.rpartition(".")
+        files[f"{dotted.replace('.', '/')}.py"] = (
+            resources.files(parent).joinpath(f"{name}.py").read_bytes()
+        )
+    # Every parent package that is not shipped itself gets an empty __init__.py.
+    for path in list(files):
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            files.setdefault("/".join([*parts[:depth], "__init__.py"]), b"")
+    return files
+
+
+@lru_cache(maxsize=1)
+def runner_zipapp() -> bytes:
+    """The node-side runner as shipped: ``python3 node_runner.pyz <subcommand> ...``."""
+    buffer = io.BytesIO()
+    buffer.write(b"#!/usr/bin/env python3\n")
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in sorted(runner_files().items()):
+            info = zipfile.ZipInfo(name, date_time=ZIP_EPOCH)
+            info.external_attr = ZIP_MODE << 16
+            info.create_system = 3  # Unix, so the mode above is read as one
+            archive.writestr(info, data)
+    return buffer.getvalue()
 
 
 @lru_cache(maxsize=1)

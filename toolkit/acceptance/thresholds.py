@@ -12,7 +12,9 @@ peak); :func:`build_profile` derives them. A site's own floors are plain numbers
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal, TypeVar
@@ -28,7 +30,7 @@ from toolkit.errors import ConfigError, clip
 _SIZE_RE = re.compile(r"^\s*([0-9]{1,15})\s*(B|KiB|MiB|GiB|TiB|K|M|G|T)?\s*\Z")
 _UNITS = {None: 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _UNITS.update({"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40})
-DIRECT_IO_ALIGN = 4096  # the runner's O_DIRECT alignment (node_runner.DIRECT_ALIGN)
+DIRECT_IO_ALIGN = 4096  # the runner's O_DIRECT alignment (node_runner.storage.DIRECT_ALIGN)
 
 
 def parse_size(text: str | int) -> int:
@@ -183,11 +185,18 @@ class AcceptanceSpec(StrictModel):
     train_sample_size: str = "128KiB"
     train_loader_workers: int = Field(default=4, ge=0, le=64)
     train_hidden: int = Field(default=4096, ge=8, le=65_536)
+    # The accelerator's compute of one step, emulated the way MLPerf Storage does it (DLIO's
+    # `train.computation_time`: a sleep per step, measured by MLPerf on real hardware for the
+    # batch of its workload config): the loop's data-wait share is then 1 - its "accelerator
+    # utilisation" on any node, GPU or not. None: the loop's steps run the model only.
+    train_compute_s: float | None = Field(default=None, gt=0, le=60)
     # Floors of those checks (None: measured and shown, not judged).
     max_read_p99_ms: float | None = Field(default=None, gt=0)
     min_files_per_s: float | None = Field(default=None, gt=0)
     min_checkpoint_write_mbps: float | None = Field(default=None, gt=0)
     min_checkpoint_restore_mbps: float | None = Field(default=None, gt=0)
+    # The loop's data-wait share: 1 - MLPerf Storage's accelerator utilisation (AU) when the
+    # step's compute is emulated (`train_compute_s`).
     max_data_wait_share: float | None = Field(default=None, gt=0, lt=1)
     min_gpu_util_pct: float | None = Field(default=None, gt=0, le=100)
     min_scaling_efficiency: float | None = Field(default=None, gt=0, le=1)
@@ -444,3 +453,45 @@ def sweep_sizes(spec: AcceptanceSpec, *, multi_node: bool = False) -> list[int]:
         sizes.add(size)
         size *= spec.sweep_factor
     return sorted(sizes)
+
+
+# The GPU-utilisation loop's step (issue 23): bf16 GEMMs of GPU_STEP_GEMM_N x GPU_STEP_GEMM_N
+# (the runner's gemm_n), as many as take at least GPU_STEP_MIN_S at the profile's GEMM floor,
+# and at least the emulated compute of a step (`train_compute_s`), so that the loader has the
+# same time per batch as in the storage check and a GPU at its floor is busy for tens of
+# milliseconds per step, not microseconds.
+GPU_STEP_GEMM_N = 8192
+GPU_STEP_MIN_S = 0.05
+
+
+@dataclass(frozen=True)
+class GpuStep:
+    """One step of the GPU-utilisation loop, sized on the controller; ``at_floor_s`` is
+    computed (the step's FLOPs at the floor), never measured."""
+
+    gemm_n: int
+    gemms: int
+    tflop: float
+    floor_tflops: float
+    at_floor_s: float
+
+    def as_spec(self) -> dict[str, float | int]:
+        """The runner's part (its ``train.gpu_step``)."""
+        return {"gemm_n": self.gemm_n, "gemms": self.gemms, "at_floor_s": self.at_floor_s}
+
+
+def gpu_step(spec: AcceptanceSpec) -> GpuStep | None:
+    """The GPU step of ``spec`` (an effective spec: its GEMM floor in force), or None when it
+    sets no GEMM floor (the step cannot be sized)."""
+    if spec.min_gemm_tflops is None:
+        return None
+    target = max(GPU_STEP_MIN_S, spec.train_compute_s or 0.0)
+    tflop = 2 * GPU_STEP_GEMM_N**3 / 1e12  # one n x n by n x n product: 2 n^3 FLOPs
+    gemms = max(1, math.ceil(target * spec.min_gemm_tflops / tflop))
+    return GpuStep(
+        gemm_n=GPU_STEP_GEMM_N,
+        gemms=gemms,
+        tflop=gemms * tflop,
+        floor_tflops=spec.min_gemm_tflops,
+        at_floor_s=gemms * tflop / spec.min_gemm_tflops,
+    )

@@ -1,6 +1,6 @@
 """Verdicts: a node's runner result held against its hardware profile, its pins and floors.
 
-Pure: the inputs are the runner's JSON result (``node_runner.py``), what the inventory says
+Pure: the inputs are the runner's JSON result (``node_runner``), what the inventory says
 the node must be (:class:`NodeExpectation`) and the thresholds in force. Every check that
 fails is kept, with the measured value and the floor it missed.
 """

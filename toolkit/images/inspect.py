@@ -1,7 +1,7 @@
 """``gpunode image inspect``: what an image really carries, against the stack.
 
 The image's labels say what it was built for; the NCCL the framework in it really loads is
-read by running the acceptance runner's probe inside the image (``node_runner.py
+read by running the acceptance runner's probe inside the image (``node_runner.pyz
 nccl-probe``: the libnccl file mapped or resolved the way the framework resolves it, its
 version and whether a pip wheel or a system package brought it). A framework whose NCCL is
 not the stack's NCCL is the classic "two NCCLs in one image" mistake: reported, exit 1.
@@ -18,7 +18,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from toolkit.acceptance.payload import runner_source
+from toolkit.acceptance.payload import ARCHIVE, runner_zipapp
 from toolkit.errors import ImageError
 from toolkit.images.engine import docker_client
 from toolkit.images.recipe import (
@@ -31,7 +31,7 @@ from toolkit.images.recipe import (
     Recipe,
 )
 
-PROBE_PATH = "/run/gpunode-probe/node_runner.py"
+PROBE_PATH = f"/run/gpunode-probe/{ARCHIVE}"
 
 
 @dataclass
@@ -83,8 +83,8 @@ def probe(client: docker.DockerClient, image_id: str) -> dict[str, Any]:
         ImageError: The container did not run or printed no probe result.
     """
     with tempfile.TemporaryDirectory(prefix="gpunode-probe-") as tmp:
-        runner = Path(tmp) / "node_runner.py"
-        runner.write_bytes(runner_source())
+        runner = Path(tmp) / ARCHIVE
+        runner.write_bytes(runner_zipapp())
         try:
             output = client.containers.run(
                 image_id,

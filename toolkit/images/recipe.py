@@ -53,7 +53,6 @@ LABEL_INPUT_DIGEST = "org.gpunode.recipe-digest"
 LABEL_VERSION = "org.gpunode.version"
 LABEL_NCCL = "org.gpunode.nccl"
 LABEL_CUDA = "org.gpunode.cuda"
-RUNNER_PATH = "/opt/gpunode/node_runner.py"
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import jinja2
 
-from toolkit.acceptance.payload import runner_source
+from toolkit.acceptance.payload import ARCHIVE, runner_zipapp
 from toolkit.ansible.content import find_content
 from toolkit.errors import ImageError, StackError, clip
 from toolkit.images.recipe import (
@@ -29,13 +29,14 @@ from toolkit.images.recipe import (
     LABEL_SOURCE_DATE,
     LABEL_STACK_ID,
     LABEL_VERSION,
-    RUNNER_PATH,
     Recipe,
 )
 from toolkit.stack.aptindex import fetch_url
 
 TEMPLATE = "Dockerfile.j2"
 KEY_FILE = "nvidia-repo.key"
+# Where the image holds the acceptance runner: `gpunode accept` starts its ranks with it.
+RUNNER_PATH = f"/opt/gpunode/{ARCHIVE}"
 # What a recipe value may hold to land in the Dockerfile: no whitespace, quote, `$` (a
 # Dockerfile variable), `#`, backslash or anything a shell reads. The URL and base rules
 # (check_url, check_base) already keep inventory values inside it; this is the last guard.
@@ -146,7 +147,7 @@ def render(recipe: Recipe, key: bytes | None = None, templates: Path | None = No
         template = env.get_template(TEMPLATE)
     except jinja2.TemplateNotFound as err:
         raise ImageError(f"the training image template {folder / TEMPLATE} is missing") from err
-    files: dict[str, tuple[bytes, int]] = {"node_runner.py": (runner_source(), 0o755)}
+    files: dict[str, tuple[bytes, int]] = {ARCHIVE: (runner_zipapp(), 0o755)}
     key_ext = "gpg"
     if recipe.apt and recipe.apt_packages:
         if key is None:
@@ -183,6 +184,7 @@ def render(recipe: Recipe, key: bytes | None = None, templates: Path | None = No
         key_file=KEY_FILE,
         key_ext=key_ext,
         pip_source=pip_source(recipe),
+        runner_file=ARCHIVE,
         runner_path=RUNNER_PATH,
         labels=labels,
     )

@@ -6,7 +6,7 @@ build of torch preloads it from (torch/__init__.py, ``_preload_cuda_deps("nccl",
 "libnccl.so.*")``). The lab's stand-in has that name, version and layout, and its library is a
 real shared object (compiled here with the host's C compiler) exporting NCCL's
 ``ncclGetVersion`` with the version's code, so that the probe that reads which NCCL a framework
-loads (``node_runner.nccl_probe``) runs unchanged against it. It performs no collective: it is
+loads (``node_runner.probe.nccl_probe``) runs unchanged against it. It performs no collective: it is
 a stand-in and says so in its metadata and in the library's ``gpunode_lab_standin`` symbol.
 
 The wheel is byte-for-byte reproducible (fixed zip times, sorted entries, no build paths in the

@@ -308,6 +308,25 @@ def _training_section(summary: dict[str, Any]) -> list[str]:
             if util.get("measured")
             else f"not measured: {util.get('reason') or '-'}"
         )
+        # Which figure is emulated and which measured (issue 23): the loop's compute is a
+        # sleep of the profile's figure (MLPerf Storage's method), the GPU step's time at the
+        # floor is computed from its FLOPs, its time here and the utilisation are measured.
+        compute = loop.get("compute") or {}
+        wait = loop.get("data_wait_share")
+        accel_text = (
+            f"{_number(1 - wait, '.1%')} (emulated compute: {_number(compute.get('step_s'))} s "
+            "per step, the MLPerf Storage method; 1 - data-loader wait share)"
+            if compute.get("kind") == "emulated" and isinstance(wait, int | float)
+            else "not emulated: the steps ran the model only"
+        )
+        step = loop.get("gpu_step") or {}
+        step_text = (
+            f"{step.get('gemms')} bf16 GEMMs of {step.get('gemm_n')}: "
+            f"{_number(step.get('at_floor_s'))} s at the GEMM floor (computed), "
+            f"{_number(step.get('measured_s'))} s here (measured)"
+            if step
+            else "-"
+        )
         rows = [
             (
                 "read latency p50 / p99",
@@ -337,7 +356,9 @@ def _training_section(summary: dict[str, Any]) -> list[str]:
                 f"{_number(loop.get('samples_per_s'), '.1f')} samples/s on "
                 f"{escape(str(loop.get('ranks')))} {escape(str(loop.get('device')))} ranks",
             ),
-            ("GPU utilisation", util_text),
+            ("accelerator utilisation", accel_text),
+            ("GPU utilisation (measured, nvidia-smi)", util_text),
+            ("GPU step", step_text),
             (
                 "all-reduce busbw by ranks",
                 ", ".join(

@@ -1,0 +1,104 @@
+"""What every check of the node-side runner shares: running a command, nvidia-smi's CSV values,
+writing the result, importing the optional framework, and starting this runner again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+# The zipapp's file name on a node and in the training image (toolkit.acceptance.payload builds it).
+ARCHIVE = "node_runner.pyz"
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sh(
+    argv: list[str] | str, timeout: float = 60.0, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Run a command (``env``: its whole environment, None: this one's); never raise for a
+    missing binary or a timeout."""
+    try:
+        proc = subprocess.run(
+            argv,
+            shell=isinstance(argv, str),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=env,
+        )
+    except FileNotFoundError as err:
+        return 127, "", str(err)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"timed out after {timeout:.0f}s"
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def smi_value(text: str) -> str | None:
+    """One nvidia-smi CSV value; the ``[N/A]``/``[Not Supported]`` spellings become None."""
+    value = text.strip()
+    if not value or value.strip("[]").lower() in {"n/a", "not supported", "unknown error"}:
+        return None
+    return value
+
+
+def smi_int(text: str | None) -> int | None:
+    """An integer nvidia-smi value (hex bitmasks included), or None."""
+    if text is None:
+        return None
+    try:
+        return int(text, 16) if text.lower().startswith("0x") else int(float(text))
+    except ValueError:
+        return None
+
+
+def parse_smi_csv(text: str, fields: tuple[str, ...]) -> list[dict[str, str | None]]:
+    """Rows of ``--format=csv,noheader,nounits`` output, keyed by field."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        values = [smi_value(v) for v in line.split(",")]
+        if len(values) != len(fields):
+            continue
+        rows.append(dict(zip(fields, values, strict=False)))
+    return rows
+
+
+def import_torch() -> Any:
+    """torch, or None when it is not installed."""
+    try:
+        import torch  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    return torch
+
+
+def write_json(path: str, document: dict[str, Any]) -> None:
+    """Write atomically: a reader never sees half a result."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def runner_process(env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """How to start this runner again in a child process (a rank: ``... worker``): ``python -m``
+    of this package, and ``env`` with what holds the package first on PYTHONPATH.
+
+    That holder is ``__file__`` less one folder per part of the package's name: the zipapp on a
+    node and in the image (``<archive>/toolkit/acceptance/node_runner/common.py``), the source
+    tree on the control machine; the package has the same name in both.
+    """
+    root = os.path.dirname(os.path.abspath(__file__))
+    for _ in str(__package__).split("."):
+        root = os.path.dirname(root)
+    path = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return [sys.executable, "-m", str(__package__)], {**env, "PYTHONPATH": path}
