@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolkit.facts import probe
+from toolkit.facts import probe, system
 from toolkit.facts.probe import Fact
 
 FACTS_DIR = Path(__file__).resolve().parents[2] / "toolkit" / "facts"
@@ -79,3 +79,10 @@ def test_one_marker_format_in_the_toolkit_roles_and_playbooks() -> None:
         and "@@gpunode" in path.read_text(errors="replace")
     }
     assert owners == {"toolkit/facts/probe.py"}
+
+
+def test_the_address_fact_is_the_first_address_or_none() -> None:
+    assert system.ADDRESS.parse(0, "10.0.0.2 172.17.0.1 fd00::2 ") == "10.0.0.2"
+    assert system.ADDRESS.parse(0, "") is None
+    assert system.ADDRESS.parse(None, "") is None
+    assert system.ADDRESS.parse(1, "hostname: invalid option -- 'I'") is None

@@ -67,3 +67,10 @@ SECURE_BOOT = Fact(
     ("mokutil", "--sb-state"),
     lambda rc, text: parse_secure_boot(text) if rc is not None else None,
 )
+# The node's first own address (hostname(1) -I: every configured address, space-separated,
+# loopback left out); None when there is none or hostname cannot say.
+ADDRESS = Fact(
+    "address",
+    ("hostname", "-I"),
+    lambda rc, text: text.split()[0] if rc == 0 and text.split() else None,
+)
