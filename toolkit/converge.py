@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit.facts.probe import Fact
+
 STAMP_DIR = "/var/lib/gpunode/converged"
 STAMP_VERSION = 1
 
@@ -194,6 +196,10 @@ def parse_probe(rc: int | None, text: str) -> dict[str, Any] | str:
     if not isinstance(found, dict):
         return "the converge probe printed no JSON object"
     return found
+
+
+# The stamps as a probe fact (the node facts probe reads them last).
+FACT = Fact("converged", ("python3", "-c", PROBE), parse_probe)
 
 
 def decide(

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from toolkit.facts.probe import Fact, Status
+
 PATH = "/etc/gpunode/state.json"
 STATES = ("new", "provisioned", "ready", "not-ready")
 # Keys a writer may set (anything else found in a file is kept as it is, for newer writers).
@@ -72,6 +74,22 @@ def parse(text: str | bytes | None) -> State:
     reason = data.get("reason")
     data["reason"] = [str(r) for r in reason] if isinstance(reason, list) else []
     return data
+
+
+def from_probe(rc: Status, text: str) -> State:
+    """The state as the probe's ``state`` section read it (``cat`` fails only when there is none).
+
+    A file that exists but cannot be read gives ``unknown`` with the reason.
+    """
+    if rc == 0:
+        return parse(text)
+    if rc is not None and "No such file" in text:
+        return new()
+    return {"state": "unknown", "reason": [f"{PATH} could not be read: {text[:200]}"]}
+
+
+# The state file as a probe fact: the node facts probe reads it, and so does the state write.
+FACT = Fact("state", ("cat", PATH), from_probe)
 
 
 def render(state: Mapping[str, Any]) -> str:

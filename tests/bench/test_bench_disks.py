@@ -18,9 +18,9 @@ DATA = 8
 SIZE = 3_840_755_982_336
 
 
-def sec(name: str, body: str, rc: int = 0, arg: str = "") -> str:
+def sec(name: str, body: str, rc: int | str = 0, arg: str = "") -> str:
     head = f"{name} {arg}".strip()
-    return f"\n@@gpunode-disks {head}@@\n{body}\n@@gpunode-disks-rc {rc}@@\n"
+    return f"\n@@gpunode-fact {head}@@\n{body}\n@@gpunode-fact-end {rc}@@\n"
 
 
 def big_node() -> tuple[DataDisksSpec, str]:
@@ -78,7 +78,7 @@ def big_node() -> tuple[DataDisksSpec, str]:
         out += sec("blkid", "", 2, arg=path)
         out += sec("wipefs", '{"signatures": []}', arg=path)
         out += sec("mdadm", f"mdadm: No md superblock detected on {path}.", 1, arg=path)
-    out += sec("md-device", "", 127)
+    out += sec("md-device", "", "missing")
     out += sec("mount-point-entries", "0")
     out += sec("group", "", 2)
     out += sec("file", base64.b64encode(b"# mdadm.conf\n").decode(), arg="/etc/mdadm/mdadm.conf")

@@ -6,8 +6,32 @@ from typing import Any
 
 import pytest
 
-from toolkit.ansible import nodefacts as nf
+from toolkit.aptpins import family_changes, is_stale_driver_package, missing_pins, pick_versions
+from toolkit.drift import compare, pinned_packages
+from toolkit.facts.dpkg import (
+    parse_dpkg_query,
+    parse_holds,
+    parse_madison,
+    parse_rdepends,
+    strip_epoch_revision,
+)
+from toolkit.facts.nvidia import (
+    LoadedDriver,
+    parse_nvidia_smi_driver,
+    parse_nvidia_smi_list,
+    parse_proc_driver_version,
+)
+from toolkit.facts.pci import lspci_gpus, lspci_nvswitches, parse_lspci
+from toolkit.facts.system import os_facts, parse_secure_boot
+from toolkit.nodefacts import (
+    gpu_model_names,
+    node_facts,
+    parse_sections,
+    profile_warnings,
+    with_drift,
+)
 from toolkit.stack.catalog import lookup_gpu
+from toolkit.stack.systems import UnsupportedOS, os_id
 
 
 @pytest.mark.parametrize(
@@ -20,17 +44,15 @@ from toolkit.stack.catalog import lookup_gpu
     ],
 )
 def test_os_id(dist: str, version: str, expected: str) -> None:
-    assert nf.os_id(dist, version) == expected
+    assert os_id(dist, version) == expected
 
 
 @pytest.mark.parametrize(
     ("dist", "version"), [("Ubuntu", "20.04"), ("Debian", "11"), ("CentOS", "9"), ("", "")]
 )
 def test_os_id_unsupported(dist: str, version: str) -> None:
-    with pytest.raises(
-        nf.UnsupportedOS, match=r"supported: Ubuntu 22\.04, Ubuntu 24\.04, Debian 12"
-    ):
-        nf.os_id(dist, version)
+    with pytest.raises(UnsupportedOS, match=r"supported: Ubuntu 22\.04, Ubuntu 24\.04, Debian 12"):
+        os_id(dist, version)
 
 
 MISMATCH_OUTPUT = (
@@ -49,13 +71,13 @@ b1:00.0 VGA compatible controller [0300]: NVIDIA Corporation AD102GL [L40S] [10d
 
 
 def test_parse_lspci() -> None:
-    devices = nf.parse_lspci(LSPCI)
+    devices = parse_lspci(LSPCI)
     assert [d.slot for d in devices] == ["05:00.0", "06:00.0", "18:00.0", "2a:00.0", "b1:00.0"]
-    gpus = nf.lspci_gpus(devices)
+    gpus = lspci_gpus(devices)
     assert [g.device_id for g in gpus] == ["2330", "2330", "26b9"]
     assert gpus[0].description == "NVIDIA Corporation GH100 [H100 SXM5 80GB]"
-    assert len(nf.lspci_nvswitches(devices)) == 2
-    assert nf.parse_lspci("") == []
+    assert len(lspci_nvswitches(devices)) == 2
+    assert parse_lspci("") == []
 
 
 @pytest.mark.parametrize(
@@ -74,7 +96,7 @@ def test_parse_lspci() -> None:
     ],
 )
 def test_parse_nvidia_smi_list(text: str, expected: list[tuple[str, str, str]]) -> None:
-    assert [(g["index"], g["name"], g["uuid"]) for g in nf.parse_nvidia_smi_list(text)] == expected
+    assert [(g["index"], g["name"], g["uuid"]) for g in parse_nvidia_smi_list(text)] == expected
 
 
 @pytest.mark.parametrize(
@@ -88,7 +110,7 @@ def test_parse_nvidia_smi_list(text: str, expected: list[tuple[str, str, str]]) 
     ],
 )
 def test_parse_secure_boot(text: str, expected: bool | None) -> None:
-    assert nf.parse_secure_boot(text) is expected
+    assert parse_secure_boot(text) is expected
 
 
 def test_parse_dpkg_query_only_installed() -> None:
@@ -99,14 +121,14 @@ def test_parse_dpkg_query_only_installed() -> None:
         "nvidia-utils-550\t\tun \n"
         "broken line\n"
     )
-    assert nf.parse_dpkg_query(text) == {
+    assert parse_dpkg_query(text) == {
         "nvidia-driver-550-open": "550.127.05-1",
         "libnccl2": "2.21.5-1+cuda12.4",
     }
 
 
 def test_parse_holds() -> None:
-    assert nf.parse_holds("libnccl2\nnvidia-utils-550:amd64\n\n") == {
+    assert parse_holds("libnccl2\nnvidia-utils-550:amd64\n\n") == {
         "libnccl2",
         "nvidia-utils-550",
     }
@@ -160,7 +182,7 @@ def test_parse_nvidia_smi_driver(
     library: str | None,
     detail: str,
 ) -> None:
-    loaded = nf.parse_nvidia_smi_driver(stdout or "", "", rc)
+    loaded = parse_nvidia_smi_driver(stdout or "", "", rc)
     assert (loaded.version, loaded.mismatch, loaded.library_version, loaded.detail) == (
         version,
         mismatch,
@@ -187,7 +209,7 @@ def test_parse_nvidia_smi_driver(
     ],
 )
 def test_parse_proc_driver_version(text: str, expected: tuple[str | None, bool | None]) -> None:
-    assert nf.parse_proc_driver_version(text) == expected
+    assert parse_proc_driver_version(text) == expected
 
 
 def test_parse_madison_and_missing_pins() -> None:
@@ -197,14 +219,14 @@ def test_parse_madison_and_missing_pins() -> None:
         "libnccl-dev | 2.21.5-1+cuda12.4 | http://repo/ Packages\n"
         "garbage\n"
     )
-    offered = nf.parse_madison(text)
+    offered = parse_madison(text)
     assert offered == {
         "libnccl2": ["2.21.5-1+cuda12.4", "2.26.2-1+cuda12.8"],
         "libnccl-dev": ["2.21.5-1+cuda12.4"],
     }
     pins = {"libnccl2": "2.26.2-1+cuda12.8", "libnccl-dev": "2.26.2-1+cuda12.8", "x": "1"}
-    assert nf.missing_pins(pins, offered) == ["libnccl-dev=2.26.2-1+cuda12.8", "x=1"]
-    assert nf.missing_pins({"libnccl2": "2.21.5-1+cuda12.4"}, offered) == []
+    assert missing_pins(pins, offered) == ["libnccl-dev=2.26.2-1+cuda12.8", "x=1"]
+    assert missing_pins({"libnccl2": "2.21.5-1+cuda12.4"}, offered) == []
 
 
 DEBIAN_OPEN = {"nvidia-driver": "x", "nvidia-kernel-open-dkms": "x", "nvidia-smi": "x"}
@@ -245,7 +267,7 @@ PINS_580 = {
 def test_is_stale_driver_package(
     name: str, pins: dict[str, str], branch: str, flavour: str, stale: bool
 ) -> None:
-    assert nf.is_stale_driver_package(name, pins, branch, flavour) is stale
+    assert is_stale_driver_package(name, pins, branch, flavour) is stale
 
 
 def test_family_changes_driver_move() -> None:
@@ -256,7 +278,7 @@ def test_family_changes_driver_move() -> None:
         "nvidia-persistenced": "550.127.05-1",
     }
     pins = {**PINS_580, "nvidia-persistenced": "580.95.05-1"}
-    changes = nf.family_changes(installed, pins, "580", "open")
+    changes = family_changes(installed, pins, "580", "open")
     assert changes == {
         "stale": ["libnvidia-compute-550", "nvidia-dkms-550-open", "nvidia-driver-550-open"],
         "moving": ["nvidia-persistenced"],
@@ -265,9 +287,7 @@ def test_family_changes_driver_move() -> None:
 
 
 def test_family_changes_without_branch_every_unpinned_is_stale() -> None:
-    changes = nf.family_changes(
-        {"cuda-toolkit-12-4": "12.4.1-1"}, {"cuda-toolkit-12-8": "12.8.1-1"}
-    )
+    changes = family_changes({"cuda-toolkit-12-4": "12.4.1-1"}, {"cuda-toolkit-12-8": "12.8.1-1"})
     assert changes == {
         "stale": ["cuda-toolkit-12-4"],
         "moving": [],
@@ -290,15 +310,15 @@ RESOLVED: dict[str, Any] = {
 
 
 def test_pinned_packages_leaves_out_disabled_parts() -> None:
-    pins = nf.pinned_packages(RESOLVED)
+    pins = pinned_packages(RESOLVED)
     assert set(pins) == {"driver", "cuda", "nccl", "container_toolkit"}
     assert pins["driver"]["nvidia-utils-550"] == "550.127.05-1"
 
 
 def test_compare_converged_node_has_no_drift() -> None:
-    installed = {p: v for part in nf.pinned_packages(RESOLVED).values() for p, v in part.items()}
-    loaded = nf.LoadedDriver(version="550.127.05")
-    report, drifts = nf.compare(RESOLVED, installed, set(installed), loaded)
+    installed = {p: v for part in pinned_packages(RESOLVED).values() for p, v in part.items()}
+    loaded = LoadedDriver(version="550.127.05")
+    report, drifts = compare(RESOLVED, installed, set(installed), loaded)
     assert drifts == []
     assert report["driver"]["nvidia-utils-550"] == {
         "pinned": "550.127.05-1",
@@ -316,12 +336,12 @@ def test_compare_finds_every_kind_of_drift() -> None:
         "nvidia-container-toolkit": "1.16.2-1",
     }
     held = {"cuda-toolkit-12-4", "nvidia-container-toolkit", "nvidia-driver-550-open"}
-    loaded = nf.parse_nvidia_smi_driver(
+    loaded = parse_nvidia_smi_driver(
         MISMATCH_OUTPUT,
         "",
         18,
     )
-    _, drifts = nf.compare(RESOLVED, installed, held, loaded)
+    _, drifts = compare(RESOLVED, installed, held, loaded)
     messages = [d.message("n1") for d in drifts]
     assert messages == [
         "n1: nvidia-driver-550-open pinned 550.127.05-1, installed 550.144.03-1",
@@ -332,51 +352,51 @@ def test_compare_finds_every_kind_of_drift() -> None:
 
 
 PROBE_OUTPUT = """\
-@@gpunode-begin lspci
-@@gpunode-end lspci missing
-@@gpunode-begin smi_list
+@@gpunode-fact lspci@@
+@@gpunode-fact-end missing@@
+@@gpunode-fact smi_list@@
 GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-a)
 GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-b)
-@@gpunode-end smi_list 0
-@@gpunode-begin smi_driver
+@@gpunode-fact-end 0@@
+@@gpunode-fact smi_driver@@
 550.127.05
 550.127.05
-@@gpunode-end smi_driver 0
-@@gpunode-begin proc_version
+@@gpunode-fact-end 0@@
+@@gpunode-fact proc_version@@
 cat: /proc/driver/nvidia/version: No such file or directory
-@@gpunode-end proc_version 1
-@@gpunode-begin mokutil
-@@gpunode-end mokutil missing
-@@gpunode-begin dpkg
+@@gpunode-fact-end 1@@
+@@gpunode-fact mokutil@@
+@@gpunode-fact-end missing@@
+@@gpunode-fact dpkg@@
 nvidia-driver-550-open\t550.127.05-1\thi
 nvidia-utils-550\t550.127.05-1\thi
 cuda-toolkit-12-4\t12.4.1-1\thi
 libnccl2\t2.21.5-1+cuda12.4\thi
 nvidia-container-toolkit\t1.16.2-1\thi
 bash\t5.2.15-2+b7\tii
-@@gpunode-end dpkg 0
-@@gpunode-begin holds
+@@gpunode-fact-end 0@@
+@@gpunode-fact holds@@
 nvidia-driver-550-open
 nvidia-utils-550
 cuda-toolkit-12-4
 libnccl2
 nvidia-container-toolkit
-@@gpunode-end holds 0
-@@gpunode-begin kernel
+@@gpunode-fact-end 0@@
+@@gpunode-fact kernel@@
 6.1.0-28-amd64
-@@gpunode-end kernel 0
+@@gpunode-fact-end 0@@
 """.replace("\\t", "\t")
 
 
 def test_parse_sections() -> None:
-    sections = nf.parse_sections(PROBE_OUTPUT)
+    sections = parse_sections(PROBE_OUTPUT)
     assert sections["lspci"] == (None, "")
     assert sections["proc_version"][0] == 1
     assert sections["kernel"] == (0, "6.1.0-28-amd64")
 
 
 def test_node_facts_with_a_stack() -> None:
-    facts = nf.node_facts(nf.parse_sections(PROBE_OUTPUT), RESOLVED)
+    facts = node_facts(parse_sections(PROBE_OUTPUT), RESOLVED)
     assert facts["gpu_count"] == 2 and facts["gpu_source"] == "nvidia-smi"
     assert facts["nvswitch_count"] is None and facts["secure_boot"] is None
     assert facts["kernel"] == "6.1.0-28-amd64"
@@ -388,7 +408,7 @@ def test_node_facts_with_a_stack() -> None:
 
 def test_node_facts_without_a_stack_or_driver() -> None:
     sections = {"lspci": (0, LSPCI), "smi_list": (None, ""), "mokutil": (0, "SecureBoot enabled")}
-    facts = nf.node_facts(sections, None)
+    facts = node_facts(sections, None)
     assert facts["gpu_source"] == "lspci" and facts["gpu_count"] == 3
     assert facts["nvswitch_count"] == 2 and facts["secure_boot"] is True
     assert "drift" not in facts
@@ -396,13 +416,13 @@ def test_node_facts_without_a_stack_or_driver() -> None:
 
 def test_gpu_model_names() -> None:
     names = ["NVIDIA H100 80GB HBM3", "NVIDIA Corporation GH100 [H100 SXM5 80GB]", "Matrox G200"]
-    assert nf.gpu_model_names(names, lookup_gpu) == ["H100", "H100", None]
+    assert gpu_model_names(names, lookup_gpu) == ["H100", "H100", None]
 
 
 def test_strip_epoch_revision() -> None:
-    assert nf.strip_epoch_revision("550.127.05-1") == "550.127.05"
-    assert nf.strip_epoch_revision("1:4.1.1-1") == "4.1.1"
-    assert nf.strip_epoch_revision("12") == "12"
+    assert strip_epoch_revision("550.127.05-1") == "550.127.05"
+    assert strip_epoch_revision("1:4.1.1-1") == "4.1.1"
+    assert strip_epoch_revision("12") == "12"
 
 
 @pytest.mark.parametrize(
@@ -426,7 +446,7 @@ def test_strip_epoch_revision() -> None:
 )
 def test_profile_warnings(facts: dict[str, Any], warnings: list[str]) -> None:
     hardware = {"gpu": {"model": "H100", "count": 8, "nvswitch": True}}
-    assert nf.profile_warnings(facts, hardware) == warnings
+    assert profile_warnings(facts, hardware) == warnings
 
 
 def test_parse_rdepends() -> None:
@@ -434,8 +454,8 @@ def test_parse_rdepends() -> None:
         "nvidia-driver-580-open\nReverse Depends:\n  nvidia-open\n |cuda-drivers\n"
         "libnvidia-compute-580\nReverse Depends:\n  nvidia-utils-580\n  nvidia-open\n"
     )
-    assert nf.parse_rdepends(text) == ["cuda-drivers", "nvidia-open", "nvidia-utils-580"]
-    assert nf.parse_rdepends("") == []
+    assert parse_rdepends(text) == ["cuda-drivers", "nvidia-open", "nvidia-utils-580"]
+    assert parse_rdepends("") == []
 
 
 # Real-format `lspci -nn` lines: a current pci.ids names the product, an older one only the id.
@@ -474,12 +494,10 @@ def test_gpu_model_from_lspci_device_id(line: str, model: str | None) -> None:
     from toolkit.stack.catalog import lookup_gpu_by_pci_id
 
     sections = {"lspci": (0, line + "\n"), "smi_list": (None, "")}
-    facts = nf.node_facts(sections, None)
+    facts = node_facts(sections, None)
     assert facts["gpu_source"] == "lspci" and facts["gpu_count"] == 1
     assert facts["gpu_pci_ids"] == ["10de:" + line.split("[10de:")[1][:4]]
-    models = nf.gpu_model_names(
-        facts["gpus"], lookup_gpu, facts["gpu_pci_ids"], lookup_gpu_by_pci_id
-    )
+    models = gpu_model_names(facts["gpus"], lookup_gpu, facts["gpu_pci_ids"], lookup_gpu_by_pci_id)
     assert models == [model]
 
 
@@ -510,13 +528,13 @@ def test_pick_versions_of_upstream_requirements(
 ) -> None:
     offered = {"docker.io": ["28.2.2-0ubuntu1~22.04.1", "27.5.1-0ubuntu3~22.04.3",
                              "27.5.1-0ubuntu3~22.04.2"]}  # fmt: skip
-    assert nf.pick_versions(pins, offered) == expected
+    assert pick_versions(pins, offered) == expected
 
 
 def test_a_floor_nothing_meets_is_named_as_a_floor() -> None:
     offered = {"docker.io": ["27.5.1-0ubuntu3~22.04.2"]}
-    assert nf.missing_pins({"docker.io": ">=28.2.2"}, offered) == ["docker.io (>=28.2.2)"]
-    assert nf.missing_pins({"docker.io": "27.5.1-0ubuntu3~22.04.2"}, offered) == []
+    assert missing_pins({"docker.io": ">=28.2.2"}, offered) == ["docker.io (>=28.2.2)"]
+    assert missing_pins({"docker.io": "27.5.1-0ubuntu3~22.04.2"}, offered) == []
 
 
 # /etc/os-release and /etc/debian_version as the distributions ship them (Debian 12's
@@ -552,19 +570,19 @@ UBUNTU_2404 = UBUNTU_2204.replace("22.04.5 LTS", "24.04.1 LTS").replace('"22.04"
 def test_os_facts_are_named_as_ansible_setup_names_them(
     os_release: str, debian_version: str, expected: tuple[str, str, str], target: str
 ) -> None:
-    facts = nf.os_facts(os_release, debian_version, "6.1.0-26-amd64\n", "x86_64\n")
+    facts = os_facts(os_release, debian_version, "6.1.0-26-amd64\n", "x86_64\n")
     got = (facts["distribution"], facts["distribution_version"])
     assert (*got, facts["distribution_major_version"]) == expected
     assert facts["kernel"] == "6.1.0-26-amd64" and facts["architecture"] == "x86_64"
-    assert nf.os_id(facts["distribution"], facts["distribution_version"]) == target
+    assert os_id(facts["distribution"], facts["distribution_version"]) == target
 
 
 def test_os_facts_of_an_unsupported_os_name_it() -> None:
     rocky = 'NAME="Rocky Linux"\nID="rocky"\nVERSION_ID="9.4"\n'
-    facts = nf.os_facts(rocky, "", "5.14.0", "x86_64")
+    facts = os_facts(rocky, "", "5.14.0", "x86_64")
     assert facts["distribution"] == "Rocky Linux"
-    with pytest.raises(nf.UnsupportedOS, match=r"Rocky Linux 9\.4"):
-        nf.os_id(facts["distribution"], facts["distribution_version"])
+    with pytest.raises(UnsupportedOS, match=r"Rocky Linux 9\.4"):
+        os_id(facts["distribution"], facts["distribution_version"])
 
 
 def test_drift_added_after_the_facts_is_the_drift_read_with_them() -> None:
@@ -581,7 +599,7 @@ def test_drift_added_after_the_facts_is_the_drift_read_with_them() -> None:
         "stack_id": "x",
         "driver": {"version": "550.127.05", "packages": {"nvidia-utils-550": "550.127.05-1"}},
     }
-    late = nf.with_drift(nf.node_facts(sections, None), resolved)
-    assert late == nf.node_facts(sections, resolved)
+    late = with_drift(node_facts(sections, None), resolved)
+    assert late == node_facts(sections, resolved)
     assert [d["kind"] for d in late["drift"]] == ["version"]
     assert late["os"]["distribution_version"] == "12.7"

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from toolkit import converge
-from toolkit.ansible import nodefacts
 from toolkit.ansible.plugins.action import gpunode_converge_stamp
 from toolkit.ansible.plugins.filter.gpunode import gpunode_dpkg_held
+from toolkit.nodefacts import PROBE_SCRIPT, node_facts
 
 INPUTS = "a" * 64
 
@@ -236,14 +236,14 @@ def test_node_facts_report_every_stamped_package(nccl: tuple[Path, Path]) -> Non
         "holds": (0, "runc\n"),
         "converged": (0, converged),
     }
-    facts = nodefacts.node_facts(sections, None)
+    facts = node_facts(sections, None)
     assert facts["installed"] == {"runc": "1.1.5+ds1-1+deb12u1"}
     assert not converge.decide("container_runtime", INPUTS, facts["converged"], facts).run
 
 
 def test_the_probe_script_reads_the_stamps_last() -> None:
-    assert "section converged python3 -c " in nodefacts.PROBE_SCRIPT
-    assert converge.STAMP_DIR in nodefacts.PROBE_SCRIPT
+    assert "section converged python3 -c " in PROBE_SCRIPT
+    assert converge.STAMP_DIR in PROBE_SCRIPT
 
 
 def test_dpkg_held_reads_the_desired_state() -> None:

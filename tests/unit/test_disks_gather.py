@@ -31,15 +31,15 @@ SPEC = DataDisksSpec.model_validate(
 )
 
 RECORDED = r"""
-@@gpunode-disks by-id@@
+@@gpunode-fact by-id@@
 /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D00	7	4	block special file
 /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D01	7	5	block special file
 /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D02	7	8	block special file
 /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D03	7	9	block special file
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks lsblk@@
+@@gpunode-fact lsblk@@
 {
    "blockdevices": [
       {
@@ -196,9 +196,9 @@ RECORDED = r"""
    ]
 }
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks mountinfo@@
+@@gpunode-fact mountinfo@@
 136 62 0:52 / / rw,relatime master:3 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/BC6L6PDNAASV4H5TU3VVBPH432:/var/lib/docker/overlay2/l/DTXH3AF3FA6Q6ZDLT7ZG2EDDEW,upperdir=/var/lib/docker/overlay2/9e28aa3ab5a0b4572df82b073ace900829cd09a08b339cf6fd7311f3a6e43858/diff,workdir=/var/lib/docker/overlay2/9e28aa3ab5a0b4572df82b073ace900829cd09a08b339cf6fd7311f3a6e43858/work
 137 136 0:80 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw
 138 136 0:81 / /dev rw,nosuid - tmpfs tmpfs rw,size=65536k,mode=755
@@ -235,9 +235,9 @@ RECORDED = r"""
 113 149 0:63 / /sys/fs/cgroup/net_cls,net_prio rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,net_cls,net_prio
 115 136 0:103 / /data rw,noatime - btrfs /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D00 rw,discard=async,space_cache=v2,subvolid=5,subvol=/
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks mounts@@
+@@gpunode-fact mounts@@
 overlay / overlay rw,relatime,lowerdir=/var/lib/docker/overlay2/l/BC6L6PDNAASV4H5TU3VVBPH432:/var/lib/docker/overlay2/l/DTXH3AF3FA6Q6ZDLT7ZG2EDDEW,upperdir=/var/lib/docker/overlay2/9e28aa3ab5a0b4572df82b073ace900829cd09a08b339cf6fd7311f3a6e43858/diff,workdir=/var/lib/docker/overlay2/9e28aa3ab5a0b4572df82b073ace900829cd09a08b339cf6fd7311f3a6e43858/work 0 0
 proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0
 tmpfs /dev tmpfs rw,nosuid,size=65536k,mode=755 0 0
@@ -274,36 +274,36 @@ cgroup /sys/fs/cgroup/hugetlb cgroup rw,nosuid,nodev,noexec,relatime,hugetlb 0 0
 cgroup /sys/fs/cgroup/net_cls,net_prio cgroup rw,nosuid,nodev,noexec,relatime,net_cls,net_prio 0 0
 /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D00 /data btrfs rw,noatime,discard=async,space_cache=v2,subvolid=5,subvol=/ 0 0
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks mount-sources@@
+@@gpunode-fact mount-sources@@
 /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D00	7	4	block special file
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks swaps@@
+@@gpunode-fact swaps@@
 Filename				Type		Size		Used		Priority
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks swap-devices@@
+@@gpunode-fact swap-devices@@
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks swap-files@@
+@@gpunode-fact swap-files@@
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks mdstat@@
+@@gpunode-fact mdstat@@
 
-@@gpunode-disks-rc 1@@
+@@gpunode-fact-end 1@@
 
-@@gpunode-disks size /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D00@@
+@@gpunode-fact size /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D00@@
 2147483648
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks blkid /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D00@@
+@@gpunode-fact blkid /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D00@@
 DEVNAME=/dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D00
 LABEL=data
 UUID=931f793b-35f6-43b4-a42e-1a1063bfeb96
@@ -312,9 +312,9 @@ BLOCK_SIZE=4096
 TYPE=btrfs
 USAGE=filesystem
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks wipefs /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D00@@
+@@gpunode-fact wipefs /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D00@@
 {
    "signatures": [
       {
@@ -327,18 +327,18 @@ USAGE=filesystem
    ]
 }
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks mdadm /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D00@@
+@@gpunode-fact mdadm /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D00@@
 
-@@gpunode-disks-rc 127@@
+@@gpunode-fact-end missing@@
 
-@@gpunode-disks size /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D01@@
+@@gpunode-fact size /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D01@@
 2147483648
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks blkid /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D01@@
+@@gpunode-fact blkid /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D01@@
 DEVNAME=/dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D01
 LABEL=data
 UUID=931f793b-35f6-43b4-a42e-1a1063bfeb96
@@ -347,9 +347,9 @@ BLOCK_SIZE=4096
 TYPE=btrfs
 USAGE=filesystem
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks wipefs /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D01@@
+@@gpunode-fact wipefs /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D01@@
 {
    "signatures": [
       {
@@ -362,18 +362,18 @@ USAGE=filesystem
    ]
 }
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks mdadm /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D01@@
+@@gpunode-fact mdadm /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D01@@
 
-@@gpunode-disks-rc 127@@
+@@gpunode-fact-end missing@@
 
-@@gpunode-disks size /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D02@@
+@@gpunode-fact size /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D02@@
 335544320
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks blkid /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D02@@
+@@gpunode-fact blkid /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D02@@
 DEVNAME=/dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D02
 LABEL=data
 UUID=d2682ad5-4e76-465c-b0bc-dda6a3f28c0b
@@ -381,9 +381,9 @@ BLOCK_SIZE=512
 TYPE=xfs
 USAGE=filesystem
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks wipefs /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D02@@
+@@gpunode-fact wipefs /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D02@@
 {
    "signatures": [
       {
@@ -396,120 +396,120 @@ USAGE=filesystem
    ]
 }
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks mdadm /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D02@@
+@@gpunode-fact mdadm /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D02@@
 
-@@gpunode-disks-rc 127@@
+@@gpunode-fact-end missing@@
 
-@@gpunode-disks size /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D03@@
+@@gpunode-fact size /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D03@@
 335544320
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks blkid /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D03@@
+@@gpunode-fact blkid /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D03@@
 
-@@gpunode-disks-rc 2@@
+@@gpunode-fact-end 2@@
 
-@@gpunode-disks wipefs /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D03@@
+@@gpunode-fact wipefs /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D03@@
 {
    "signatures": [
 
    ]
 }
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks mdadm /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D03@@
+@@gpunode-fact mdadm /dev/disk/by-id/nvme-LAB_NVMe_SSD_S1AEDN01D03@@
 
-@@gpunode-disks-rc 127@@
+@@gpunode-fact-end missing@@
 
-@@gpunode-disks md-device@@
+@@gpunode-fact md-device@@
 
-@@gpunode-disks-rc 127@@
+@@gpunode-fact-end missing@@
 
-@@gpunode-disks mount-point-entries@@
+@@gpunode-fact mount-point-entries@@
 0
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks group@@
+@@gpunode-fact group@@
 data:x:997:
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks file /etc/gpunode/data-disks/data.json@@
+@@gpunode-fact file /etc/gpunode/data-disks/data.json@@
 ewogICJmaWxlc3lzdGVtIjogImJ0cmZzIiwKICAibGF5b3V0IjogImJ0cmZzLXJhaWQwIiwKICAibWRfdXVpZCI6IG51bGwsCiAgIm1vdW50X3BvaW50IjogIi9kYXRhIiwKICAic2VyaWFscyI6IFsKICAgICJTMUFFRE4wMUQwMCIsCiAgICAiUzFBRUROMDFEMDEiCiAgXSwKICAidXVpZCI6ICI5MzFmNzkzYi0zNWY2LTQzYjQtYTQyZS0xYTEwNjNiZmViOTYiCn0K
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks file /etc/systemd/system/data.mount@@
+@@gpunode-fact file /etc/systemd/system/data.mount@@
 IyBNYW5hZ2VkIGJ5IGdwdW5vZGUgKHJvbGUgZGF0YV9kaXNrcyk7IGNoYW5nZXMgYXJlIG92ZXJ3cml0dGVuLgpbVW5pdF0KRGVzY3JpcHRpb249Z3B1bm9kZSBkYXRhIGZpbGVzeXN0ZW0gYXQgL2RhdGEKQmVmb3JlPWRvY2tlci5zZXJ2aWNlIGNvbnRhaW5lcmQuc2VydmljZQoKW01vdW50XQpXaGF0PS9kZXYvZGlzay9ieS11dWlkLzkzMWY3OTNiLTM1ZjYtNDNiNC1hNDJlLTFhMTA2M2JmZWI5NgpXaGVyZT0vZGF0YQpUeXBlPWJ0cmZzCk9wdGlvbnM9bm9hdGltZSxub2ZhaWwseC1zeXN0ZW1kLmRldmljZS10aW1lb3V0PTMwcyxkZXZpY2U9L2Rldi9kaXNrL2J5LWlkL252bWUtTEFCX05WTWVfU1NEX1MxQUVETjAxRDAwLGRldmljZT0vZGV2L2Rpc2svYnktaWQvbnZtZS1MQUJfTlZNZV9TU0RfUzFBRUROMDFEMDEKCltJbnN0YWxsXQpXYW50ZWRCeT1sb2NhbC1mcy50YXJnZXQK
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks file /usr/local/sbin/gpunode-data-ephemeral@@
+@@gpunode-fact file /usr/local/sbin/gpunode-data-ephemeral@@
 
-@@gpunode-disks-rc 1@@
+@@gpunode-fact-end 1@@
 
-@@gpunode-disks file /etc/systemd/system/gpunode-data-ephemeral.service@@
+@@gpunode-fact file /etc/systemd/system/gpunode-data-ephemeral.service@@
 
-@@gpunode-disks-rc 1@@
+@@gpunode-fact-end 1@@
 
-@@gpunode-disks file /etc/systemd/system/gpunode-data-tree.service@@
+@@gpunode-fact file /etc/systemd/system/gpunode-data-tree.service@@
 
-@@gpunode-disks-rc 1@@
+@@gpunode-fact-end 1@@
 
-@@gpunode-disks file /etc/systemd/system/docker.service.d/gpunode-data-mount.conf@@
+@@gpunode-fact file /etc/systemd/system/docker.service.d/gpunode-data-mount.conf@@
 IyBNYW5hZ2VkIGJ5IGdwdW5vZGUgKHJvbGUgZGF0YV9kaXNrcyk7IGNoYW5nZXMgYXJlIG92ZXJ3cml0dGVuLgpbVW5pdF0KUmVxdWlyZXNNb3VudHNGb3I9L2RhdGEK
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks file /etc/systemd/system/containerd.service.d/gpunode-data-mount.conf@@
+@@gpunode-fact file /etc/systemd/system/containerd.service.d/gpunode-data-mount.conf@@
 IyBNYW5hZ2VkIGJ5IGdwdW5vZGUgKHJvbGUgZGF0YV9kaXNrcyk7IGNoYW5nZXMgYXJlIG92ZXJ3cml0dGVuLgpbVW5pdF0KUmVxdWlyZXNNb3VudHNGb3I9L2RhdGEK
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks file /etc/mdadm/mdadm.conf@@
+@@gpunode-fact file /etc/mdadm/mdadm.conf@@
 
-@@gpunode-disks-rc 1@@
+@@gpunode-fact-end 1@@
 
-@@gpunode-disks file /etc/mdadm.conf@@
+@@gpunode-fact file /etc/mdadm.conf@@
 
-@@gpunode-disks-rc 1@@
+@@gpunode-fact-end 1@@
 
-@@gpunode-disks file /etc/systemd/system/dev-disk-by\x2duuid-931f793b\x2d35f6\x2d43b4\x2da42e\x2d1a1063bfeb96.device.d/gpunode-data-mount.conf@@
+@@gpunode-fact file /etc/systemd/system/dev-disk-by\x2duuid-931f793b\x2d35f6\x2d43b4\x2da42e\x2d1a1063bfeb96.device.d/gpunode-data-mount.conf@@
 IyBNYW5hZ2VkIGJ5IGdwdW5vZGUgKHJvbGUgZGF0YV9kaXNrcyk7IGNoYW5nZXMgYXJlIG92ZXJ3cml0dGVuLgpbVW5pdF0KSm9iUnVubmluZ1RpbWVvdXRTZWM9MzBzCg==
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks dir /data/datasets@@
+@@gpunode-fact dir /data/datasets@@
 2775 root data
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks dir /data/checkpoints@@
+@@gpunode-fact dir /data/checkpoints@@
 2775 root data
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks dir /data/scratch@@
+@@gpunode-fact dir /data/scratch@@
 3777 root data
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks dir /data/containers@@
+@@gpunode-fact dir /data/containers@@
 711 root root
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks enabled data.mount@@
+@@gpunode-fact enabled data.mount@@
 enabled
 
-@@gpunode-disks-rc 0@@
+@@gpunode-fact-end 0@@
 
-@@gpunode-disks enabled gpunode-data-ephemeral.service@@
+@@gpunode-fact enabled gpunode-data-ephemeral.service@@
 
-@@gpunode-disks-rc 1@@
+@@gpunode-fact-end 1@@
 
-@@gpunode-disks enabled gpunode-data-tree.service@@
+@@gpunode-fact enabled gpunode-data-tree.service@@
 
-@@gpunode-disks-rc 1@@
+@@gpunode-fact-end 1@@
 """
 
 
@@ -561,7 +561,7 @@ def test_recorded_node_refuses_a_foreign_spec_on_the_same_disks():
     [
         ("", "printed no sections"),
         ("sh: 1: lsblk: not found", "printed no sections"),
-        ("@@gpunode-disks by-id@@\n\n@@gpunode-disks-rc 0@@\n", "no 'lsblk' section"),
+        ("@@gpunode-fact by-id@@\n\n@@gpunode-fact-end 0@@\n", "no 'lsblk' section"),
     ],
 )
 def test_broken_probe_output_is_an_error(text, message):

@@ -103,9 +103,9 @@ def probe_output(
 ) -> str:
     """What the gather script prints on such a node."""
 
-    def sec(name: str, body: str, rc: int = 0, arg: str = "") -> str:
+    def sec(name: str, body: str, rc: int | str = 0, arg: str = "") -> str:
         head = f"{name} {arg}".strip()
-        return f"\n@@gpunode-disks {head}@@\n{body}\n@@gpunode-disks-rc {rc}@@\n"
+        return f"\n@@gpunode-fact {head}@@\n{body}\n@@gpunode-fact-end {rc}@@\n"
 
     def stat_lines(mapping: dict[str, tuple[int, int]]) -> str:
         return "".join(f"{p}\t{a:x}\t{b:x}\tblock special file\n" for p, (a, b) in mapping.items())
@@ -126,7 +126,7 @@ def probe_output(
         out += sec("wipefs", d.wipefs, arg=d.by_id)
         out += sec("mdadm", d.mdadm, 1 if d.mdadm == MDADM_NONE else 0, arg=d.by_id)
     if md_blkid is None:
-        out += sec("md-device", "", 127)
+        out += sec("md-device", "", "missing")
     else:
         out += sec("md-device", md_blkid, 0 if md_blkid else 2)
     out += sec("mount-point-entries", str(entries))

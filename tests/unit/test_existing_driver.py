@@ -20,8 +20,15 @@ from typing import Any
 
 import pytest
 
-from toolkit.ansible import nodefacts as nf
+from toolkit.aptpins import DriverDecision, decide_existing_driver
+from toolkit.facts.driver import (
+    DRIVER_FILES_PROBE,
+    RUNFILE_MARKERS,
+    classify_existing_driver,
+    parse_driver_files,
+)
 from toolkit.lab import runfile
+from toolkit.nodefacts import PROBE_SCRIPT, driver_managed, node_facts
 
 KERNEL = "6.8.0-1015-aws"
 MODULE = f"/lib/modules/{KERNEL}/kernel/drivers/video/nvidia.ko"
@@ -70,20 +77,20 @@ PINS = {
 
 
 def test_driver_files_name_their_owner_or_none() -> None:
-    assert nf.parse_driver_files(APT_PROBE) == {
+    assert parse_driver_files(APT_PROBE) == {
         f"{LIBDIR}/libcuda.so.550.127.05": "libnvidia-compute-550",
         f"{LIBDIR}/libnvidia-ml.so.550.127.05": "libnvidia-compute-550",
     }
-    files = nf.parse_driver_files(RUNFILE_PROBE)
+    files = parse_driver_files(RUNFILE_PROBE)
     assert set(files.values()) == {None}
     assert "/usr/bin/nvidia-uninstall" in files and MODULE in files
-    assert nf.parse_driver_files("") == {}
+    assert parse_driver_files("") == {}
 
 
 def test_the_probe_looks_where_the_runfile_installs() -> None:
-    for path in (*nf.RUNFILE_MARKERS, "/lib/modules/$k/kernel/drivers/video/nvidia.ko"):
-        assert path in nf.DRIVER_FILES_PROBE
-    assert "section driver_files sh -c" in nf.PROBE_SCRIPT
+    for path in (*RUNFILE_MARKERS, "/lib/modules/$k/kernel/drivers/video/nvidia.ko"):
+        assert path in DRIVER_FILES_PROBE
+    assert "section driver_files sh -c" in PROBE_SCRIPT
 
 
 @pytest.mark.parametrize(
@@ -99,13 +106,13 @@ def test_the_probe_looks_where_the_runfile_installs() -> None:
     ],
 )
 def test_classify(probe: str, packages: dict[str, str], kind: str, version: str | None) -> None:
-    found = nf.classify_existing_driver(nf.parse_driver_files(probe), packages)
+    found = classify_existing_driver(parse_driver_files(probe), packages)
     assert (found.kind, found.version) == (kind, version)
 
 
 def test_a_runfile_without_a_versioned_library_takes_the_loaded_version() -> None:
     files = {"/usr/bin/nvidia-uninstall": None}
-    found = nf.classify_existing_driver(files, {}, loaded="535.183.01")
+    found = classify_existing_driver(files, {}, loaded="535.183.01")
     assert (found.kind, found.version, found.files) == (
         "runfile",
         "535.183.01",
@@ -113,9 +120,9 @@ def test_a_runfile_without_a_versioned_library_takes_the_loaded_version() -> Non
     )
 
 
-def decide(probe: str, packages: dict[str, str], managed: bool = False) -> nf.DriverDecision:
-    found = nf.classify_existing_driver(nf.parse_driver_files(probe), packages)
-    return nf.decide_existing_driver(found, PINNED, PINS, managed, host="gpu-1")
+def decide(probe: str, packages: dict[str, str], managed: bool = False) -> DriverDecision:
+    found = classify_existing_driver(parse_driver_files(probe), packages)
+    return decide_existing_driver(found, PINNED, PINS, managed, host="gpu-1")
 
 
 def test_a_runfile_driver_is_refused_with_its_files_and_the_way_out() -> None:
@@ -189,7 +196,7 @@ def test_a_driver_gpunode_installed_moves_with_the_pin() -> None:
     ],
 )
 def test_driver_managed(facts: dict[str, Any], managed: bool) -> None:
-    assert nf.driver_managed(facts) is managed
+    assert driver_managed(facts) is managed
 
 
 def test_node_facts_carry_the_decision_preflight_reads() -> None:
@@ -199,16 +206,16 @@ def test_node_facts_carry_the_decision_preflight_reads() -> None:
         "kernel": (0, KERNEL + "\n"),
     }
     resolved = {"driver": {**PINNED, "packages": PINS}}
-    facts = nf.node_facts(sections, resolved)
+    facts = node_facts(sections, resolved)
     assert facts["existing_driver"]["kind"] == "runfile"
     assert facts["driver_decision"]["action"] == "refuse"
     sections["driver_files"] = (0, APT_PROBE)
-    assert nf.node_facts(sections, resolved)["driver_decision"]["action"] == "adopt"
+    assert node_facts(sections, resolved)["driver_decision"]["action"] == "adopt"
 
 
 def probe_patterns(kernel: str) -> list[str]:
     """The paths and globs the facts probe tests, for one kernel release."""
-    loop = nf.DRIVER_FILES_PROBE.split("for f in ", 1)[1].split("; do", 1)[0]
+    loop = DRIVER_FILES_PROBE.split("for f in ", 1)[1].split("; do", 1)[0]
     return [word.replace("$k", kernel) for word in loop.split()]
 
 
@@ -222,7 +229,7 @@ def test_the_lab_fault_leaves_what_the_probe_finds_and_classifies_as_runfile() -
     probe = "".join(f"present {p}\n" for p in seen) + "".join(
         f"dpkg-query: no path found matching pattern {p}\n" for p in seen
     )
-    found = nf.classify_existing_driver(nf.parse_driver_files(probe), {})
+    found = classify_existing_driver(parse_driver_files(probe), {})
     assert (found.kind, found.version) == ("runfile", runfile.VERSION)
     assert runfile.UNINSTALLER in found.files and runfile.module_path(kernel) in found.files
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.ansible import nodefacts as nf
+from toolkit.facts.pci import lspci_gpus, parse_lspci
 from toolkit.stack.catalog import lookup_gpu_by_pci_id
 
 REAL = Path(__file__).parents[1] / "data/real"
@@ -39,21 +39,21 @@ def test_every_gh100_id_maps_to_its_model(device_id: str, model: str) -> None:
 
 
 def _models(lspci: str) -> list[str | None]:
-    gpus = nf.lspci_gpus(nf.parse_lspci(lspci))
+    gpus = lspci_gpus(parse_lspci(lspci))
     return [getattr(lookup_gpu_by_pci_id(g.device_id), "model", None) for g in gpus]
 
 
 def test_an_old_pci_ids_line_is_an_h100_by_its_id() -> None:
     # An older pci.ids knows 2337 by number only (NVIDIA/gpu-admin-tools: 0x2337 'H100').
     line = "41:00.0 3D controller [0302]: NVIDIA Corporation Device [10de:2337] (rev a1)\n"
-    [gpu] = nf.lspci_gpus(nf.parse_lspci(line))
+    [gpu] = lspci_gpus(parse_lspci(line))
     assert (gpu.device_id, gpu.description) == ("2337", "NVIDIA Corporation Device")
     assert _models(line) == ["H100"]
 
 
 def test_real_lspci_of_four_h100_sxm5() -> None:
     text = (REAL / "lspci-nn-h100-sxm5-stackhpc.txt").read_text()
-    gpus = nf.lspci_gpus(nf.parse_lspci(text))
+    gpus = lspci_gpus(parse_lspci(text))
     assert [g.slot for g in gpus] == ["06:00.0", "0c:00.0", "46:00.0", "4c:00.0"]
     assert {g.description for g in gpus} == {"NVIDIA Corporation GH100 [H100 SXM5 80GB]"}
     assert _models(text) == ["H100"] * 4
@@ -61,7 +61,7 @@ def test_real_lspci_of_four_h100_sxm5() -> None:
 
 def test_real_lspci_with_an_old_pci_ids() -> None:
     text = (REAL / "lspci-nn-h100-pcie-old-pciids-hb-os.txt").read_text()
-    [gpu] = nf.lspci_gpus(nf.parse_lspci(text))
+    [gpu] = lspci_gpus(parse_lspci(text))
     assert (gpu.slot, gpu.device_id, gpu.description) == (
         "c1:00.0",
         "2331",

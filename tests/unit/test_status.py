@@ -7,8 +7,8 @@ from io import StringIO
 import pytest
 from rich.console import Console
 
-from toolkit.ansible.nodefacts import parse_findmnt
 from toolkit.cli.status import fleet_table
+from toolkit.facts.mounts import parse_findmnt
 from toolkit.status import NodeStatus, component_versions
 
 VERSIONS = {

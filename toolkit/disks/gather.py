@@ -1,10 +1,11 @@
 """Gathering a node's disk facts: one read-only shell script, parsed on the controller.
 
-:func:`gather_script` builds the script (POSIX sh, read-only: it runs in check mode too);
-it prints each command's output in a section ``@@gpunode-disks NAME ARG@@`` followed by
-``@@gpunode-disks-rc N@@``. :func:`parse_sections` splits that text and :func:`node_facts`
-turns the sections into :class:`toolkit.disks.rules.NodeFacts` with the pure parsers of
-``toolkit.disks.facts``.
+:func:`gather_script` builds the script (POSIX sh, read-only: it runs in check mode too) in
+the probe dialect of ``toolkit.facts.probe``: each command's output in a section named
+``NAME ARG`` with its exit status (``missing`` when the section's condition fails: mdadm not
+installed, no md device, no file). :func:`parse_sections` splits that text and
+:func:`node_facts` turns the sections into :class:`toolkit.disks.rules.NodeFacts` with the
+pure parsers of ``toolkit.disks.facts``.
 
 Every device is probed through its /dev/disk/by-id link (the name that follows the disk);
 kernel names and lsblk's listing are used only for topology (what sits on what).
@@ -14,10 +15,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from toolkit.disks import units
 from toolkit.disks.facts import (
@@ -39,80 +38,22 @@ from toolkit.disks.facts import (
 from toolkit.disks.rules import DeviceFacts, DirState, NodeFacts
 from toolkit.disks.spec import DataDisksSpec
 from toolkit.errors import RemoteError
+from toolkit.facts import probe
+from toolkit.facts.probe import Section
 
-MARK = "@@gpunode-disks"
 LSBLK_COLUMNS = "NAME,KNAME,PATH,MAJ:MIN,TYPE,SIZE,SERIAL,MODEL,FSTYPE,UUID,PTTYPE"
 MDADM_CONF_PATHS = ("/etc/mdadm/mdadm.conf", "/etc/mdadm.conf")
 
-_PRELUDE = r"""
-set +e
-LC_ALL=C
-export LC_ALL
-PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-export PATH
-sec() { printf '\n@@gpunode-disks %s@@\n' "$*"; }
-rc() { printf '\n@@gpunode-disks-rc %s@@\n' "$1"; }
-sec by-id
-for f in /dev/disk/by-id/*; do
-  [ -e "$f" ] && stat -L --printf '%n\t%t\t%T\t%F\n' "$f"
-done
-rc 0
-sec lsblk
-lsblk -J -b -o @COLUMNS@,MOUNTPOINTS 2>/dev/null || lsblk -J -b -o @COLUMNS@,MOUNTPOINT
-rc $?
-sec mountinfo
-cat /proc/self/mountinfo
-rc $?
-sec mounts
-cat /proc/mounts
-rc $?
-sec mount-sources
-awk '$1 ~ "^/dev/" {print $1}' /proc/mounts | sort -u | while IFS= read -r s; do
-  stat -L --printf '%n\t%t\t%T\t%F\n' "$s" 2>/dev/null
-done
-rc 0
-sec swaps
-cat /proc/swaps
-rc $?
-sec swap-devices
-awk 'NR > 1 && $2 == "partition" {print $1}' /proc/swaps | while IFS= read -r s; do
-  stat -L --printf '%n\t%t\t%T\t%F\n' "$s" 2>/dev/null
-done
-rc 0
-sec swap-files
-awk 'NR > 1 && $2 == "file" {print $1}' /proc/swaps | while IFS= read -r s; do
-  stat --printf '%n\t%D\n' "$s" 2>/dev/null
-done
-rc 0
-sec mdstat
-if [ -e /proc/mdstat ]; then cat /proc/mdstat; rc 0; else rc 1; fi
-seen=" "
-for f in /dev/disk/by-id/*; do
-  [ -b "$f" ] || continue
-  key=$(stat -L -c '%t:%T' "$f")
-  case "$seen" in *" $key "*) continue ;; esac
-  seen="$seen$key "
-  sec size "$f"
-  blockdev --getsize64 "$f"
-  rc $?
-  sec blkid "$f"
-  blkid -p -o export "$f"
-  rc $?
-  sec wipefs "$f"
-  wipefs -n -J "$f"
-  rc $?
-  sec mdadm "$f"
-  if command -v mdadm >/dev/null 2>&1; then mdadm --examine "$f" 2>&1; rc $?; else rc 127; fi
-done
-sec md-device
-if [ -b @MD@ ]; then blkid -p -o export @MD@; rc $?; else rc 127; fi
-sec mount-point-entries
-if [ -d @MP@ ] && ! mountpoint -q @MP@; then ls -A @MP@ | wc -l; else echo 0; fi
-rc 0
-sec group
-getent group @GROUP@
-rc $?
-"""
+_STAT_DEVICES = "stat -L --printf '%n\\t%t\\t%T\\t%F\\n'"
+# The device numbers of each path awk prints (sources of mounts, swap partitions).
+_STAT_EACH = "| while IFS= read -r s; do\n  " + _STAT_DEVICES + ' "$s" 2>/dev/null\ndone; true'
+
+
+def _file(path_word: str) -> str:
+    """A file's content as one base64 line (``path_word`` is a quoted or expanding shell word)."""
+    return probe.block(
+        "file", f"base64 < {path_word} | tr -d '\\n'", arg=path_word, when=f"[ -f {path_word} ]"
+    )
 
 
 def gather_script(
@@ -120,41 +61,77 @@ def gather_script(
 ) -> str:
     """The read-only shell script that prints every fact the planner needs."""
     mount_unit = units.mount_unit_name(spec.mount_point)
-    script = (
-        _PRELUDE.replace("@COLUMNS@", LSBLK_COLUMNS)
-        .replace("@MD@", shlex.quote(units.MD_DEVICE))
-        .replace("@MP@", shlex.quote(spec.mount_point))
-        .replace("@GROUP@", shlex.quote(spec.group))
+    md = shlex.quote(units.MD_DEVICE)
+    mount_point = shlex.quote(spec.mount_point)
+    per_device = "\n".join(
+        (
+            probe.block("size", 'blockdev --getsize64 "$f"', arg='"$f"'),
+            probe.block("blkid", 'blkid -p -o export "$f"', arg='"$f"'),
+            probe.block("wipefs", 'wipefs -n -J "$f"', arg='"$f"'),
+            probe.block(
+                "mdadm", 'mdadm --examine "$f" 2>&1', arg='"$f"', when=probe.installed("mdadm")
+            ),
+        )
     )
-    lines = [script]
-    for path in managed_files(spec, runtime_services):
-        quoted = shlex.quote(path)
-        lines.append(
-            f"sec file {quoted}\nif [ -f {quoted} ]; then base64 < {quoted} | tr -d '\\n'; "
-            "rc 0; else rc 1; fi"
-        )
-    for path in (*MDADM_CONF_PATHS,):
-        quoted = shlex.quote(path)
-        lines.append(
-            f"sec file {quoted}\nif [ -f {quoted} ]; then base64 < {quoted} | tr -d '\\n'; "
-            "rc 0; else rc 1; fi"
-        )
+    parts = [
+        probe.block(
+            "by-id",
+            'for f in /dev/disk/by-id/*; do\n  [ -e "$f" ] && '
+            + _STAT_DEVICES
+            + ' "$f"\ndone; true',
+        ),
+        probe.block(
+            "lsblk",
+            f"lsblk -J -b -o {LSBLK_COLUMNS},MOUNTPOINTS 2>/dev/null"
+            f" || lsblk -J -b -o {LSBLK_COLUMNS},MOUNTPOINT",
+        ),
+        probe.block("mountinfo", "cat /proc/self/mountinfo"),
+        probe.block("mounts", "cat /proc/mounts"),
+        probe.block(
+            "mount-sources", "awk '$1 ~ \"^/dev/\" {print $1}' /proc/mounts | sort -u " + _STAT_EACH
+        ),
+        probe.block("swaps", "cat /proc/swaps"),
+        probe.block(
+            "swap-devices",
+            "awk 'NR > 1 && $2 == \"partition\" {print $1}' /proc/swaps " + _STAT_EACH,
+        ),
+        probe.block(
+            "swap-files",
+            "awk 'NR > 1 && $2 == \"file\" {print $1}' /proc/swaps"
+            " | while IFS= read -r s; do\n  stat --printf '%n\\t%D\\n' \"$s\" 2>/dev/null\n"
+            "done; true",
+        ),
+        probe.block("mdstat", "cat /proc/mdstat; true", when="[ -e /proc/mdstat ]"),
+        # Each disk once, by the first by-id link to it.
+        'seen=" "\nfor f in /dev/disk/by-id/*; do\n  [ -b "$f" ] || continue\n'
+        "  key=$(stat -L -c '%t:%T' \"$f\")\n"
+        '  case "$seen" in *" $key "*) continue ;; esac\n  seen="$seen$key "\n'
+        + per_device
+        + "\ndone",
+        probe.block("md-device", f"blkid -p -o export {md}", when=f"[ -b {md} ]"),
+        probe.block(
+            "mount-point-entries",
+            f"if [ -d {mount_point} ] && ! mountpoint -q {mount_point}; then "
+            f"ls -A {mount_point} | wc -l; else echo 0; fi; true",
+        ),
+        probe.block("group", f"getent group {shlex.quote(spec.group)}"),
+    ]
+    parts += [_file(shlex.quote(path)) for path in managed_files(spec, runtime_services)]
+    parts += [_file(shlex.quote(path)) for path in MDADM_CONF_PATHS]
     # The device units' timeout drop-ins are named after the filesystem UUID: found by glob.
-    lines.append(
+    parts.append(
         f"for f in {units.UNIT_DIR}/*.device.d/{units.DROPIN_NAME}; do\n"
-        '  [ -f "$f" ] || continue\n'
-        '  sec file "$f"\n'
-        "  base64 < \"$f\" | tr -d '\\n'; rc 0\n"
-        "done"
+        '  [ -f "$f" ] || continue\n' + _file('"$f"') + "\ndone"
     )
     for entry in units.tree(spec.group):
         quoted = shlex.quote(f"{spec.mount_point}/{entry.name}")
-        lines.append(f"sec dir {quoted}\nstat -c '%a %U %G' {quoted} 2>/dev/null\nrc $?")
+        parts.append(probe.block("dir", f"stat -c '%a %U %G' {quoted} 2>/dev/null", arg=quoted))
     for unit in (mount_unit, units.EPHEMERAL_UNIT, units.TREE_UNIT):
         quoted = shlex.quote(unit)
-        lines.append(f"sec enabled {quoted}\nsystemctl is-enabled {quoted} 2>/dev/null\nrc $?")
-    lines.append("exit 0\n")
-    return "\n".join(lines)
+        parts.append(
+            probe.block("enabled", f"systemctl is-enabled {quoted} 2>/dev/null", arg=quoted)
+        )
+    return probe.script(parts)
 
 
 def managed_files(
@@ -173,32 +150,13 @@ def managed_files(
     return paths
 
 
-@dataclass(frozen=True)
-class Section:
-    """One section of the script's output."""
-
-    name: str
-    arg: str
-    text: str
-    rc: int
-
-
 def parse_sections(text: str) -> list[Section]:
     """Split the script's output into sections.
 
     Raises:
-        RemoteError: The output has no sections at all, or a section has no exit status.
+        RemoteError: The output has no sections at all.
     """
-    pattern = re.compile(
-        rf"^{MARK} (?P<head>[^\n]*)@@\n(?P<body>.*?)\n?{MARK}-rc (?P<rc>-?\d+)@@$",
-        re.M | re.S,
-    )
-    # A connection with a terminal (become over ssh -tt) turns every newline into CRLF.
-    text = text.replace("\r\n", "\n")
-    sections = []
-    for match in pattern.finditer(text):
-        name, _, arg = match.group("head").partition(" ")
-        sections.append(Section(name, arg, match.group("body"), int(match.group("rc"))))
+    sections = probe.split(text)
     if not sections:
         snippet = text.strip()[:300]
         raise RemoteError(f"the disk probe printed no sections: {snippet!r}")
@@ -284,7 +242,7 @@ def node_facts(sections: list[Section], spec: DataDisksSpec) -> NodeFacts:
         mount_point_entries=int(entries) if entries.isdigit() else 0,
         enabled_units=frozenset(enabled),
         md_available=_one(sections, "mdstat").rc == 0,
-        md_active=md.rc != 127,
+        md_active=md.rc is not None,
         md_device=parse_blkid_export(md.text, md.rc) if md.rc in (0, 2) else None,
         mdadm_conf=conf,
         mdadm_conf_path=conf_path,
@@ -311,6 +269,8 @@ def _device(devnum: DevNum, probes: Mapping[str, Section]) -> DeviceFacts:
     section = probes.get("blkid")
     if section is not None:
         try:
+            if section.rc is None:
+                raise RemoteError("blkid is not installed")
             blkid = parse_blkid_export(section.text, section.rc)
         except RemoteError as err:
             errors.append(str(err))
@@ -325,7 +285,7 @@ def _device(devnum: DevNum, probes: Mapping[str, Section]) -> DeviceFacts:
             errors.append(str(err))
     md = None
     section = probes.get("mdadm")
-    if section is not None and section.rc != 127:
+    if section is not None and section.rc is not None:
         try:
             md = parse_mdadm_examine(section.text, section.rc)
         except RemoteError as err:

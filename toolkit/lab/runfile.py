@@ -1,7 +1,7 @@
 """The ``runfile-driver`` fault: a driver installed by NVIDIA's ``.run`` installer.
 
 What the installer leaves and gpunode's preflight looks for (sources in
-``toolkit.ansible.nodefacts``, "a driver that was there before gpunode"): the installer at
+``toolkit.facts.driver``, "a driver that was there before gpunode"): the installer at
 /usr/bin/nvidia-installer, its uninstaller /usr/bin/nvidia-uninstall, its log
 /var/log/nvidia-installer.log, the kernel module under /lib/modules/<release>/kernel/
 drivers/video/ and the libraries in /usr/lib/x86_64-linux-gnu/, none of them known to dpkg.

@@ -43,3 +43,27 @@ def family(os_id: str) -> str:
         KeyError: Not a supported OS id (callers check ``SUPPORTED_OS`` first).
     """
     return BY_ID[os_id].family
+
+
+class UnsupportedOS(ValueError):
+    """The node's OS is not one gpunode supports."""
+
+
+def os_id(distribution: str, version: str) -> str:
+    """NVIDIA's OS id for a node: ``ubuntu2204``, ``ubuntu2404`` or ``debian12``.
+
+    Args:
+        distribution: ``ansible_distribution`` (``Debian``, ``Ubuntu``).
+        version: ``ansible_distribution_version`` (``22.04``, ``12.7`` or ``12``).
+
+    Raises:
+        UnsupportedOS: Naming the OS and the supported ones.
+    """
+    dist = distribution.strip()
+    ver = version.strip()
+    key_version = ver if dist == "Ubuntu" else ver.split(".")[0]
+    found = BY_RELEASE.get((dist, key_version))
+    if found is None:
+        supported = ", ".join(f"{d} {v}" for d, v in BY_RELEASE)
+        raise UnsupportedOS(f"unsupported OS {dist} {ver}; supported: {supported}")
+    return found.os_id

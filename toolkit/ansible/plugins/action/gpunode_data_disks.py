@@ -26,6 +26,7 @@ from toolkit.disks.planner import DEFAULT_SETTLE, Plan, plan
 from toolkit.disks.spec import DataDisksSpec
 from toolkit.disks.units import RUNTIME_SERVICES
 from toolkit.errors import ToolkitError
+from toolkit.facts import probe
 
 FACT = "gpunode_data_disks"
 
@@ -159,7 +160,7 @@ class ActionModule(ActionBase):
             "/bin/sh -c " + shlex.quote(gather_script(spec, self._runtimes)), sudoable=True
         )
         stdout = out.get("stdout", "")
-        if out.get("rc") != 0 and "@@gpunode-disks" not in stdout:
+        if out.get("rc") != 0 and not probe.split(stdout):
             raise ToolkitError(
                 f"could not probe the node's disks: {out.get('stderr') or stdout}".strip()
             )

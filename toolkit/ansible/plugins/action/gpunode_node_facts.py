@@ -4,7 +4,7 @@ One shell round trip runs read-only probes on the node (so it also runs in check
 and kernel (returned as Ansible's own ``ansible_distribution``, ``ansible_kernel``, ... so no
 ``setup`` is needed), GPUs, Secure Boot, packages, holds, the loaded driver, mounts, the node
 state file and the converge stamps (``toolkit.converge``); the output is parsed on the
-controller by the pure functions of ``toolkit.ansible.nodefacts``. With a resolved stack
+controller by ``toolkit.nodefacts`` with the parsers of ``toolkit.facts``. With a resolved stack
 (``stack``, or the fact ``gpunode_stack``) it also compares pinned, installed and loaded
 versions: ``gpunode_node.drift`` lists every difference. ``compare: true`` adds that
 comparison to the facts already read, without a round trip (preflight reads the facts before
@@ -18,7 +18,8 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from toolkit.ansible.nodefacts import (
+from toolkit.ansible.values import plain
+from toolkit.nodefacts import (
     PROBE_SCRIPT,
     gpu_model_names,
     node_facts,
@@ -26,7 +27,6 @@ from toolkit.ansible.nodefacts import (
     profile_warnings,
     with_drift,
 )
-from toolkit.ansible.values import plain
 
 
 class ActionModule(ActionBase):
@@ -52,11 +52,11 @@ class ActionModule(ActionBase):
             return result
         command = "/bin/sh -c " + shlex.quote(PROBE_SCRIPT)
         out = self._low_level_execute_command(command, sudoable=True)
-        if out.get("rc") != 0 and "@@gpunode-begin" not in out.get("stdout", ""):
+        sections = parse_sections(out.get("stdout", ""))
+        if out.get("rc") != 0 and not sections:
             result["failed"] = True
             result["msg"] = f"could not probe the node: {out.get('stderr') or out.get('stdout')}"
             return result
-        sections = parse_sections(out.get("stdout", ""))
         facts = node_facts(sections, dict(resolved) if resolved else None)
         hardware = self._task.args.get("hardware", task_vars.get("hardware")) or {}
         expected = (hardware.get("gpu") or {}).get("model") if hasattr(hardware, "get") else None

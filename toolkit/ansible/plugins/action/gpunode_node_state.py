@@ -28,6 +28,7 @@ from ansible.plugins.action import ActionBase
 
 from toolkit import nodestate
 from toolkit.ansible.values import plain
+from toolkit.facts import probe
 
 FACT = "gpunode_node_state"
 
@@ -52,11 +53,12 @@ class ActionModule(ActionBase):
             stdout = nodestate.render(current)
         else:
             read = self._low_level_execute_command(
-                f"cat {shlex.quote(nodestate.PATH)} 2>/dev/null || echo @@gpunode-no-state",
-                sudoable=True,
+                "/bin/sh -c " + shlex.quote(probe.script([nodestate.FACT])), sudoable=True
             )
-            stdout = str(read.get("stdout", ""))
-            current = nodestate.parse(None if "@@gpunode-no-state" in stdout else stdout)
+            rc, text = probe.by_name(str(read.get("stdout", ""))).get(nodestate.FACT.name, (1, ""))
+            # No file (or none readable) is a new node; the file's content with its final newline.
+            stdout = text + "\n" if rc == 0 else ""
+            current = nodestate.parse(stdout if rc == 0 else None)
         if current.get("state") == "unknown":
             current = nodestate.new() | {"previous_error": current["reason"]}
         if event == "begin":
@@ -92,7 +94,7 @@ class ActionModule(ActionBase):
                 {
                     "before_header": nodestate.PATH,
                     "after_header": nodestate.PATH,
-                    "before": "" if "@@gpunode-no-state" in stdout else stdout,
+                    "before": stdout,
                     "after": nodestate.render(wanted),
                 }
             ]

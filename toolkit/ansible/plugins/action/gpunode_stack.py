@@ -14,9 +14,9 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from toolkit.ansible.nodefacts import UnsupportedOS, os_id
 from toolkit.ansible.values import plain
 from toolkit.errors import ToolkitError
+from toolkit.stack.systems import UnsupportedOS, os_id
 
 
 def _issues(checked: Any) -> tuple[list[str], list[str]]:

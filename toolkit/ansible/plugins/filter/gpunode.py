@@ -1,4 +1,4 @@
-"""Filters for gpunode's roles: parsing apt and dpkg output with ``toolkit.ansible.nodefacts``.
+"""Filters for gpunode's roles: apt and dpkg output (``toolkit.facts``), pins (``toolkit.aptpins``).
 
 Filters run on the controller, so the parsing lives (and is tested) in the toolkit.
 """
@@ -8,17 +8,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from toolkit.ansible.nodefacts import (
-    family_changes,
-    missing_pins,
+from toolkit.aptpins import family_changes, missing_pins, pick_versions
+from toolkit.facts.dpkg import (
     parse_dpkg_held,
     parse_dpkg_query,
     parse_holds,
     parse_madison,
     parse_rdepends,
-    persistence_exec_start,
-    pick_versions,
 )
+from toolkit.facts.systemd import persistence_exec_start
 from toolkit.stack.aptindex import key_fingerprints
 
 
