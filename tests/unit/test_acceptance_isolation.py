@@ -13,8 +13,9 @@ import pytest
 from network_model import Network
 
 from toolkit.acceptance.isolation import AdaptivePlan, Probe, SetResult, screening_groups
-from toolkit.acceptance.multinode import ADAPTIVE_FROM, run_multi_node
+from toolkit.acceptance.multinode import ADAPTIVE_FROM, MultiNodeReport, run_multi_node
 from toolkit.acceptance.thresholds import BusbwFloor
+from toolkit.report import render_html
 
 FLOORS = [BusbwFloor(size="16MiB", min_busbw_gbps=0.04)]
 SLOW = 0.0125  # GB/s: below the floor of 0.04
@@ -241,3 +242,25 @@ def test_the_stage_chooses_its_plan_by_the_number_of_nodes() -> None:
     assert run_multi_node(small, FLOORS, network(small)).plan == "pairs"
     large = NODES[:ADAPTIVE_FROM]
     assert run_multi_node(large, FLOORS, network(large)).plan == "adaptive"
+
+
+def test_reports_of_several_groups_merge_into_one() -> None:
+    small = NODES[:4]
+    pairs = run_multi_node(small, FLOORS, network(small, ["n01"]))
+    adaptive = run_multi_node(NODES, FLOORS, network(NODES, ["n40"], links={("n16", "n23"): SLOW}))
+    merged = MultiNodeReport.merged([pairs, adaptive])
+    assert merged.plan == "pairs+adaptive" and merged.ring is None
+    assert merged.tests == pairs.tests + adaptive.tests
+    assert merged.rounds == (pairs.rounds or 0) + (adaptive.rounds or 0)
+    assert set(merged.blame) == {"n01", "n40"} and list(merged.links) == [("n16", "n23")]
+    assert pairs.to_dict()["plan"] == "pairs" and pairs.rounds == pairs.tests
+
+
+def test_the_report_shows_the_rounds_the_bad_link_and_the_transient_set() -> None:
+    net = network(NODES, links={("n16", "n23"): SLOW}, flaky={"n50": 1})
+    report = run_multi_node(NODES, FLOORS, net)
+    html = render_html({"run_id": "r1", "nodes": [], "multinode": report.to_dict()})
+    assert f"plan: adaptive, {report.tests} sets in {report.rounds} rounds" in html
+    assert "<td>1</td><td>screen</td><td>n00 + n01" in html
+    assert "bad link n16 - n23 (neither node blamed): busbw 0.013 GB/s" in html
+    assert "failed once, passed when run again (nobody blamed): n48 + n49 + n50" in html

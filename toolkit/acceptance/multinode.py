@@ -108,6 +108,25 @@ class MultiNodeReport:
     transient: list[tuple[str, ...]] = field(default_factory=list)
     unresolved: list[tuple[str, ...]] = field(default_factory=list)
 
+    @classmethod
+    def merged(cls, reports: Sequence[MultiNodeReport]) -> MultiNodeReport:
+        """The reports of several groups as one (the groups run one after another): each
+        ring among the sets, rounds added up, plans named."""
+        out = cls(None, [], [], {}, plan="+".join(dict.fromkeys(r.plan for r in reports)))
+        out.rounds = sum(r.rounds or 0 for r in reports)
+        for report in reports:
+            if report.ring is not None:
+                out.pairs.append(report.ring)
+            out.pairs.extend(report.pairs)
+            out.repairs.extend(report.repairs)
+            for host, checks in report.blame.items():
+                out.blame.setdefault(host, []).extend(checks)
+            out.passed.update(report.passed)
+            out.links.update(report.links)
+            out.transient.extend(report.transient)
+            out.unresolved.extend(report.unresolved)
+        return out
+
     @property
     def tests(self) -> int:
         """The sets run."""
