@@ -1,7 +1,9 @@
-"""Multi-node planning and blame: the slow node is found, healthy nodes are never blamed.
+"""Multi-node planning and blame (the pairs plan): the slow node is found, healthy nodes are
+never blamed.
 
 The all-reduce runs themselves happen in the lab (tests/integration/test_04_accept.py); here
-``run_set`` stands in for the network with a model of per-node link speed.
+``run_set`` stands in for the network with a model of per-node link speed
+(tests/network_model.py).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from network_model import Network
 
 from toolkit.acceptance.multinode import pairs, run_multi_node
 from toolkit.acceptance.thresholds import BusbwFloor
@@ -17,49 +20,6 @@ from toolkit.report import render_html
 from toolkit.report.html import FLOOR_COLOUR
 
 FLOORS = [BusbwFloor(size="16MiB", min_busbw_gbps=0.04)]
-SIZE = 16 << 20
-
-
-class Network:
-    """Each node sends at its own speed (GB/s); a ring goes at its slowest sender's speed."""
-
-    def __init__(
-        self,
-        speeds: dict[str, float],
-        corrupt: set[str] | None = None,
-        loop: dict[str, float] | None = None,
-    ) -> None:
-        self.speeds = speeds
-        self.corrupt = corrupt or set()
-        # The training loop's efficiency per node (default: its link speed, at most 0.9): one
-        # rank per node, so a point of k ranks goes at the slowest of the first k nodes.
-        self.loop = loop or {h: min(0.9, s) for h, s in speeds.items()}
-        self.calls: list[tuple[tuple[str, ...], bool]] = []
-
-    def __call__(self, hosts: Sequence[str], p2p: bool) -> dict[str, Any]:
-        self.calls.append((tuple(hosts), p2p))
-        slowest = min(self.speeds[h] for h in hosts)
-        wrong = 5 if self.corrupt & set(hosts) else 0
-        section: dict[str, Any] = {
-            "engine": "torch-gloo",
-            "error": None,
-            "rows": [
-                {"size_bytes": SIZE, "busbw_gbps": slowest, "wrong": wrong, "correct": wrong == 0}
-            ],
-            "p2p_gbps": None,
-            "train": {"error": None, "scaling": {"points": self.points(hosts)}},
-        }
-        if p2p and len(hosts) == 2:
-            section["p2p_gbps"] = {"0->1": self.speeds[hosts[0]], "1->0": self.speeds[hosts[1]]}
-        return section
-
-    def points(self, hosts: Sequence[str]) -> list[dict[str, Any]]:
-        points = []
-        for k in range(1, len(hosts) + 1):
-            efficiency = min(self.loop[h] for h in hosts[:k]) if k > 1 else 1.0
-            rate = 100.0 * k * efficiency
-            points.append({"ranks": k, "nodes": k, "efficiency": efficiency, "samples_per_s": rate})
-        return points
 
 
 @pytest.mark.parametrize(

@@ -384,12 +384,18 @@ def _training_section(summary: dict[str, Any]) -> list[str]:
 
 
 def _multinode_section(multinode: dict[str, Any]) -> list[str]:
-    """Every set of nodes tested together (ring, pairs, re-pairs): its outcome, the scaling
-    of the training loop across its nodes, and that scaling as a curve."""
+    """Every set of nodes tested together (ring, pairs, re-pairs; or the adaptive plan's
+    screens, bisections and confirmations by round): its outcome, the scaling of the training
+    loop across its nodes, and that scaling as a curve; then the bad links and the sets that
+    failed only once."""
     sets = ([multinode["ring"]] if multinode.get("ring") else []) + multinode.get("pairs", [])
     sets += multinode.get("repairs", [])
+    if multinode.get("plan") == "adaptive":
+        sets.sort(key=lambda item: item.get("round") or 0)
     out = [
-        "<h2>Multi-node</h2><table><tr><th>set</th><th>ok</th>"
+        f"<h2>Multi-node</h2><p>plan: {escape(str(multinode.get('plan') or 'pairs'))}, "
+        f"{len(sets)} sets in {escape(str(multinode.get('rounds') or len(sets)))} rounds</p>"
+        "<table><tr><th>round</th><th>stage</th><th>set</th><th>ok</th>"
         "<th>scaling across nodes</th><th>error</th></tr>"
     ]
     figures = []
@@ -399,7 +405,9 @@ def _multinode_section(multinode: dict[str, Any]) -> list[str]:
             (c for c in item.get("checks") or [] if c["name"] == "multinode.scaling"), {}
         )
         out.append(
-            f"<tr><td>{escape(hosts)}</td><td>{item['ok']}</td>"
+            f"<tr><td>{escape(str(item.get('round') or '-'))}</td>"
+            f"<td>{escape(str(item.get('stage') or '-'))}</td>"
+            f"<td>{escape(hosts)}</td><td>{item['ok']}</td>"
             f"<td>{escape(str(scaling.get('message') or '-'))}</td>"
             f"<td>{escape(str(item.get('error') or ''))}</td></tr>"
         )
@@ -410,6 +418,22 @@ def _multinode_section(multinode: dict[str, Any]) -> list[str]:
                 "</figure>"
             )
     out.append("</table>")
+    for link in multinode.get("links") or []:
+        reasons = "; ".join(str(c["message"]) for c in link.get("checks") or [])
+        out.append(
+            f"<p class='not-ready'>bad link {escape(' - '.join(link['hosts']))} (neither node "
+            f"blamed): {escape(reasons)}</p>"
+        )
+    for members in multinode.get("transient") or []:
+        out.append(
+            f"<p>failed once, passed when run again (nobody blamed): "
+            f"{escape(' + '.join(members))}</p>"
+        )
+    for members in multinode.get("unresolved") or []:
+        out.append(
+            f"<p class='not-ready'>failed twice, but no pair of its nodes fails: "
+            f"{escape(' + '.join(members))}</p>"
+        )
     if figures:
         out.append(f"<div class='plots'>{''.join(figures)}</div>")
     return out
