@@ -43,10 +43,14 @@ def test_the_zipapp_holds_every_module_of_the_runner_at_its_own_path() -> None:
         assert files[module] == (folder / Path(module).name).read_bytes()
     # The parent packages are empty: their real __init__ files are not the runner's.
     assert files["toolkit/__init__.py"] == files["toolkit/acceptance/__init__.py"] == b""
-    assert set(files) == modules | {
+    # With it, the facts' parsers it shares with the control machine (one owner each).
+    shipped = {name.replace(".", "/") + ".py" for name in payload.SHIPPED_MODULES}
+    assert "toolkit/facts/dpkg.py" in shipped and files["toolkit/facts/__init__.py"] == b""
+    assert set(files) == modules | shipped | {
         "__main__.py",
         "toolkit/__init__.py",
         "toolkit/acceptance/__init__.py",
+        "toolkit/facts/__init__.py",
     }
 
 

@@ -37,6 +37,7 @@ from toolkit.acceptance.thresholds import (
 )
 from toolkit.acceptance.verdict import Check, NodeExpectation, Verdict, judge, normalise_allreduce
 from toolkit.errors import AcceptanceError, ConfigError, RemoteError
+from toolkit.facts import probe, system
 from toolkit.inventory import Host, Inventory, load_inventory, name_path
 from toolkit.progress import Progress
 from toolkit.remote import Node, open_node, parallel
@@ -44,6 +45,7 @@ from toolkit.report import write_reports
 from toolkit.report.prometheus import TEXTFILE_PATH, render_textfile
 from toolkit.stack.check import security_report
 from toolkit.stack.models import Stack
+from toolkit.stack.systems import UnsupportedOS, os_id
 
 ENGINES = ("image", "host")
 REMOTE_DIR = "/opt/gpunode/accept"
@@ -458,13 +460,13 @@ def _stage_node(plan: NodePlan, opts: AcceptOptions, progress: Progress) -> None
     try:
         plan.node = open_node(plan.host)
         node = plan.node
-        facts = node.run(
-            "cat /etc/os-release; echo GPUNODE_ADDR=$(hostname -I 2>/dev/null | cut -d' ' -f1)",
-            check=True,
-            timeout=60,
-        ).stdout
-        plan.os_id = _os_id(facts)
-        plan.address = _rendezvous_address(plan.host, facts)
+        facts = probe.by_name(
+            node.run(
+                probe.script([system.OS_RELEASE, system.ADDRESS]), check=True, timeout=60
+            ).stdout
+        )
+        plan.os_id = _os_id(system.OS_RELEASE.read(facts) or "")
+        plan.address = _rendezvous_address(plan.host, system.ADDRESS.read(facts))
         plan.expect = _expectation(plan)
         node.run(f"mkdir -p {REMOTE_DIR} /etc/gpunode", check=True, timeout=60)
         node.put_text(payload.runner_zipapp(), f"{REMOTE_DIR}/{payload.ARCHIVE}", 0o755)
@@ -499,10 +501,8 @@ def _stage_node(plan: NodePlan, opts: AcceptOptions, progress: Progress) -> None
 
 
 def _os_id(os_release: str) -> str | None:
-    from toolkit.ansible.nodefacts import DISTRIBUTIONS, UnsupportedOS, os_id, parse_os_release
-
-    values = parse_os_release(os_release)
-    dist = DISTRIBUTIONS.get(values.get("ID", "").lower())
+    values = system.parse_os_release(os_release)
+    dist = system.DISTRIBUTIONS.get(values.get("ID", "").lower())
     if dist is None:
         return None
     try:
@@ -511,25 +511,19 @@ def _os_id(os_release: str) -> str | None:
         return None
 
 
-def _rendezvous_address(host: Host, facts: str) -> str:
+def _rendezvous_address(host: Host, own: str | None) -> str:
     """The address other nodes reach this one at (the master of a multi-node set).
 
     ``gpunode_accept_address`` wins; else the inventory's address, unless it is a loopback
-    (an SSH port forward), in which case the node's first own address is the best guess.
+    (an SSH port forward), in which case the node's first own address (``own``, the facts'
+    ``address``) is the best guess.
     """
     explicit = host.vars.get("gpunode_accept_address")
     if explicit:
         return str(explicit)
     if host.address not in ("127.0.0.1", "::1", "localhost"):
         return host.address
-    return _addr(facts) or host.address
-
-
-def _addr(facts: str) -> str | None:
-    for line in facts.splitlines():
-        if line.startswith("GPUNODE_ADDR="):
-            return line.split("=", 1)[1].strip() or None
-    return None
+    return own or host.address
 
 
 def _ensure_torch(plan: NodePlan, progress: Progress) -> str:

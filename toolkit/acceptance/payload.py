@@ -32,7 +32,12 @@ __all__ = ["ARCHIVE", "SHIPPED_MODULES", "pip_zip", "runner_files", "runner_zipa
 
 # The runner's package (every module in it) and the single modules shipped with it.
 RUNNER_PACKAGE = "toolkit.acceptance.node_runner"
-SHIPPED_MODULES: tuple[str, ...] = ()
+# The facts' parsers of packages and of the loaded driver, as the control machine reads them.
+SHIPPED_MODULES: tuple[str, ...] = (
+    "toolkit.facts.dpkg",
+    "toolkit.facts.nvidia",
+    "toolkit.facts.probe",
+)
 # What the zipapp runs: the package's own command line.
 ZIPAPP_MAIN = (
     f'"""Runs {RUNNER_PACKAGE} (built by toolkit.acceptance.payload)."""\n'

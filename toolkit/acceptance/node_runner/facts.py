@@ -16,6 +16,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from toolkit.facts import dpkg, nvidia
+
 from .common import parse_smi_csv, sh, smi_int
 
 DEFAULT_KERNEL_LOG_COMMAND = "journalctl -k -b -o short-monotonic --no-pager"
@@ -100,12 +102,6 @@ NET_DIR = "/sys/class/net"
 
 
 ARPHRD_LOOPBACK = "772"  # /sys/class/net/<if>/type of a loopback (linux/if_arp.h)
-
-
-PROC_VERSION_RE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(?P<v>\d+\.\d+(?:\.\d+)?)")
-
-
-NVML_LIB_RE = re.compile(r"NVML library version:\s*(?P<v>[\d.]+)")
 
 
 def parse_smi_q(text: str) -> dict[str, dict[str, Any]]:
@@ -290,32 +286,19 @@ def query_versions(smi: str | None, packages: list[str]) -> dict[str, Any]:
     }
     if smi:
         rc, stdout, stderr = sh([smi, "--query-gpu=driver_version", "--format=csv,noheader"])
-        text = (stdout + stderr).strip()
-        if rc == 0:
-            values = {v.strip() for v in stdout.splitlines() if v.strip()}
-            out["driver_loaded"] = sorted(values)[0] if len(values) == 1 else sorted(values)
-        else:
-            out["nvml_error"] = text or f"nvidia-smi exited {rc}"
-            m = NVML_LIB_RE.search(text)
-            if m:
-                out["nvml_library"] = m.group("v")
-    try:
-        with open("/proc/driver/nvidia/version", encoding="utf-8") as handle:
-            m = PROC_VERSION_RE.search(handle.read())
-            out["driver_proc"] = m.group("v") if m else None
-    except OSError:
-        pass
+        loaded = nvidia.parse_nvidia_smi_driver(stdout, stderr, rc)
+        out["driver_loaded"] = loaded.version
+        if rc != 0:
+            out["nvml_error"] = (stdout + stderr).strip() or f"nvidia-smi exited {rc}"
+            out["nvml_library"] = loaded.library_version
+        elif loaded.version is None:
+            out["nvml_error"] = loaded.detail  # no GPU, or GPUs on different drivers
+    proc = read_text("/proc/driver/nvidia/version")
+    if proc is not None:
+        out["driver_proc"] = nvidia.parse_proc_driver_version(proc)[0]
     if packages:
-        rc, stdout, _ = sh(
-            ["dpkg-query", "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n", *packages]
-        )
-        installed = {}
-        for line in stdout.splitlines():
-            parts = line.split("\t")
-            # Status-Abbrev: desired action (i install, h hold, ...) then the status; only
-            # the status says whether it is installed ("ii" and, for held packages, "hi").
-            if len(parts) == 3 and parts[2][1:2] == "i":
-                installed[parts[0]] = parts[1]
+        _rc, stdout, _ = sh(["dpkg-query", "-W", f"-f={dpkg.DPKG_FORMAT}", *packages])
+        installed = dpkg.parse_dpkg_query(stdout)
         out["packages"] = {name: installed.get(name) for name in packages}
     return out
 
