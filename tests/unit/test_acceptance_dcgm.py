@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from test_properties import configured
 
 from toolkit.acceptance import dcgm, node_runner
+from toolkit.acceptance.check import NodeExpectation
 from toolkit.acceptance.dcgm import DcgmDiagSpec, DcgmUnreadable, parse_diag
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective
-from toolkit.acceptance.verdict import NodeExpectation, judge
+from toolkit.acceptance.verdict import judge
 from toolkit.lab import paths
 from toolkit.lab.hardware import NodeHardware
 

@@ -25,8 +25,9 @@ from test_properties import configured
 from toolkit.acceptance import nccllog, node_runner
 from toolkit.acceptance.multinode import run_multi_node
 from toolkit.acceptance.nccltests import parse_text
+from toolkit.acceptance.perf_checks import transport_checks
 from toolkit.acceptance.thresholds import AcceptanceSpec, shipped_profile
-from toolkit.acceptance.verdict import judge, transport_checks
+from toolkit.acceptance.verdict import judge
 from toolkit.report import render_html, render_junit
 
 REAL = Path(__file__).parents[1] / "data" / "real"

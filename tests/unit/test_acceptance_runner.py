@@ -17,10 +17,11 @@ import pytest
 from shared_fixtures import torch_python
 
 from toolkit.acceptance import node_runner as nr
+from toolkit.acceptance.check import NodeExpectation
 from toolkit.acceptance.thresholds import AcceptanceSpec, shipped_profile
 from toolkit.acceptance.topology import judge as judge_topology
 from toolkit.acceptance.topology import read_section
-from toolkit.acceptance.verdict import NodeExpectation, judge
+from toolkit.acceptance.verdict import judge
 
 RUNNER = Path(nr.__file__)
 STANDIN = Path(__file__).resolve().parents[2] / "toolkit" / "lab" / "standins" / "nvidia_smi.py"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from toolkit.acceptance import verdict
+from toolkit.acceptance import train_checks
 from toolkit.acceptance.nccltests import parse
 from toolkit.acceptance.thresholds import (
     MEASURED_FLOORS,
@@ -198,7 +198,7 @@ def test_real_profiles_leave_the_training_loops_util_and_wait_unjudged() -> None
     }
     for name in REAL:
         spec = shipped_profile(name).acceptance
-        names = {c.name for c in verdict._loop_checks(section["train"], spec)}
+        names = {c.name for c in train_checks._loop_checks(section["train"], spec)}
         assert not names & {"train.data_wait", "train.gpu_util"}
 
 

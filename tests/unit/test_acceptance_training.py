@@ -19,8 +19,9 @@ import pytest
 from shared_fixtures import TRAINING_CHECKS, healthy_training, torch_python
 
 from toolkit.acceptance import node_runner as nr
+from toolkit.acceptance.check import Check
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective
-from toolkit.acceptance.verdict import Check, training_checks
+from toolkit.acceptance.train_checks import training_checks
 from toolkit.config import validate
 from toolkit.errors import ConfigError
 

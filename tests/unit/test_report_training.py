@@ -15,7 +15,7 @@ from shared_fixtures import healthy_training
 from toolkit.acceptance import node_runner as nr
 from toolkit.acceptance.orchestrate import training_summary
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective
-from toolkit.acceptance.verdict import training_checks
+from toolkit.acceptance.train_checks import training_checks
 from toolkit.report import render_html, render_junit, write_reports
 from toolkit.report.html import render_latency_svg, render_scaling_svg
 
