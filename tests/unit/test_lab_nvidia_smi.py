@@ -17,7 +17,7 @@ import pytest
 
 from toolkit.acceptance.thresholds import shipped_profile
 from toolkit.acceptance.topology import judge, parse_topo
-from toolkit.lab import catalog
+from toolkit.lab import package_spec
 from toolkit.lab.hardware import GPU_MODELS, NodeHardware
 
 V550 = "550.127.05"
@@ -35,7 +35,7 @@ class Node:
 
     def install(self, version: str, cuda: str) -> None:
         nvml = ".".join(version.split(".")[:2])
-        script = catalog.render(
+        script = package_spec.render(
             "nvidia_smi.py", version=version, cuda_version=cuda, nvml_version=nvml
         )
         self.smi = self.root / "usr/bin/nvidia-smi"
@@ -484,7 +484,7 @@ def test_compute_apps_query_prints_the_header_only(node: Node) -> None:
 
 
 def test_unrendered_script_refuses_to_run(tmp_path: Path) -> None:
-    raw = Path(catalog.STANDINS / "nvidia_smi.py")
+    raw = Path(package_spec.STANDINS / "nvidia_smi.py")
     done = subprocess.run(
         [sys.executable, str(raw), "-L"], capture_output=True, text=True, check=False
     )
