@@ -18,10 +18,11 @@ from shared_fixtures import torch_python
 
 from toolkit.acceptance import node_runner as nr
 from toolkit.acceptance.check import NodeExpectation
-from toolkit.acceptance.thresholds import AcceptanceSpec, shipped_profile
+from toolkit.acceptance.thresholds import AcceptanceSpec
 from toolkit.acceptance.topology import judge as judge_topology
 from toolkit.acceptance.topology import read_section
 from toolkit.acceptance.verdict import judge
+from toolkit.lab.inventory import lab_profile
 
 RUNNER = Path(nr.__file__)
 STANDIN = Path(__file__).resolve().parents[2] / "toolkit" / "lab" / "standins" / "nvidia_smi.py"
@@ -378,7 +379,7 @@ def test_topology_is_shipped_raw_and_judged_by_the_controller(
 ) -> None:
     section = nr.query_topology(lab_env(faults))
     assert section["error"] is None and section["raw_output"].startswith("\tGPU0\tGPU1")
-    rules = shipped_profile("lab").acceptance.topology
+    rules = lab_profile().acceptance.topology
     topo, error = read_section(section)
     assert topo is not None and rules is not None, error
     findings = {f.rule: f for f in judge_topology(topo, rules)}

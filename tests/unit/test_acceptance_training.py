@@ -20,13 +20,14 @@ from shared_fixtures import TRAINING_CHECKS, healthy_training, torch_python
 
 from toolkit.acceptance import node_runner as nr
 from toolkit.acceptance.check import Check
-from toolkit.acceptance.thresholds import AcceptanceSpec, effective
+from toolkit.acceptance.thresholds import AcceptanceSpec
 from toolkit.acceptance.train_checks import training_checks
 from toolkit.config import validate
 from toolkit.errors import ConfigError
+from toolkit.lab.inventory import lab_profile
 
 RUNNER = Path(nr.__file__)
-LAB = effective(AcceptanceSpec(profile="lab"))
+LAB = lab_profile().acceptance
 
 
 @pytest.mark.parametrize(
@@ -277,6 +278,7 @@ def test_bad_training_settings_are_refused_naming_key_and_rule(
 
 def test_every_real_profile_sets_the_training_floors_with_sources() -> None:
     from toolkit.acceptance.thresholds import shipped_profile
+    from toolkit.lab.inventory import lab_profile
 
     for name in ("h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "l40s-pcie"):
         profile = shipped_profile(name)
@@ -286,7 +288,7 @@ def test_every_real_profile_sets_the_training_floors_with_sources() -> None:
         # real-hardware-748e562, N6b): shown, not judged, until the loop is redesigned.
         assert spec.max_data_wait_share is None and spec.min_gpu_util_pct is None
         assert any("MLPerf Storage" in s for s in profile.sources)
-    lab = shipped_profile("lab")
+    lab = lab_profile()
     assert lab.acceptance.min_gpu_util_pct is None  # CPU ranks: nothing to sample
     assert any("slow-data" in s for s in lab.sources)
 
