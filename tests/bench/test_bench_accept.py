@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from shared_fixtures import torch_python
 
 SIZES = [1 << 16, 1 << 20, 1 << 22, 1 << 24]
@@ -156,10 +155,6 @@ def test_bench_time_to_verdict(tmp_path: Path) -> None:
         lab_core.up(spec, inventory_dir=tmp_path / "lab")
         inventory = tmp_path / "inventory"
         shutil.copytree(tmp_path / "lab", inventory)
-        for path in inventory.rglob("hardware.yml"):
-            data = yaml.safe_load(path.read_text())
-            data["hardware"].setdefault("acceptance", {"profile": "lab"})
-            path.write_text(yaml.safe_dump(data, sort_keys=False))
         hosts = [h.name for h in load_inventory(inventory).hosts_for(None)]
         # No data disks here: a plain /data folder, so the data checks run as on a real node.
         for node in lab_core.require(LAB_NAME).nodes:

@@ -58,7 +58,7 @@ def provider_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
 def lab_inventory(
     tmp_path_factory: pytest.TempPathFactory, provider_keys: tuple[Path, Path]
 ) -> Iterator[tuple[Path, list[str]]]:
-    """A copy of the lab's inventory using the shipped `lab` acceptance profile, and 2 nodes;
+    """A copy of the lab's inventory with the acceptance floors the lab writes, and 2 nodes;
     the provider's key signs certificates through the inventory (`gpunode_sign_key`)."""
     from toolkit.lab import lab as lab_core
 
@@ -67,11 +67,6 @@ def lab_inventory(
     source = state.inventory_dir or lab_core.default_inventory_dir(LAB)
     target = tmp_path_factory.mktemp("accept") / "inventory"
     shutil.copytree(source, target)
-    # Until the lab writes it itself: every hardware profile uses the shipped lab floors.
-    for path in target.rglob("hardware.yml"):
-        data = yaml.safe_load(path.read_text())
-        data["hardware"].setdefault("acceptance", {"profile": "lab"})
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
     (target / "group_vars" / "all" / "sign.yml").write_text(
         yaml.safe_dump({cert.SIGN_KEY_VAR: str(provider_keys[0])})
     )

@@ -257,10 +257,6 @@ def test_accept_in_the_image_and_a_broken_runtime_is_not_ready(
     lab: Any, training_image: Any, tmp_path: Path
 ) -> None:
     inventory = _inventory_copy(lab, tmp_path)
-    for path in inventory.rglob("hardware.yml"):
-        data = yaml.safe_load(path.read_text())
-        data["hardware"].setdefault("acceptance", {"profile": "lab"})
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
     names = [h.name for h in _hosts(lab)]
     lab.ssh(2, "systemctl stop docker.socket docker.service")
     try:

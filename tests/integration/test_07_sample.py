@@ -5,8 +5,8 @@ temporary directory and makes exactly the edits a site must make (``SITE_EDITS``
 README's "Making the sample yours" lists the same keys, tests/unit/test_sample_edits.py
 keeps the two equal), taking every value from the lab's own inventory, as a site takes them
 from its servers. Everything else stays as shipped: the stack pins (the lab repository
-carries them: toolkit/lab/catalog.py), the GPU model and count, the topology rules, the data
-disks' file system and mount point.
+carries them: toolkit/lab/catalog.py, driver_packages.py), the GPU model and count, the
+topology rules, the data disks' file system and mount point.
 
 What the lab cannot be is listed apart (``LAB_ONLY``), with why: the lab's environment
 variables (nodes share the host's kernel, run no udev and are unprivileged containers), the

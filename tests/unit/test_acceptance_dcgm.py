@@ -17,12 +17,14 @@ from hypothesis import strategies as st
 from test_properties import configured
 
 from toolkit.acceptance import dcgm
+from toolkit.acceptance.check import NodeExpectation
 from toolkit.acceptance.dcgm import DcgmDiagSpec, DcgmUnreadable, parse_diag
 from toolkit.acceptance.node_runner.facts import query_dcgm
-from toolkit.acceptance.thresholds import AcceptanceSpec, effective
-from toolkit.acceptance.verdict import NodeExpectation, judge
+from toolkit.acceptance.thresholds import AcceptanceSpec
+from toolkit.acceptance.verdict import judge
 from toolkit.lab import paths
 from toolkit.lab.hardware import NodeHardware
+from toolkit.lab.inventory import lab_profile
 
 REAL = Path(__file__).parents[1] / "data" / "real" / "dcgm"
 STANDIN = Path(dcgm.__file__).parents[1] / "lab" / "standins" / "dcgmi.py"
@@ -234,8 +236,8 @@ def test_any_text_gives_a_result_or_a_named_refusal(text: str) -> None:
 
 def spec_with(rule: DcgmDiagSpec | None) -> AcceptanceSpec:
     if rule is None:
-        return effective(AcceptanceSpec(profile="lab"))
-    return effective(AcceptanceSpec(profile="lab", dcgm_diag=rule))
+        return lab_profile().acceptance
+    return lab_profile().acceptance.model_copy(update={"dcgm_diag": rule})
 
 
 def dcgm_checks(section: dict[str, Any] | None, rule: DcgmDiagSpec | None) -> list[Any]:

@@ -31,8 +31,10 @@ from toolkit.acceptance.node_runner.collective import (
     nccl_debug_env,
     run_nccl_tests,
 )
+from toolkit.acceptance.perf_checks import transport_checks
 from toolkit.acceptance.thresholds import AcceptanceSpec, shipped_profile
-from toolkit.acceptance.verdict import judge, transport_checks
+from toolkit.acceptance.verdict import judge
+from toolkit.lab.inventory import lab_profile
 from toolkit.report import render_html, render_junit
 
 REAL = Path(__file__).parents[1] / "data" / "real"
@@ -189,7 +191,7 @@ def test_shipped_h100_and_h200_profiles_require_gpudirect_rdma_and_the_lab_does_
     assert H100 is not None and H100.gpudirect_rdma == "required" and H100.nvls == "required"
     h200 = shipped_profile("h200-sxm-8").acceptance.transport
     assert h200 is not None and h200.gpudirect_rdma == "required"
-    assert shipped_profile("lab").acceptance.transport is None
+    assert lab_profile().acceptance.transport is None
 
 
 @pytest.mark.parametrize("name", ["socket-fallback-nccl-1232.log", "socket-lo-nccl-1053.log"])

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from shared_fixtures import torch_python
 
+from toolkit.acceptance.check import NodeExpectation
 from toolkit.acceptance.node_runner.collective import busbw_factor, free_port, pattern_value
 from toolkit.acceptance.node_runner.common import parse_smi_csv, smi_int, smi_value
 from toolkit.acceptance.node_runner.facts import (
@@ -33,10 +34,11 @@ from toolkit.acceptance.node_runner.facts import (
 from toolkit.acceptance.node_runner.gpu import link_under_load
 from toolkit.acceptance.node_runner.storage import data_throughput
 from toolkit.acceptance.node_runner.train import prepare_loop
-from toolkit.acceptance.thresholds import AcceptanceSpec, shipped_profile
+from toolkit.acceptance.thresholds import AcceptanceSpec
 from toolkit.acceptance.topology import judge as judge_topology
 from toolkit.acceptance.topology import read_section
-from toolkit.acceptance.verdict import NodeExpectation, judge
+from toolkit.acceptance.verdict import judge
+from toolkit.lab.inventory import lab_profile
 
 STANDIN = Path(__file__).resolve().parents[2] / "toolkit" / "lab" / "standins" / "nvidia_smi.py"
 
@@ -392,7 +394,7 @@ def test_topology_is_shipped_raw_and_judged_by_the_controller(
 ) -> None:
     section = query_topology(lab_env(faults))
     assert section["error"] is None and section["raw_output"].startswith("\tGPU0\tGPU1")
-    rules = shipped_profile("lab").acceptance.topology
+    rules = lab_profile().acceptance.topology
     topo, error = read_section(section)
     assert topo is not None and rules is not None, error
     findings = {f.rule: f for f in judge_topology(topo, rules)}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from toolkit.acceptance import verdict
+from toolkit.acceptance import train_checks
 from toolkit.acceptance.nccltests import parse
 from toolkit.acceptance.thresholds import (
     MEASURED_FLOORS,
@@ -26,6 +26,7 @@ from toolkit.acceptance.thresholds import (
 )
 from toolkit.config import validate
 from toolkit.errors import ConfigError
+from toolkit.lab.inventory import lab_profile
 
 REAL = ("h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "l40s-pcie")
 
@@ -176,7 +177,7 @@ def test_one_factor_per_floor_for_every_gpu_profile() -> None:
     assert all(getattr(factors, key).source for key in MEASURED_FLOORS)
     for name in REAL:
         assert shipped_profile(name).floor_factors == {}
-    lab = shipped_profile("lab")
+    lab = lab_profile()
     assert set(lab.floor_factors) == {"min_busbw_gbps"}
     assert [f.min_busbw_gbps for f in lab.acceptance.allreduce] == [pytest.approx(0.047)]
     # Above what the slow-net fault's 100 mbit link can carry (0.0125 GB/s).
@@ -200,7 +201,7 @@ def test_real_profiles_judge_the_emulated_loops_wait_and_leave_util_unjudged() -
     }
     for name in REAL:
         spec = shipped_profile(name).acceptance
-        checks = {c.name: c for c in verdict._loop_checks(section["train"], spec)}
+        checks = {c.name: c for c in train_checks._loop_checks(section["train"], spec)}
         assert "train.gpu_util" not in checks
         if spec.train_compute_s is None:
             assert "train.data_wait" not in checks
@@ -448,7 +449,9 @@ def test_the_profiles_file_names_no_datasheet_peak_as_measured() -> None:
 
 
 def test_expected_profiles_are_shipped() -> None:
-    assert {"h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "l40s-pcie", "lab"} <= set(shipped_profiles())
+    assert {"h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "l40s-pcie"} <= set(shipped_profiles())
+    # The lab's floors are the lab's (toolkit/lab/acceptance.yml), not a product profile.
+    assert "lab" not in shipped_profiles()
 
 
 def test_effective_merges_own_keys_over_the_profile() -> None:
@@ -490,5 +493,5 @@ def test_sweep_without_floors_ends_at_64mib() -> None:
 
 
 def test_lab_multi_node_sweep_uses_its_own_floors() -> None:
-    spec = effective(AcceptanceSpec(profile="lab"))
+    spec = lab_profile().acceptance
     assert 16 << 20 in sweep_sizes(spec, multi_node=True)

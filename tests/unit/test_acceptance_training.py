@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 from shared_fixtures import TRAINING_CHECKS, healthy_training, torch_python
 
+from toolkit.acceptance import node_runner as nr
+from toolkit.acceptance.check import Check
 from toolkit.acceptance.node_runner.storage import (
     latency_histogram,
     make_dataset,
@@ -27,11 +29,13 @@ from toolkit.acceptance.node_runner.storage import (
 )
 from toolkit.acceptance.node_runner.train import sample_utilisation, scaling_points
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective
-from toolkit.acceptance.verdict import Check, training_checks
+from toolkit.acceptance.train_checks import training_checks
 from toolkit.config import validate
 from toolkit.errors import ConfigError
+from toolkit.lab.inventory import lab_profile
 
-LAB = effective(AcceptanceSpec(profile="lab"))
+RUNNER = Path(nr.__file__)
+LAB = lab_profile().acceptance
 
 
 @pytest.mark.parametrize(
@@ -282,6 +286,7 @@ def test_bad_training_settings_are_refused_naming_key_and_rule(
 
 def test_every_real_profile_sets_the_training_floors_with_sources() -> None:
     from toolkit.acceptance.thresholds import shipped_profile
+    from toolkit.lab.inventory import lab_profile
 
     for name in ("h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "l40s-pcie"):
         profile = shipped_profile(name)
@@ -295,7 +300,7 @@ def test_every_real_profile_sets_the_training_floors_with_sources() -> None:
         if spec.train_compute_s is not None:
             assert spec.max_data_wait_share == 0.10
             assert any("computation_time" in s for s in profile.sources)
-    lab = shipped_profile("lab")
+    lab = lab_profile()
     assert lab.acceptance.min_gpu_util_pct is None  # CPU ranks: nothing to sample
     assert any("slow-data" in s for s in lab.sources)
 
@@ -333,8 +338,11 @@ def test_the_gpu_step_is_sized_from_each_profiles_gemm_floor() -> None:
 
     print("\nprofile       emulated compute/step  GPU step (bf16 GEMMs)   floor TFLOP/s  at floor")
     for name in ("h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "l40s-pcie", "lab"):
-        spec = effective(AcceptanceSpec(profile=name))
-        assert shipped_profile(name) is not None
+        if name == "lab":
+            spec = LAB  # the lab's own floors (toolkit/lab/acceptance.yml)
+        else:
+            spec = effective(AcceptanceSpec(profile=name))
+            assert shipped_profile(name) is not None
         assert spec.train_compute_s == DLIO_RESNET50_S.get(name, 0.05 if name == "lab" else None)
         step = gpu_step(spec)
         if spec.min_gemm_tflops is None:

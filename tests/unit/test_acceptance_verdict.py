@@ -9,14 +9,11 @@ from typing import Any
 
 import pytest
 
+from toolkit.acceptance.check import NodeExpectation
+from toolkit.acceptance.health_checks import xid_window_start
+from toolkit.acceptance.perf_checks import allreduce_checks, normalise_allreduce
 from toolkit.acceptance.thresholds import AcceptanceSpec, critical_xids
-from toolkit.acceptance.verdict import (
-    NodeExpectation,
-    allreduce_checks,
-    judge,
-    normalise_allreduce,
-    xid_window_start,
-)
+from toolkit.acceptance.verdict import judge
 
 DATA = Path(__file__).parent / "data" / "nccl"
 BUS = ["00000000:18:00.0", "00000000:2A:00.0"]

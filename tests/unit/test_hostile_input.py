@@ -19,7 +19,7 @@ import yaml
 from shared_fixtures import run_cli
 
 from toolkit.acceptance.nccltests import MAX_LINE_BYTES, parse
-from toolkit.acceptance.verdict import allreduce_checks
+from toolkit.acceptance.perf_checks import allreduce_checks
 from toolkit.cli.output import emit_json
 from toolkit.config import MAX_YAML_DEPTH, load_yaml
 from toolkit.errors import ConfigError

@@ -311,3 +311,16 @@ def test_fault_topo_needs_two_gpus_on_one_numa_node() -> None:
     with pytest.raises(ConfigError, match="lab fault 'topo' needs two GPUs on one NUMA node"):
         NodeHardware.for_node("H100", 2, False, ["topo"])
     assert NodeHardware.for_node("H100", 3, False, ["topo"]).topo_sys_pair == (1, 2)
+
+
+@pytest.mark.parametrize("key", sorted(GPU_MODELS))
+def test_the_lab_takes_model_ids_and_memory_from_the_gpu_catalogue(key: str) -> None:
+    """One GPU catalogue: what the lab emulates of a board is the board gpus.yml lists."""
+    from toolkit.stack.catalog import gpu
+
+    emulated = GPU_MODELS[key]
+    (board,) = [b for b in gpu(key).boards if b.name == emulated.name]
+    assert emulated.memory_total_mib == board.memory_total_mib
+    assert emulated.pci_device_id == f"0x{board.pci_device_id.upper()}10DE"
+    hw = NodeHardware.for_node(key, 2, emulated.nvlinks > 0)
+    assert {g.memory_total_mib for g in hw.gpus} == {board.memory_total_mib}

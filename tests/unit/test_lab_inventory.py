@@ -174,3 +174,23 @@ def test_files_pass_the_projects_yamllint(repo_root: Path) -> None:
     for path, text in files.items():
         problems = [f"{p.line}:{p.column} {p.message}" for p in linter.run(text, config)]
         assert problems == [], f"{path}: {problems}"
+
+
+def test_the_lab_writes_its_own_floors_into_the_hardware_profile() -> None:
+    """The lab's floors (toolkit/lab/acceptance.yml) are the inventory's, as a site writes its
+    own: no product profile is named, and the floors in force are the lab's, sources kept."""
+    from toolkit.acceptance.thresholds import effective, shipped_profiles
+    from toolkit.lab.inventory import lab_profile
+
+    files = _render()
+    for path in ("group_vars/lab/hardware.yml", "host_vars/lab1-node-2/hardware.yml"):
+        data = files[path]
+        assert isinstance(data, dict)
+        profile = HardwareProfile.model_validate(data["hardware"])
+        assert profile.acceptance is not None and profile.acceptance.profile is None
+        in_force = effective(profile.acceptance)
+        assert in_force == lab_profile().acceptance
+        assert [f.min_busbw_gbps for f in in_force.allreduce] == [pytest.approx(0.047)]
+        assert all(f.source for f in in_force.allreduce + in_force.multi_node_allreduce)
+    assert "lab" not in shipped_profiles()
+    assert lab_profile().sources

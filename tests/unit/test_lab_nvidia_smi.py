@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.acceptance.thresholds import shipped_profile
 from toolkit.acceptance.topology import judge, parse_topo
-from toolkit.lab import catalog
+from toolkit.lab import package_spec
 from toolkit.lab.hardware import GPU_MODELS, NodeHardware
+from toolkit.lab.inventory import lab_profile
 
 V550 = "550.127.05"
 V550_UPGRADE = "550.144.03"
@@ -35,7 +35,7 @@ class Node:
 
     def install(self, version: str, cuda: str) -> None:
         nvml = ".".join(version.split(".")[:2])
-        script = catalog.render(
+        script = package_spec.render(
             "nvidia_smi.py", version=version, cuda_version=cuda, nvml_version=nvml
         )
         self.smi = self.root / "usr/bin/nvidia-smi"
@@ -289,7 +289,7 @@ def test_topology_reads_back_through_the_parser(
     expected = nv if nvswitch else "NODE"
     assert topo.link("GPU0", "GPU2") == expected
     assert topo.link("GPU0", "GPU4") == (nv if nvswitch else "SYS")
-    rules = shipped_profile("lab").acceptance.topology
+    rules = lab_profile().acceptance.topology
     assert rules is not None
     findings = {f.rule: f for f in judge(topo, rules)}
     assert findings["nic_gpu_link"].ok and findings["numa_balanced"].ok
@@ -484,7 +484,7 @@ def test_compute_apps_query_prints_the_header_only(node: Node) -> None:
 
 
 def test_unrendered_script_refuses_to_run(tmp_path: Path) -> None:
-    raw = Path(catalog.STANDINS / "nvidia_smi.py")
+    raw = Path(package_spec.STANDINS / "nvidia_smi.py")
     done = subprocess.run(
         [sys.executable, str(raw), "-L"], capture_output=True, text=True, check=False
     )

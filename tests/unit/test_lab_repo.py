@@ -21,7 +21,7 @@ import pytest
 from shared_fixtures import lab_driver_packages
 
 from toolkit.lab import catalog, repo
-from toolkit.lab.catalog import PackageSpec
+from toolkit.lab.package_spec import PackageSpec, render
 from toolkit.lab.repo import RepoInfo, build_repository
 from toolkit.stack.aptindex import clearsigned_text, paragraphs, read_index
 
@@ -272,7 +272,7 @@ def test_pinning_package_ships_an_apt_preferences_file() -> None:
 
 def test_render_refuses_unfilled_markers() -> None:
     with pytest.raises(ValueError, match="@CUDA_VERSION@"):
-        catalog.render("nvidia_smi.py", version="550.127.05", nvml_version="550.127")
+        render("nvidia_smi.py", version="550.127.05", nvml_version="550.127")
 
 
 def test_control_text_is_a_valid_stanza() -> None:

@@ -14,12 +14,12 @@ from shared_fixtures import healthy_training
 
 from toolkit.acceptance.node_runner.storage import LATENCY_BUCKETS_MS, latency_histogram
 from toolkit.acceptance.orchestrate import training_summary
-from toolkit.acceptance.thresholds import AcceptanceSpec, effective
-from toolkit.acceptance.verdict import training_checks
+from toolkit.acceptance.train_checks import training_checks
+from toolkit.lab.inventory import lab_profile
 from toolkit.report import render_html, render_junit, write_reports
 from toolkit.report.html import render_latency_svg, render_scaling_svg
 
-LAB = effective(AcceptanceSpec(profile="lab"))
+LAB = lab_profile().acceptance
 
 
 def _summary(*results: dict[str, Any]) -> dict[str, Any]:

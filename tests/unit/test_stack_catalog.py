@@ -86,3 +86,25 @@ def test_names_are_unique_across_models() -> None:
         for name in (info.model, *info.names):
             key = normalise(name)
             assert seen.setdefault(key, info.model) == info.model, name
+
+
+def test_a_board_carries_one_of_its_models_names_and_device_ids() -> None:
+    from toolkit.stack.catalog import _info
+
+    entry = {
+        "model": "H100",
+        "architecture": "hopper",
+        "compute_capability": "9.0",
+        "names": ["NVIDIA H100 80GB HBM3"],
+        "pci_device_ids": ["2330"],
+        "boards": [
+            {"name": "NVIDIA H100 80GB HBM3", "pci_device_id": "2335", "memory_total_mib": 1,
+             "source": "test"}
+        ],
+    }  # fmt: skip
+    with pytest.raises(ConfigError, match="not one of the model's names and device ids"):
+        _info(entry)
+    entry["boards"][0]["pci_device_id"] = "2330"  # type: ignore[index]
+    assert _info(entry).board("NVIDIA H100 80GB HBM3").memory_total_mib == 1
+    with pytest.raises(ConfigError, match="H100 has no board 'NVIDIA H200'"):
+        _info(entry).board("NVIDIA H200")

@@ -20,15 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.acceptance.check import Check
 from toolkit.acceptance.isolation import AdaptivePlan, Isolation, Probe, SetResult, run_plan
 from toolkit.acceptance.nccllog import TransportSpec
+from toolkit.acceptance.perf_checks import allreduce_checks, transport_checks
 from toolkit.acceptance.thresholds import BusbwFloor
-from toolkit.acceptance.verdict import (
-    Check,
-    allreduce_checks,
-    multi_node_scaling_check,
-    transport_checks,
-)
+from toolkit.acceptance.train_checks import multi_node_scaling_check
 
 # A direction is "slow" when it moves less than this share of the faster direction: shaping
 # or a bad cable on one side shows as asymmetry, noise does not reach a factor of two.

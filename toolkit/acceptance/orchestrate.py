@@ -25,9 +25,11 @@ import docker.errors
 
 from toolkit import cert, nodestate, runs
 from toolkit.acceptance import dcgm, nccllog, payload, topology
+from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
 from toolkit.acceptance.node_runner.node import DEFAULT_CONTAINER_OPTIONS, container_argv
+from toolkit.acceptance.perf_checks import normalise_allreduce
 from toolkit.acceptance.thresholds import (
     AcceptanceSpec,
     effective,
@@ -35,7 +37,7 @@ from toolkit.acceptance.thresholds import (
     parse_size,
     sweep_sizes,
 )
-from toolkit.acceptance.verdict import Check, NodeExpectation, Verdict, judge, normalise_allreduce
+from toolkit.acceptance.verdict import Verdict, judge
 from toolkit.errors import AcceptanceError, ConfigError, RemoteError
 from toolkit.facts import probe, system
 from toolkit.inventory import Host, Inventory, load_inventory, name_path

@@ -274,7 +274,8 @@ class ShippedProfile(StrictModel):
     ``acceptance`` holds the floors in force; in profiles.yml the measured floors
     (:data:`MEASURED_FLOORS`) are written as :class:`Measured` figures and derived by
     :func:`build_profile`. ``floor_factors`` replaces the file's factor of a key for this
-    profile only (the lab's, whose figures are of emulated nodes).
+    profile only (the lab's floors, toolkit/lab/acceptance.yml, whose figures are of
+    emulated nodes).
     """
 
     description: str
@@ -356,7 +357,9 @@ def shipped_profile(name: str) -> ShippedProfile:
     return build_profile(name, profiles[name], floor_factors())
 
 
-def build_profile(name: str, raw: Any, factors: FloorFactors) -> ShippedProfile:
+def build_profile(
+    name: str, raw: Any, factors: FloorFactors, file: str = PROFILES_FILE
+) -> ShippedProfile:
     """Validate one profile as profiles.yml writes it and derive its measured floors.
 
     Every GEMM, memory-bandwidth, host-to-device and all-reduce busbw floor is written as a
@@ -364,15 +367,17 @@ def build_profile(name: str, raw: Any, factors: FloorFactors) -> ShippedProfile:
     (the profile's own ``floor_factors`` first, else ``factors``). A floor without a
     measurement is not written at all: the check is then shown, not judged.
 
+    ``file`` is where the profile was read, for errors (the lab's floors are its own file).
+
     Raises:
-        ConfigError: Naming the profile and key: a floor written as a bare number, without
-            its measured figure or source, or in another unit than the key's.
+        ConfigError: Naming the file, profile and key: a floor written as a bare number,
+            without its measured figure or source, or in another unit than the key's.
     """
 
-    where: tuple[str | int, ...] = ("profiles", name)
+    where: tuple[str | int, ...] = ("profiles", name) if file == PROFILES_FILE else ()
     if not isinstance(raw, dict) or not isinstance(raw.get("acceptance"), dict):
-        return validate(ShippedProfile, raw, PROFILES_FILE, prefix=where)
-    head = validate(ShippedProfile, {**raw, "acceptance": {}}, PROFILES_FILE, prefix=where)
+        return validate(ShippedProfile, raw, file, prefix=where)
+    head = validate(ShippedProfile, {**raw, "acceptance": {}}, file, prefix=where)
     in_force: dict[str, FloorFactor] = dict(factors)
     for key, own in head.floor_factors.items():
         in_force[key] = own
@@ -380,7 +385,7 @@ def build_profile(name: str, raw: Any, factors: FloorFactors) -> ShippedProfile:
     loc = (*where, "acceptance")
     for floor_key in MEASURED_FLOORS:
         if floor_key != "min_busbw_gbps" and floor_key in acceptance:
-            item = _measured(Measured, acceptance[floor_key], floor_key, (*loc, floor_key))
+            item = _measured(Measured, acceptance[floor_key], floor_key, (*loc, floor_key), file)
             acceptance[floor_key] = _floor(item, in_force[floor_key])
     for listing in ("allreduce", "multi_node_allreduce"):
         entries = acceptance.get(listing)
@@ -388,7 +393,7 @@ def build_profile(name: str, raw: Any, factors: FloorFactors) -> ShippedProfile:
             continue
         floors = []
         for i, entry in enumerate(entries):
-            busbw = _measured(MeasuredBusbw, entry, "min_busbw_gbps", (*loc, listing, i))
+            busbw = _measured(MeasuredBusbw, entry, "min_busbw_gbps", (*loc, listing, i), file)
             factor = in_force["min_busbw_gbps"]
             floors.append(
                 {
@@ -398,22 +403,22 @@ def build_profile(name: str, raw: Any, factors: FloorFactors) -> ShippedProfile:
                 }
             )
         acceptance[listing] = floors
-    return validate(ShippedProfile, {**raw, "acceptance": acceptance}, PROFILES_FILE, prefix=where)
+    return validate(ShippedProfile, {**raw, "acceptance": acceptance}, file, prefix=where)
 
 
-def _measured(model: type[_M], entry: Any, key: str, loc: tuple[str | int, ...]) -> _M:
+def _measured(model: type[_M], entry: Any, key: str, loc: tuple[str | int, ...], file: str) -> _M:
     """One measured figure, checked: a mapping with its source, in the key's unit."""
 
     if not isinstance(entry, dict):
         raise ConfigError(
-            f"{PROFILES_FILE}: {format_loc(loc)}: a shipped floor is written as "
+            f"{file}: {format_loc(loc)}: a shipped floor is written as "
             f"{{measured: <figure>, unit: {MEASURED_FLOORS[key]}, source: <where measured>}} "
             f"(the floor is factor x measured), not {clip(repr(entry))}"
         )
-    item = validate(model, entry, PROFILES_FILE, prefix=loc)
+    item = validate(model, entry, file, prefix=loc)
     if item.unit != MEASURED_FLOORS[key]:
         raise ConfigError(
-            f"{PROFILES_FILE}: {format_loc((*loc, 'unit'))}: {key} is measured in "
+            f"{file}: {format_loc((*loc, 'unit'))}: {key} is measured in "
             f"{MEASURED_FLOORS[key]}, not {item.unit!r}"
         )
     return item

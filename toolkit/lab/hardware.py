@@ -6,9 +6,11 @@ therefore a contract between this module and ``toolkit/lab/standins/nvidia_smi.p
 ``NodeHardware.model_dump(mode="json")`` is exactly what the script reads, and
 ``schema_version`` changes whenever a field's meaning does.
 
-GPU models are data (``GPU_MODELS``) with their sources next to them. Faults are injected
-here as values (a GPU left out, ECC counters, a downgraded link), so that every reader of
-the node (``nvidia-smi``, the roles, the acceptance checks) sees one consistent story.
+GPU models are the GPU catalogue's boards (``toolkit/stack/gpus.yml``: model, name, ids,
+memory) with the figures only emulation needs (``GPU_MODELS``, their sources next to them).
+Faults are injected here as values (a GPU left out, ECC counters, a downgraded link), so
+that every reader of the node (``nvidia-smi``, the roles, the acceptance checks) sees one
+consistent story.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from toolkit.errors import ConfigError
+from toolkit.stack import catalog as gpu_catalog
+from toolkit.stack.matrix import matrix
 
 # 2: the GPU and host maximum link generation, the idle link; 3: `system`; 4: PCIe switches,
 # NICs and the `topo` fault's GPU pair (what `nvidia-smi topo -m` shows); 5: each GPU's
@@ -156,16 +160,33 @@ class GpuModel(BaseModel):
     source: str
 
 
+def _emulated(model: str, board: str, **emulation: Any) -> GpuModel:
+    """A board the lab emulates: what the GPU catalogue (toolkit/stack/gpus.yml) says of it
+    (model, name, architecture, compute capability, PCI device id, memory) and the figures
+    only emulation needs (``emulation``, with their source)."""
+    info = gpu_catalog.gpu(model)
+    facts = info.board(board)
+    return GpuModel(
+        key=info.model,
+        name=facts.name,
+        # `nvidia-smi -q` "Product Architecture": the architecture's name (matrix.yml).
+        architecture=matrix().architectures[info.architecture].name,
+        compute_cap=info.compute_capability,
+        # `--query-gpu=pci.device_id`: device and vendor id (10DE) as one hex number.
+        pci_device_id=f"0x{facts.pci_device_id.upper()}10DE",
+        memory_total_mib=facts.memory_total_mib,
+        **emulation,
+    )
+
+
 GPU_MODELS: dict[str, GpuModel] = {
     model.key: model
     for model in (
-        GpuModel(
-            key="H100",
-            name="NVIDIA H100 80GB HBM3",
+        _emulated(
+            "H100",
+            "NVIDIA H100 80GB HBM3",
             brand="NVIDIA",
-            architecture="Hopper",
             form_factor="SXM",
-            memory_total_mib=81559,
             memory_reserved_mib=553,
             power_limit_w=700.0,
             power_min_limit_w=200.0,
@@ -176,9 +197,7 @@ GPU_MODELS: dict[str, GpuModel] = {
             clocks_max_video_mhz=1545,
             pcie_gen_max=5,
             pcie_width_max=16,
-            compute_cap="9.0",
             nvlinks=18,
-            pci_device_id="0x233010DE",
             pci_subsystem_id="0x16C110DE",
             vbios_version="96.00.99.00.01",
             board_part_number="692-2G520-0200-000",
@@ -189,13 +208,11 @@ GPU_MODELS: dict[str, GpuModel] = {
             row_remap_banks=2560,
             source="NVIDIA H100 datasheet; nvidia-smi -q captures of HGX H100 8-GPU servers",
         ),
-        GpuModel(
-            key="H200",
-            name="NVIDIA H200",
+        _emulated(
+            "H200",
+            "NVIDIA H200",
             brand="NVIDIA",
-            architecture="Hopper",
             form_factor="SXM",
-            memory_total_mib=143771,
             memory_reserved_mib=553,
             power_limit_w=700.0,
             power_min_limit_w=200.0,
@@ -206,9 +223,7 @@ GPU_MODELS: dict[str, GpuModel] = {
             clocks_max_video_mhz=1545,
             pcie_gen_max=5,
             pcie_width_max=16,
-            compute_cap="9.0",
             nvlinks=18,
-            pci_device_id="0x233510DE",
             pci_subsystem_id="0x18BE10DE",
             vbios_version="96.00.A5.00.01",
             board_part_number="692-2G520-0280-000",
@@ -219,13 +234,11 @@ GPU_MODELS: dict[str, GpuModel] = {
             row_remap_banks=2560,
             source="NVIDIA H200 datasheet; nvidia-smi captures of HGX H200 8-GPU servers",
         ),
-        GpuModel(
-            key="A100",
-            name="NVIDIA A100-SXM4-80GB",
+        _emulated(
+            "A100",
+            "NVIDIA A100-SXM4-80GB",
             brand="NVIDIA",
-            architecture="Ampere",
             form_factor="SXM",
-            memory_total_mib=81920,
             memory_reserved_mib=0,
             power_limit_w=400.0,
             power_min_limit_w=100.0,
@@ -236,9 +249,7 @@ GPU_MODELS: dict[str, GpuModel] = {
             clocks_max_video_mhz=1290,
             pcie_gen_max=4,
             pcie_width_max=16,
-            compute_cap="8.0",
             nvlinks=12,
-            pci_device_id="0x20B210DE",
             pci_subsystem_id="0x147F10DE",
             vbios_version="92.00.36.00.02",
             board_part_number="692-2G506-0210-002",
@@ -249,13 +260,11 @@ GPU_MODELS: dict[str, GpuModel] = {
             row_remap_banks=640,
             source="NVIDIA A100 datasheet; nvidia-smi captures of DGX A100 / HGX A100 8-GPU",
         ),
-        GpuModel(
-            key="L40S",
-            name="NVIDIA L40S",
+        _emulated(
+            "L40S",
+            "NVIDIA L40S",
             brand="NVIDIA",
-            architecture="Ada Lovelace",
             form_factor="PCIe",
-            memory_total_mib=46068,
             memory_reserved_mib=441,
             power_limit_w=350.0,
             power_min_limit_w=100.0,
@@ -266,9 +275,7 @@ GPU_MODELS: dict[str, GpuModel] = {
             clocks_max_video_mhz=1965,
             pcie_gen_max=4,
             pcie_width_max=16,
-            compute_cap="8.9",
             nvlinks=0,
-            pci_device_id="0x26B910DE",
             pci_subsystem_id="0x185110DE",
             vbios_version="95.02.5D.00.01",
             board_part_number="900-2G133-0080-000",

@@ -8,7 +8,7 @@ Layout (docs/architecture.md, "Inventory layout")::
     group_vars/all/lab.yml          how to read a lab node's kernel log and boot id; the CVEs
                                     the lab accepts (its packages are stand-ins)
     group_vars/lab/stack.yml        the lab's default stack (docs/architecture.md)
-    group_vars/lab/hardware.yml     the group's hardware profile (GPUs)
+    group_vars/lab/hardware.yml     the group's hardware profile (GPUs, acceptance floors)
     host_vars/<node>/hardware.yml   the same profile plus that node's data disks
 
 Data disks are per host because serials are per disk, as on real servers: node 1's disks
@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from toolkit.acceptance.thresholds import ShippedProfile, build_profile, floor_factors
+from toolkit.config import parse_yaml
 from toolkit.errors import LabError
 from toolkit.lab.image import LOGIN_USER
 from toolkit.lab.paths import DMI_DIR
@@ -54,7 +58,7 @@ DEFAULT_STACK: dict[str, Any] = {
     "container_toolkit": "1.16.2",
 }
 
-ACCEPTANCE_PROFILE = "lab"
+LAB_PROFILE_FILE = "toolkit/lab/acceptance.yml"
 
 # The lab's packages are stand-ins (toolkit/lab/standins) that carry no NVIDIA code, so the
 # vulnerabilities of the versions they are named after (toolkit/stack/security.yml) are not
@@ -96,15 +100,26 @@ def _yaml(name: str, comment: str, data: dict[str, Any]) -> str:
     return HEADER.format(name=name) + f"# {comment}\n" + body
 
 
-def hardware_profile(spec: LabSpec) -> dict[str, Any]:
-    """The group's hardware profile: the emulated GPUs, and the lab's acceptance floors.
+@lru_cache(maxsize=1)
+def lab_profile() -> ShippedProfile:
+    """The lab's acceptance floors (``acceptance.yml`` next to this module, with sources),
+    measured on lab nodes, where the all-reduce runs on CPUs over the lab network.
 
-    The floors are the shipped ``lab`` profile (toolkit/acceptance/profiles.yml): measured
-    on lab nodes, where the all-reduce runs on CPUs over the lab network.
+    Raises:
+        ConfigError: The file is malformed (naming the key).
     """
+    text = resources.files("toolkit.lab").joinpath("acceptance.yml").read_text("utf-8")
+    raw = parse_yaml(text, LAB_PROFILE_FILE)
+    return build_profile("lab", raw, floor_factors(), LAB_PROFILE_FILE)
+
+
+def hardware_profile(spec: LabSpec) -> dict[str, Any]:
+    """The group's hardware profile: the emulated GPUs, and the lab's acceptance floors
+    (:func:`lab_profile`) written in as a site writes its own."""
+    floors = lab_profile().acceptance.model_dump(mode="json", exclude_unset=True)
     return {
         "gpu": {"model": spec.gpu_model, "count": spec.gpus, "nvswitch": spec.has_nvswitch},
-        "acceptance": {"profile": ACCEPTANCE_PROFILE},
+        "acceptance": floors,
     }
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from toolkit.errors import LabError
 from toolkit.filelock import file_lock
-from toolkit.lab import catalog
+from toolkit.lab import catalog, driver_packages, package_spec
 
 # Bumped when the layout or build recipe changes in a way the digest would not see.
 RECIPE = "3"
@@ -204,7 +204,12 @@ def _digest(fingerprint: str) -> str:
     """The cache key: recipe, key, catalog (control fields and file bytes) and sources."""
     h = hashlib.sha256()
     h.update(f"{RECIPE}\0{fingerprint}\0".encode())
-    for path in [Path(__file__), Path(catalog.__file__), *catalog.source_files()]:
+    modules = (catalog, driver_packages, package_spec)
+    for path in [
+        Path(__file__),
+        *(Path(str(m.__file__)) for m in modules),
+        *package_spec.source_files(),
+    ]:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
@@ -309,7 +314,7 @@ def _build_tree(www: Path, keydir: Path) -> None:
             _index_and_sign(www / suite, shape, home, fingerprint)
 
 
-def build_deb(spec: catalog.PackageSpec, scratch: Path, out: Path) -> Path:
+def build_deb(spec: package_spec.PackageSpec, scratch: Path, out: Path) -> Path:
     """Build one stand-in ``.deb`` (root-owned, file times fixed) at ``out``.
 
     Raises:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from docker.models.containers import Container
 
 from toolkit.lab import nodes
+from toolkit.lab.package_spec import LIBDIR
 
 # A real R535 data-center release (NVIDIA Data Center Driver 535.183.01, June 2024), so the
 # footprint names a version that is not the lab's pin.
@@ -23,7 +24,6 @@ VERSION = "535.183.01"
 UNINSTALLER = "/usr/bin/nvidia-uninstall"
 INSTALLER = "/usr/bin/nvidia-installer"
 LOG = "/var/log/nvidia-installer.log"
-LIBDIR = "/usr/lib/x86_64-linux-gnu"
 LIBRARIES = (
     f"libnvidia-ml.so.{VERSION}",
     "libnvidia-ml.so.1",

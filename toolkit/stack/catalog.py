@@ -1,19 +1,31 @@
-"""The GPU catalog: model names, the names nvidia-smi prints, architecture, compute capability.
+"""The GPU catalog: model names, the names nvidia-smi prints, architecture, compute capability,
+PCI device ids and the boards (name, device id, memory) the lab emulates.
 
-The data lives in ``gpus.yml`` next to this module.
+The data lives in ``gpus.yml`` next to this module; it is the one list of GPU models.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 from toolkit.config import parse_yaml
 from toolkit.errors import ConfigError
 
 _PREFIXES = ("nvidia ", "tesla ")
+
+
+@dataclass(frozen=True)
+class GpuBoard:
+    """One board of a model as ``nvidia-smi`` reports it."""
+
+    name: str  # `--query-gpu=name`, one of the model's names
+    pci_device_id: str  # one of the model's ids ("2330")
+    memory_total_mib: int  # `--query-gpu=memory.total`
+    source: str
 
 
 @dataclass(frozen=True)
@@ -26,6 +38,19 @@ class GpuInfo:
     names: tuple[str, ...]
     nvlsm: bool = False
     pci_device_ids: tuple[str, ...] = ()  # "2330" for 10de:2330, as lspci -nn prints it
+    boards: tuple[GpuBoard, ...] = ()
+
+    def board(self, name: str) -> GpuBoard:
+        """The board of this model that nvidia-smi names ``name``.
+
+        Raises:
+            ConfigError: The catalog lists no such board of this model.
+        """
+        for board in self.boards:
+            if board.name == name:
+                return board
+        known = ", ".join(b.name for b in self.boards) or "none"
+        raise ConfigError(f"toolkit/stack/gpus.yml: {self.model} has no board {name!r} ({known})")
 
 
 def normalise(name: str) -> str:
@@ -42,17 +67,34 @@ def catalog() -> tuple[GpuInfo, ...]:
     """Every GPU model of the catalog, in file order."""
     text = resources.files("toolkit.stack").joinpath("gpus.yml").read_text(encoding="utf-8")
     data = parse_yaml(text, "toolkit/stack/gpus.yml")
-    return tuple(
-        GpuInfo(
-            model=str(entry["model"]),
-            architecture=str(entry["architecture"]),
-            compute_capability=str(entry["compute_capability"]),
-            names=tuple(str(n) for n in entry.get("names", ())),
-            nvlsm=bool(entry.get("nvlsm", False)),
-            pci_device_ids=tuple(str(i).lower() for i in entry.get("pci_device_ids", ())),
-        )
-        for entry in data["gpus"]
+    return tuple(_info(entry) for entry in data["gpus"])
+
+
+def _info(entry: dict[str, Any]) -> GpuInfo:
+    """One entry of gpus.yml; a board must carry one of its model's names and device ids."""
+    info = GpuInfo(
+        model=str(entry["model"]),
+        architecture=str(entry["architecture"]),
+        compute_capability=str(entry["compute_capability"]),
+        names=tuple(str(n) for n in entry.get("names", ())),
+        nvlsm=bool(entry.get("nvlsm", False)),
+        pci_device_ids=tuple(str(i).lower() for i in entry.get("pci_device_ids", ())),
     )
+    boards = []
+    for raw in entry.get("boards", ()):
+        board = GpuBoard(
+            name=str(raw["name"]),
+            pci_device_id=str(raw["pci_device_id"]).lower(),
+            memory_total_mib=int(raw["memory_total_mib"]),
+            source=str(raw["source"]),
+        )
+        if board.name not in info.names or board.pci_device_id not in info.pci_device_ids:
+            raise ConfigError(
+                f"toolkit/stack/gpus.yml: {info.model}: board {board.name!r} "
+                f"({board.pci_device_id}) is not one of the model's names and device ids"
+            )
+        boards.append(board)
+    return replace(info, boards=tuple(boards))
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,109 @@
+"""One check of one node, what the inventory says the node must be, and the floor helpers
+every family of checks judges its figures with (``verdict.py`` puts the families together)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of one node."""
+
+    name: str
+    ok: bool
+    message: str
+    measured: Any = None
+    floor: Any = None
+    unit: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The check as JSON-ready data."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class NodeExpectation:
+    """What the inventory says one node must be."""
+
+    host: str
+    stack_id: str | None
+    gpu_model: str | None = None
+    gpu_count: int | None = None
+    driver_version: str | None = None
+    # package name -> exact apt version, for every pinned package the runner was asked about
+    packages: dict[str, str] = field(default_factory=dict)
+    nccl_version: str | None = None  # "2.21.5" (without the +cuda build)
+
+
+def floor_check(
+    name: str,
+    value: float | None,
+    floor: float | None,
+    unit: str,
+    *,
+    at_most: bool = False,
+    what: str = "",
+) -> Check | None:
+    """A figure judged against its floor, or with ``at_most`` against a limit it must stay at
+    or below (``floor`` is then that limit); ``what`` leads the message. None without one."""
+    if floor is None:
+        return None
+    if value is None:
+        return Check(name, False, "not measured", floor=floor, unit=unit)
+    if at_most:
+        ok = value <= floor
+        message = f"{what}{value:.3g} {unit} {'<=' if ok else '>'} limit {floor} {unit}"
+    else:
+        ok = value >= floor
+        message = f"{what}{value:.2f} {unit} {'>=' if ok else '<'} floor {floor} {unit}"
+    return Check(
+        name, ok, message, measured=round(value, 4 if at_most else 3), floor=floor, unit=unit
+    )
+
+
+def floor_checks(
+    values: dict[str, Any], floors: tuple[tuple[str, str, float | None], ...], unit: str
+) -> list[Check]:
+    """One floor check per ``(check name, key of values, floor)`` whose floor is set."""
+    checks = (floor_check(name, values.get(key), floor, unit) for name, key, floor in floors)
+    return [check for check in checks if check is not None]
+
+
+def per_gpu(
+    kind: str,
+    entries: list[dict[str, Any]],
+    key: str,
+    floor: float | None,
+    unit: str,
+    tolerance: float,
+) -> list[Check]:
+    """Each GPU's figure against its floor, and the GPUs below ``1 - tolerance`` of the
+    node's median (stragglers) once there are two to compare."""
+    checks = []
+    values = [float(e[key]) for e in entries if e.get(key) is not None]
+    for entry in entries:
+        check = floor_check(f"{kind}.gpu{entry['gpu']}", entry.get(key), floor, unit)
+        if check is not None:
+            checks.append(check)
+    if len(values) >= 2:
+        median = statistics.median(values)
+        slow = [e for e in entries if float(e[key]) < (1 - tolerance) * median]
+        message = (
+            "; ".join(f"GPU {e['gpu']} {float(e[key]):.1f} {unit}" for e in slow)
+            + f" below {(1 - tolerance):.0%} of the node median {median:.1f} {unit}"
+            if slow
+            else f"every GPU within {tolerance:.0%} of the median {median:.1f} {unit}"
+        )
+        checks.append(
+            Check(f"{kind}.straggler", not slow, message, measured=[e["gpu"] for e in slow])
+        )
+    return checks
+
+
+def some(items: list[str], limit: int) -> str:
+    """The first ``limit`` items joined, and how many more there are."""
+    more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
+    return "; ".join(items[:limit]) + more

@@ -1,0 +1,205 @@
+"""Checks of a node's health: memory errors (``memory_health.py`` holds the rules), the PCIe
+links, clock throttling and critical XIDs in the kernel log."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from toolkit.acceptance import memory_health
+from toolkit.acceptance.check import Check, some
+from toolkit.acceptance.thresholds import AcceptanceSpec, critical_xids
+
+# `clocks_throttle_reasons.active` bits that mean the hardware is slowing itself down
+# (nvidia-smi --help-query-gpu: 0x8 HW slowdown, 0x20 SW thermal slowdown, 0x40 HW thermal
+# slowdown, 0x80 HW power brake slowdown). Idle (0x1), application clocks (0x4) and the
+# software power cap (0x2) are normal states.
+BAD_THROTTLE_BITS = {
+    0x8: "HW slowdown",
+    0x20: "SW thermal slowdown",
+    0x40: "HW thermal slowdown",
+    0x80: "HW power brake slowdown",
+}
+
+
+def health_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
+    """Memory errors, PCIe links and throttling (as the profile asks) and critical XIDs."""
+    gpus = result.get("gpus") or {}
+    listed = gpus.get("list") or []
+    checks = []
+    if gpus.get("ok"):
+        # The memory-error rules and their sources live in memory_health.py.
+        checks += [
+            Check(f.check, f.ok, f.message, measured=f.measured or None)
+            for f in memory_health.judge(listed, gpus.get("memory_error"))
+        ]
+        if spec.check_pcie:
+            checks.append(_pcie_check(listed, result.get("gpu_perf") or {}, spec))
+        if spec.check_throttle:
+            throttled = []
+            for g in listed:
+                mask = g.get("throttle_active") or 0
+                names = [n for bit, n in BAD_THROTTLE_BITS.items() if mask & bit]
+                if names:
+                    throttled.append(f"GPU {g['index']}: {', '.join(names)}")
+            checks.append(
+                Check(
+                    "health.throttle",
+                    not throttled,
+                    "; ".join(throttled) or "no hardware or thermal slowdown",
+                )
+            )
+    checks.append(_xid_check(result, spec))
+    return checks
+
+
+def _link(gen: Any, width: Any) -> str:
+    return f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
+
+
+def _pcie_check(listed: list[dict[str, Any]], perf: dict[str, Any], spec: AcceptanceSpec) -> Check:
+    """Judge each GPU's *maximum* link, and the link sampled under load where one was.
+
+    The current link "may be reduced when the GPU is not in use" (nvidia-smi
+    --help-query-gpu, pcie.link.gen.current), so the idle value is shown, never judged.
+    ``pcie.link.gen.max`` is the lower of the GPU's (``gpumax``) and the root port's
+    (``hostmax``) maximum: a host that caps a GPU's link fails as a slow slot would.
+    """
+    loaded = {s.get("gpu"): s for s in perf.get("pcie_under_load") or []}
+    bad: list[str] = []
+    shown: list[str] = []
+    for g in listed:
+        gen_max, width_max = g.get("pcie_gen_max"), g.get("pcie_width_max")
+        gpu_max, host_max = g.get("pcie_gen_gpu_max"), g.get("pcie_gen_host_max")
+        label = f"GPU {g['index']} ({g['bus_id']})"
+        want_gen = spec.pcie_gen or gpu_max
+        problems = []
+        if gen_max is not None and want_gen is not None and gen_max < want_gen:
+            problems.append(
+                f"max link Gen{gen_max} < Gen{want_gen}"
+                + (f" (GPU max Gen{gpu_max}, host port max Gen{host_max})" if host_max else "")
+            )
+        if width_max is not None and spec.pcie_width and width_max < spec.pcie_width:
+            problems.append(f"max width x{width_max} < x{spec.pcie_width}")
+        sample = loaded.get(g.get("index"))
+        under_load = "not measured"
+        if sample is not None:
+            under_load = sample.get("error") or _link(sample.get("gen"), sample.get("width"))
+            if sample.get("error"):
+                problems.append(f"link under load not sampled: {sample['error']}")
+            elif (sample.get("gen") or 0) < (gen_max or 0) or (sample.get("width") or 0) < (
+                width_max or 0
+            ):
+                problems.append(f"under load {under_load} < max {_link(gen_max, width_max)}")
+        detail = (
+            f"{label}: max {_link(gen_max, width_max)}, under load {under_load}, idle "
+            f"{_link(g.get('pcie_gen_current'), g.get('pcie_width_current'))} (not judged)"
+        )
+        if problems:
+            bad.append(f"{label}: {'; '.join(problems)}")
+        shown.append(detail)
+    message = "; ".join(bad) if bad else "every link at its maximum"
+    if shown:
+        message += " | " + some(shown, 2)
+    return Check(
+        "health.pcie",
+        not bad,
+        message,
+        measured=[
+            {
+                "gpu": g.get("index"),
+                "max": [g.get("pcie_gen_max"), g.get("pcie_width_max")],
+                "idle": [g.get("pcie_gen_current"), g.get("pcie_width_current")],
+                "under_load": [
+                    loaded[g.get("index")].get("gen"),
+                    loaded[g.get("index")].get("width"),
+                ]
+                if g.get("index") in loaded
+                else None,
+            }
+            for g in listed
+        ],
+        floor=[spec.pcie_gen, spec.pcie_width],
+    )
+
+
+def _when(text: Any) -> datetime | None:
+    """An ISO 8601 time from a result or state file (UTC when it names no zone)."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)
+
+
+def xid_window_start(result: dict[str, Any], spec: AcceptanceSpec) -> tuple[datetime | None, str]:
+    """Where the XID window opens, and why: the node's last provision, or the last
+    ``xid_window_h`` hours when that is later; the boot (the log's own start) otherwise."""
+    provisioned = _when((result.get("state") or {}).get("provisioned_at"))
+    now = _when(result.get("started"))
+    starts: list[tuple[datetime, str]] = []
+    if provisioned is not None:
+        starts.append((provisioned, f"since the last provision ({provisioned.isoformat()})"))
+    if spec.xid_window_h is not None and now is not None:
+        starts.append(
+            (now - timedelta(hours=spec.xid_window_h), f"within the last {spec.xid_window_h:g} h")
+        )
+    if not starts:
+        return None, "since boot"
+    return max(starts, key=lambda s: s[0])
+
+
+def _xid_check(result: dict[str, Any], spec: AcceptanceSpec) -> Check:
+    """Critical XIDs (``xids.yml`` or the profile's list) within the window fail the node;
+    every XID of the boot is still shown."""
+    log = result.get("kernel_log") or {}
+    if not log.get("ok"):
+        return Check("health.xid", False, f"kernel log unreadable: {log.get('error')}")
+    named = critical_xids()
+    critical = set(spec.critical_xids) if spec.critical_xids is not None else set(named)
+    start, window = xid_window_start(result, spec)
+    events = list(log.get("xid_events") or [])
+
+    def in_window(event: dict[str, Any]) -> bool:
+        when = _when(event.get("time"))
+        if when is not None:
+            return start is None or when >= start
+        # Without a time an event cannot be placed in the window: one of an earlier boot
+        # (the runner tells by journalctl's boot markers) never counts, one of this boot or
+        # of an unknown boot does.
+        return event.get("boot") != "previous"
+
+    def why_not(event: dict[str, Any]) -> str:
+        if event.get("xid") not in critical:
+            return "not critical"
+        return "an earlier boot" if event.get("boot") == "previous" else "outside the window"
+
+    def when(event: dict[str, Any]) -> str:
+        if event.get("time"):
+            return f"at {event['time']}"
+        return {"this": "this boot, time unknown", "previous": "an earlier boot"}.get(
+            event.get("boot") or "", "time and boot unknown"
+        )
+
+    def about(event: dict[str, Any]) -> str:
+        known = named.get(event["xid"])
+        return f" ({known.name}; NVIDIA's action: {known.action})" if known else ""
+
+    failing = [e for e in events if e.get("xid") in critical and in_window(e)]
+    shown = [
+        f"XID {e['xid']} on {e['bus_id']} {when(e)}"
+        + (about(e) if e in failing else f" (not judged: {why_not(e)})")
+        for e in events
+    ]
+    message = f"{len(failing)} critical XID(s) {window}" if failing else f"no critical XID {window}"
+    if shown:
+        message += ": " + some(shown, 5)
+    return Check(
+        "health.xid",
+        not failing,
+        message,
+        measured=[e["xid"] for e in failing],
+        floor=start.isoformat() if start else None,
+    )
