@@ -10,6 +10,7 @@ import pytest
 
 from toolkit.acceptance import orchestrate as o
 from toolkit.acceptance import payload
+from toolkit.errors import ConfigError
 from toolkit.inventory import Host
 
 
@@ -78,3 +79,15 @@ def test_pip_zip_runs(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("pip ")
+
+
+def test_multi_node_vars_are_read_and_checked_before_any_node_is_touched() -> None:
+    assert o.multi_node_vars(_host("10.0.0.5")) == (None, None)
+    both = _host("10.0.0.5", gpunode_accept_domain="rack-07", gpunode_accept_max_sets=32)
+    assert o.multi_node_vars(both) == ("rack-07", 32)
+    assert o.multi_node_vars(_host("10.0.0.5", gpunode_accept_domain=7)) == ("7", None)
+    for bad in (0, -1, True, "8", 2.5):
+        with pytest.raises(ConfigError, match="gpunode_accept_max_sets must be a whole number"):
+            o.multi_node_vars(_host("10.0.0.5", gpunode_accept_max_sets=bad))
+    with pytest.raises(ConfigError, match="gpunode_accept_domain must be a name"):
+        o.multi_node_vars(_host("10.0.0.5", gpunode_accept_domain=["a", "b"]))

@@ -97,6 +97,8 @@ class NodePlan:
     state: dict[str, Any] | None = None  # the node state written after the verdict
     certificate: Path | None = None
     certificate_note: str | None = None  # why there is none
+    domain: str | None = None  # gpunode_accept_domain: its rack or NVLink clique
+    max_sets: int | None = None  # gpunode_accept_max_sets: multi-node sets run at once
 
 
 @dataclass
@@ -337,16 +339,48 @@ def _by_host(plans: list[NodePlan], host: Host) -> NodePlan:
     return next(p for p in plans if p.host.name == host.name)
 
 
+# Inventory variables of the multi-node plan (host or group vars): a node's topology domain,
+# screened as one group by the adaptive plan, and the most sets run at once.
+DOMAIN_VAR = "gpunode_accept_domain"
+MAX_SETS_VAR = "gpunode_accept_max_sets"
+
+
+def multi_node_vars(host: Host) -> tuple[str | None, int | None]:
+    """The host's topology domain and its bound on sets at once, checked.
+
+    Raises:
+        ConfigError: Either is not what it must be (named: the variable and the rule).
+    """
+    domain = host.vars.get(DOMAIN_VAR)
+    if domain is not None and (not isinstance(domain, str | int) or isinstance(domain, bool)):
+        raise ConfigError(
+            f"host {host.name}: {DOMAIN_VAR} must be a name (its rack or NVLink clique), "
+            f"not {type(domain).__name__}"
+        )
+    max_sets = host.vars.get(MAX_SETS_VAR)
+    if max_sets is not None and (
+        not isinstance(max_sets, int) or isinstance(max_sets, bool) or max_sets < 1
+    ):
+        raise ConfigError(
+            f"host {host.name}: {MAX_SETS_VAR} must be a whole number of at least 1, "
+            f"not {max_sets!r}"
+        )
+    return (None if domain is None else str(domain)), max_sets
+
+
 def _plan(inventory: Inventory, host: Host) -> NodePlan:
     stack, hardware = inventory.host_config(host)
     groups = [g for g in inventory.stack_groups() if g in host.groups]
     group = groups[-1] if groups else "all"
+    domain, max_sets = multi_node_vars(host)
     return NodePlan(
         host=host,
         group=group,
         spec=effective(hardware.acceptance),
         stack=stack,
         hardware=hardware,
+        domain=None if domain is None else str(domain),
+        max_sets=max_sets,
     )
 
 
@@ -671,20 +705,11 @@ def _stage_multi_node(
                 run_set,
                 spec.min_multi_node_scaling_efficiency,
                 spec.transport,
+                domains={p.host.name: p.domain for p in usable if p.domain is not None},
+                max_concurrent=min((p.max_sets for p in usable if p.max_sets), default=None),
             )
         )
-    if not reports:
-        return None
-    merged = MultiNodeReport(None, [], [], {})
-    for report in reports:
-        if report.ring is not None:
-            merged.pairs.append(report.ring)
-        merged.pairs.extend(report.pairs)
-        merged.repairs.extend(report.repairs)
-        for host, checks in report.blame.items():
-            merged.blame.setdefault(host, []).extend(checks)
-        merged.passed.update(report.passed)
-    return merged
+    return MultiNodeReport.merged(reports) if reports else None
 
 
 _port_lock = threading.Lock()
