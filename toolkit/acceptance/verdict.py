@@ -345,6 +345,20 @@ def judge(
     return Verdict(expect.host, checks)
 
 
+def passive_checks(
+    result: dict[str, Any], expect: NodeExpectation, spec: AcceptanceSpec
+) -> list[Check]:
+    """The checks of a runner-shaped result that read counters and versions only (no load):
+    the GPU count and model, pinned/installed/loaded versions, memory errors, PCIe maximum
+    link, throttling and XIDs. ``gpunode check`` judges its probe with these, so a passive
+    check and acceptance hold a node to the very same rules."""
+    return (
+        _inventory_checks(result, expect)
+        + _version_checks(result, expect)
+        + (_health_checks(result, spec))
+    )
+
+
 def _inventory_checks(result: dict[str, Any], expect: NodeExpectation) -> list[Check]:
     gpus = result.get("gpus") or {}
     if not gpus.get("ok"):
@@ -571,13 +585,17 @@ def _when(text: Any) -> datetime | None:
 
 
 def xid_window_start(result: dict[str, Any], spec: AcceptanceSpec) -> tuple[datetime | None, str]:
-    """Where the XID window opens, and why: the node's last provision, or the last
-    ``xid_window_h`` hours when that is later; the boot (the log's own start) otherwise."""
+    """Where the XID window opens, and why: the node's last provision, the last passive check
+    (``xid_since``, set by ``gpunode check``), or the last ``xid_window_h`` hours, whichever
+    is latest; the boot (the log's own start) otherwise."""
     provisioned = _when((result.get("state") or {}).get("provisioned_at"))
     now = _when(result.get("started"))
+    checked = _when(result.get("xid_since"))
     starts: list[tuple[datetime, str]] = []
     if provisioned is not None:
         starts.append((provisioned, f"since the last provision ({provisioned.isoformat()})"))
+    if checked is not None:
+        starts.append((checked, f"since the last check ({checked.isoformat()})"))
     if spec.xid_window_h is not None and now is not None:
         starts.append(
             (now - timedelta(hours=spec.xid_window_h), f"within the last {spec.xid_window_h:g} h")

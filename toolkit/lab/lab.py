@@ -25,7 +25,7 @@ from toolkit.lab import disks as lab_disks
 from toolkit.lab import image as lab_image
 from toolkit.lab import inventory, network, nodes, paths, runfile, server, ssh
 from toolkit.lab import state as lab_state
-from toolkit.lab.hardware import KERNEL_LOG_FAULTS, NodeHardware
+from toolkit.lab.hardware import KERNEL_LOG_FAULTS, NodeHardware, aer_files
 from toolkit.lab.repo import build_repository
 from toolkit.lab.spec import (
     SLOW_DATA_READ_BPS,
@@ -342,6 +342,11 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
                 f"{value}\n".encode(), 0o400 if name.endswith("serial") else 0o444
             )
             for name, value in dmi.items()
+        },
+        # The GPUs' AER statistics (`gpunode_pci_dir`): a node shares the host's sysfs.
+        **{
+            f"{paths.PCI_DIR}/{name}": nodes.NodeFile(text.encode(), 0o444)
+            for name, text in aer_files(hw).items()
         },
     }
 
