@@ -9,7 +9,9 @@ emulation. In order:
    `aer` fault): ``check`` turns both not ready with `health.xid` and `pcie.aer` as reasons,
    written through the node state, and records the run;
 3. with the faults cleared a check is clean again, yet the nodes stay not ready: only
-   acceptance makes a node ready.
+   acceptance makes a node ready;
+4. node 1's GPU board is replaced (the `swapped-gpu` fault): ``gpunode node history`` flags
+   the swap, naming the slot and both serials, beside the acceptance run ``up`` recorded.
 
 The nodes are left not ready; no module after this one needs them ready.
 """
@@ -143,3 +145,25 @@ def test_faults_turn_ready_nodes_not_ready_and_a_clean_check_does_not_undo_it(
     for name in ready["names"]:
         assert doc["nodes"][name]["ok"] and doc["nodes"][name]["state"] == "not-ready"
         assert node_state(name)["state"] == "not-ready"
+
+
+def test_passport_shows_the_gpu_swapped_in_the_lab(ready: dict[str, Any]) -> None:
+    node = ready["names"][0]
+    before = {g["bus_id"]: g["serial"] for g in check(ready)[1]["nodes"][node]["facts"]["gpus"]}
+    lab_core.set_faults(LAB, node, ["swapped-gpu"])
+    try:
+        proc, doc, _took = check(ready)
+    finally:
+        lab_core.set_faults(LAB, node, [])
+    after = {g["bus_id"]: g["serial"] for g in doc["nodes"][node]["facts"]["gpus"]}
+    [slot] = [s for s in before if before[s] != after[s]]
+    proc, _took = gpunode(ready, "node", "history", node, "-i", str(ready["inventory"]), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    card = json.loads(proc.stdout)
+    swaps = [f["message"] for f in card["flags"] if f["kind"] == "gpu-swapped"]
+    assert len(swaps) == 1 and f"slot {slot}: serial {before[slot]}" in swaps[0], card["flags"]
+    assert f"serial {after[slot]}" in swaps[0]
+    # The acceptance run `up` recorded is in the passport with its figures.
+    accepted = [o for o in card["observations"] if o["kind"] == "accept"]
+    assert accepted and accepted[-1]["figures"].get("busbw_gbps"), accepted
+    assert accepted[-1]["system"]["product_serial"]
