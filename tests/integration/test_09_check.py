@@ -11,7 +11,9 @@ emulation. In order:
 3. with the faults cleared a check is clean again, yet the nodes stay not ready: only
    acceptance makes a node ready;
 4. node 1's GPU board is replaced (the `swapped-gpu` fault): ``gpunode node history`` flags
-   the swap, naming the slot and both serials, beside the acceptance run ``up`` recorded.
+   the swap, naming the slot and both serials, beside the acceptance run ``up`` recorded;
+5. node 2 remaps one more row at each restart (the `remap-rising` fault): after three boots,
+   each checked, ``gpunode node history`` flags its rising remaps.
 
 The nodes are left not ready; no module after this one needs them ready.
 """
@@ -167,3 +169,24 @@ def test_passport_shows_the_gpu_swapped_in_the_lab(ready: dict[str, Any]) -> Non
     accepted = [o for o in card["observations"] if o["kind"] == "accept"]
     assert accepted and accepted[-1]["figures"].get("busbw_gbps"), accepted
     assert accepted[-1]["system"]["product_serial"]
+
+
+def test_passport_flags_remaps_rising_boot_after_boot(ready: dict[str, Any]) -> None:
+    node = ready["names"][1]
+    lab_core.set_faults(LAB, node, ["remap-rising"])
+    try:
+        readings = []
+        for boot in range(3):
+            if boot:
+                lab_core.restart_node(LAB, node)
+            proc, doc, _took = check(ready)
+            rows = [g["remapped_rows"] for g in doc["nodes"][node]["facts"]["gpus"]]
+            readings.append(sum((r or {}).get("correctable") or 0 for r in rows))
+    finally:
+        lab_core.set_faults(LAB, node, [])
+    assert readings == sorted(set(readings)) and len(readings) == 3, readings
+    proc, _took = gpunode(ready, "node", "history", node, "-i", str(ready["inventory"]), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    flags = [f for f in json.loads(proc.stdout)["flags"] if f["kind"] == "remaps-rising"]
+    assert len(flags) == 1, flags
+    assert all(f"{n} (run " in flags[0]["message"] for n in readings), flags[0]

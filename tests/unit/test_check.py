@@ -282,3 +282,17 @@ def test_required_units_follow_the_stack_and_the_driver_option() -> None:
     assert list(units) == ["nvidia-fabricmanager", "nvidia-imex"]
     host = Host("n", "a", 22, None, None, None, (), {})
     assert list(flow.required_units(host, {})) == ["nvidia-persistenced"]
+
+
+def test_remap_rising_fault_adds_a_row_per_lab_restart() -> None:
+    rows = []
+    for boots in range(3):
+        hw = NodeHardware.for_node(
+            "H100", 8, True, ["remap-rising"], seed="r", index=1, boots=boots
+        )
+        [gpu] = [g for g in hw.gpus if g.remapped_rows_correctable]
+        rows.append(gpu.remapped_rows_correctable)
+        assert not gpu.remapped_rows_pending and gpu.ecc_uncorrected_volatile == 0
+    assert rows == [1, 2, 3]
+    clean = NodeHardware.for_node("H100", 8, True, seed="r", index=1, boots=5)
+    assert all(g.remapped_rows_correctable == 0 for g in clean.gpus)

@@ -46,6 +46,7 @@ FaultName = Literal[
     "runfile-driver",
     "dcgm-fail",
     "aer",
+    "remap-rising",
 ]
 
 # Faults the lab can inject. `slow-net` is traffic shaping on the node's interface (done by
@@ -87,6 +88,10 @@ FAULTS: dict[str, str] = {
     "dcgm-fail": (
         "one GPU fails DCGM's memory plugin (`dcgmi diag`: faulty memory elements found), "
         "every other plugin and GPU passes"
+    ),
+    "remap-rising": (
+        "one GPU remaps one more row (a correctable error) at every restart of the node by the "
+        "lab (`gpunode lab restart`): its remapped rows rise boot after boot, each run passing"
     ),
     "aer": (
         "one GPU's PCIe link logs uncorrectable non-fatal AER errors (and correctable ones) "
@@ -453,6 +458,7 @@ class NodeHardware(_Strict):
         *,
         seed: str = "gpunode",
         index: int = 0,
+        boots: int = 0,
     ) -> NodeHardware:
         """Describe the GPUs of one lab node.
 
@@ -464,6 +470,7 @@ class NodeHardware(_Strict):
             faults: Names from ``FAULTS`` to inject.
             seed: Distinguishes labs: UUIDs and serials derive from ``(seed, index)``.
             index: The node's index in its lab.
+            boots: How many times the lab restarted the node (the `remap-rising` fault).
 
         Returns:
             The node's hardware; equal inputs give an equal result.
@@ -557,6 +564,15 @@ class NodeHardware(_Strict):
         if "dcgm-fail" in fault_list:
             gpus[_pick(seed, index, "dcgm-fail", present)]["dcgm_failing_plugin"] = (
                 DCGM_FAILING_PLUGIN
+            )
+        if "remap-rising" in fault_list:
+            # A row remapped for a correctable error is activated at the next reset, so each
+            # boot shows one more (NVIDIA GPU Memory Error Management, "Row Remapping").
+            gpu = gpus[_pick(seed, index, "remap-rising", present)]
+            rows = gpu["remapped_rows_correctable"] + 1 + boots
+            gpu.update(
+                remapped_rows_correctable=rows,
+                ecc_corrected_aggregate=max(gpu["ecc_corrected_aggregate"], rows),
             )
         if "aer" in fault_list:
             gpus[_pick(seed, index, "aer", present)].update(
