@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_fixtures import run_cli
 
 from toolkit import nodestate
 from toolkit.acceptance.thresholds import effective
@@ -296,3 +297,17 @@ def test_remap_rising_fault_adds_a_row_per_lab_restart() -> None:
     assert rows == [1, 2, 3]
     clean = NodeHardware.for_node("H100", 8, True, seed="r", index=1, boots=5)
     assert all(g.remapped_rows_correctable == 0 for g in clean.gpus)
+
+
+def test_check_cli_refuses_a_limit_matching_no_host_before_touching_any(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inventory = tmp_path / "inv"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(
+        "all:\n  children:\n    gpu:\n      hosts:\n        n1: {ansible_host: 10.0.0.1}\n"
+    )
+    monkeypatch.setenv("GPUNODE_STATE_DIR", str(tmp_path / "state"))
+    code, _out, err = run_cli(capsys, "check", "-i", str(inventory), "--limit", "nope")
+    assert code == 2 and "'nope' matches no host or group" in err
+    assert not (tmp_path / "state" / "runs").exists()  # no run recorded, no node touched

@@ -308,6 +308,10 @@ def _check_node(plan: _Plan, run_id: str) -> NodeCheck:
         outcome.turned_not_ready = current.get("state") == "ready" and state["state"] != "ready"
         if probe.get("state") is not None:  # a node gpunode never wrote to keeps no file
             _write_state(node, state)
+    except RemoteError:
+        raise
+    except Exception as err:  # one node's surprise must not cost the other nodes their check
+        outcome.error = f"internal error checking this node: {err!r} (rerun with --debug)"
     finally:
         node.close()
         outcome.duration_s = time.perf_counter() - started
