@@ -311,3 +311,13 @@ def test_check_cli_refuses_a_limit_matching_no_host_before_touching_any(
     code, _out, err = run_cli(capsys, "check", "-i", str(inventory), "--limit", "nope")
     assert code == 2 and "'nope' matches no host or group" in err
     assert not (tmp_path / "state" / "runs").exists()  # no run recorded, no node touched
+
+
+def test_a_driver_upgraded_without_reboot_fails_versions_driver_loaded(tmp_path: Path) -> None:
+    hw = NodeHardware.for_node("H100", 8, True, seed="probe", index=1)
+    root = FakeNodeRoot(tmp_path, hw)
+    (tmp_path / "var/lib/gpunode-lab/loaded-driver-version").write_text("550.90.07\n")
+    checks, _ = flow.judge(_plan(hw), _with_debian(root.probe()), None)
+    failing = {c.name: c.message for c in checks if not c.ok}
+    assert "Driver/library version mismatch" in failing["versions.driver_loaded"]
+    assert "gpu.query" in failing  # nvidia-smi lists nothing while NVML cannot start

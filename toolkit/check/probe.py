@@ -81,6 +81,21 @@ def read_units(units: list[str]) -> dict[str, str]:
     return {unit: states[i] if i < len(states) else "unknown" for i, unit in enumerate(units)}
 
 
+def versions(runner: Any, gpus: dict[str, Any], packages: list[str]) -> dict[str, Any]:
+    """The runner's versions (``/proc/driver/nvidia/version``, the packages), the loaded
+    driver taken from the GPU listing just read rather than from one more ``nvidia-smi``
+    (``driver_version`` is one of its fields; a failed listing carries NVML's message)."""
+    out = dict(runner.query_versions(None, packages))
+    if gpus.get("ok"):
+        loaded = sorted({str(g.get("driver_version")) for g in gpus.get("list") or []})
+        out["driver_loaded"] = loaded[0] if len(loaded) == 1 else loaded or None
+    elif gpus.get("error") and gpus["error"] != "nvidia-smi not found":
+        out["nvml_error"] = gpus["error"]
+        found = runner.NVML_LIB_RE.search(gpus["error"])
+        out["nvml_library"] = found.group("v") if found else None
+    return out
+
+
 def main(runner: Any, spec: dict[str, Any]) -> dict[str, Any]:
     """Every passive signal of this node, raw (``spec``: what the control machine asks)."""
     started = time.perf_counter()
@@ -93,7 +108,7 @@ def main(runner: Any, spec: dict[str, Any]) -> dict[str, Any]:
         "started": runner.now_iso(),
         "os_release": runner.read_text("/etc/os-release"),
         "gpus": gpus,
-        "versions": runner.query_versions(smi, list(spec.get("packages") or [])),
+        "versions": versions(runner, gpus, list(spec.get("packages") or [])),
         "kernel_log": runner.read_kernel_log(
             spec.get("kernel_log_command") or runner.DEFAULT_KERNEL_LOG_COMMAND
         ),
