@@ -23,7 +23,8 @@ Flags, each naming the runs it compares:
   can drift a long way while still above its floor; the median and MAD (median absolute
   deviation) say how the baseline itself varies;
 - ``below-fleet``: the latest figure at least ``share`` below the median of the latest
-  figures of the other nodes of the same group (the same hardware profile).
+  figures of the other nodes of the same group (the same hardware profile), when there are
+  at least ``MIN_FLEET_PEERS`` of them.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ BASELINE_RUNS = 5
 MIN_BASELINE_RUNS = 3
 DEFAULT_SHARE = 0.30
 RISING_READINGS = 3
+# A fleet median needs at least this many other nodes: against one peer a node is only
+# compared with that peer's own noise.
+MIN_FLEET_PEERS = 2
 # name -> (unit, higher is better)
 FIGURES = {
     "busbw_gbps": ("GB/s", True),
@@ -400,7 +404,7 @@ def _below_fleet(host: str, fleet: Mapping[str, list[Observation]], share: float
     for name, value in mine.figures.items():
         unit, higher = FIGURES[name]
         values = [p.figures[name] for p in peers if name in p.figures]
-        if not values:
+        if len(values) < MIN_FLEET_PEERS:
             continue
         median = statistics.median(values)
         if _worse(value, median, share, higher):

@@ -255,3 +255,9 @@ def test_node_history_cli_json_and_unknown_node(
     assert code == 0 and "gpu-swapped: GPU in slot" in out, err
     code, out, err = run_cli(capsys, "node", "history", "nx", "-i", str(inventory))
     assert code == 2 and "no host 'nx'" in err
+
+
+def test_one_peer_is_no_fleet(tmp_path: Path) -> None:
+    h = History(tmp_path)
+    h.accept({"n1": {"hw": HW, "busbw": 100.0}, "n2": {"hw": OTHER, "busbw": 400.0}})
+    assert "below-fleet" not in _flags(tmp_path, "n1")
