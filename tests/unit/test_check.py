@@ -22,7 +22,7 @@ from toolkit import nodestate
 from toolkit.acceptance.thresholds import effective
 from toolkit.acceptance.verdict import NodeExpectation
 from toolkit.check import flow, rules
-from toolkit.inventory import Host
+from toolkit.inventory import Host, load_inventory
 from toolkit.lab import catalog
 from toolkit.lab.hardware import NodeHardware, aer_files
 
@@ -321,3 +321,21 @@ def test_a_driver_upgraded_without_reboot_fails_versions_driver_loaded(tmp_path:
     failing = {c.name: c.message for c in checks if not c.ok}
     assert "Driver/library version mismatch" in failing["versions.driver_loaded"]
     assert "gpu.query" in failing  # nvidia-smi lists nothing while NVML cannot start
+
+
+def test_plan_of_the_sample_inventory_asks_for_its_locked_packages_and_units() -> None:
+    sample = Path(__file__).resolve().parents[2] / "inventories/sample"
+    inventory = load_inventory(sample)
+    by_group = {}
+    for host in inventory.hosts_for(None):
+        by_group.setdefault(host.groups[-1], flow._plan(inventory, host))
+    sxm = next(p for g, p in by_group.items() if "h100" in g)
+    pcie = next(p for g, p in by_group.items() if "l40s" in g)
+    assert list(sxm.expectations) == ["ubuntu2204"]
+    expect, resolved = sxm.expectations["ubuntu2204"]
+    assert expect.driver_version == resolved["driver"]["version"]
+    assert set(expect.packages) <= set(sxm.probe_spec["packages"])
+    assert sxm.probe_spec["units"] == ["nvidia-fabricmanager", "nvidia-persistenced"]
+    assert pcie.probe_spec["units"] == ["nvidia-persistenced"]  # no NVSwitch, no FM
+    assert sxm.probe_spec["pci_dir"] == "/sys/bus/pci/devices"
+    assert sxm.probe_spec["rdma_dir"] == "/sys/class/infiniband"

@@ -153,13 +153,18 @@ def run_check(
 def _plan(inventory: Inventory, host: Host) -> _Plan:
     """What one node must be, for each OS it may run (its OS is read in the same command)."""
     stack, hardware = inventory.host_config(host)
-    systems = host.vars.get(OS_VARIABLE) or list(SUPPORTED_OS)
-    systems = [systems] if isinstance(systems, str) else [str(s) for s in systems]
+    named = host.vars.get(OS_VARIABLE)
+    systems = [named] if isinstance(named, str) else [str(s) for s in named or SUPPORTED_OS]
     repo_vars = {k: v for k, v in host.vars.items() if k.startswith("gpunode_")}
     lock = lock_from_vars(host.vars, f"{LOCK_FILE} of host {host.name}")
     expectations = {}
     for system in systems:
-        resolved = resolve(stack, hardware, system, repo_vars=repo_vars)
+        try:
+            resolved = resolve(stack, hardware, system, repo_vars=repo_vars)
+        except ConfigError:
+            if named:
+                raise
+            continue  # no OS named: only those the stack resolves for can be the node's
         if lock_state(lock, resolved["stack_id"]) == "current":
             resolved = apply_lock(resolved, lock)
         packages: dict[str, str] = {}
