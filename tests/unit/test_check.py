@@ -339,3 +339,17 @@ def test_plan_of_the_sample_inventory_asks_for_its_locked_packages_and_units() -
     assert pcie.probe_spec["units"] == ["nvidia-persistenced"]  # no NVSwitch, no FM
     assert sxm.probe_spec["pci_dir"] == "/sys/bus/pci/devices"
     assert sxm.probe_spec["rdma_dir"] == "/sys/class/infiniband"
+
+
+def test_an_xid_of_the_second_the_last_check_started_counts_once(tmp_path: Path) -> None:
+    hw = NodeHardware.for_node("H100", 8, True, ["xid"], seed="probe", index=1)
+    probe = _with_debian(FakeNodeRoot(tmp_path, hw).probe())
+    [event] = probe["kernel_log"]["xid_events"]
+    # Logged in the very second a check started (times are whole seconds): new to that check.
+    event["time"] = probe["started"]
+    first, baseline = flow.judge(_plan(hw), probe, {"time": probe["started"], "aer": {}})
+    assert not next(c for c in first if c.name == "health.xid").ok
+    assert baseline["xid_seen"] == [event["line"]]
+    # The next check (same log) started in the same second: the line was seen, not new.
+    again, _ = flow.judge(_plan(hw), probe, baseline)
+    assert next(c for c in again if c.name == "health.xid").ok

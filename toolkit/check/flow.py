@@ -255,7 +255,13 @@ def judge(
         )
         return checks, {"time": probe.get("started")}
     expect, resolved = plan.expectations[system]
-    result = {**probe, "xid_since": (before or {}).get("time")}
+    # XIDs since the last check: after its start time, less the lines it already saw (times
+    # are whole seconds, so a line of the second the last check started may be old or new).
+    log = dict(probe.get("kernel_log") or {})
+    events = list(log.get("xid_events") or [])
+    seen = set((before or {}).get("xid_seen") or [])
+    log["xid_events"] = [e for e in events if e.get("line") not in seen]
+    result = {**probe, "kernel_log": log, "xid_since": (before or {}).get("time")}
     checks += passive_checks(result, expect, plan.spec)
     listed = (probe.get("gpus") or {}).get("list") or []
     names = {str(g.get("bus_id") or "")[4:].lower(): f"GPU {g.get('index')}" for g in listed}
@@ -264,7 +270,9 @@ def judge(
     wanted = plan.host.vars.get(COMPUTE_NICS_VAR)
     checks.append(rules.rdma_check(probe.get("rdma") or {}, list(wanted) if wanted else None))
     checks.append(rules.units_check(probe.get("units") or {}, required_units(plan.host, resolved)))
-    return checks, {"time": probe.get("started"), "aer": totals}
+    started = str(probe.get("started") or "")
+    recent = sorted({str(e.get("line")) for e in events if str(e.get("time") or "~") >= started})
+    return checks, {"time": probe.get("started"), "aer": totals, "xid_seen": recent}
 
 
 def passport_facts(probe: dict[str, Any], totals: dict[str, Any] | None) -> dict[str, Any]:
