@@ -9,8 +9,9 @@
 - ``not-ready``: acceptance failed, the stack changed since it passed, or the node drifted.
 
 Every writer goes through this module: the ``node_state`` role (through the
-``gpunode_node_state`` action plugin) after provisioning and drift checks, and acceptance
-after its verdict. Readers (``gpunode status``, acceptance, reports) parse it here too.
+``gpunode_node_state`` action plugin) after provisioning and drift checks, acceptance
+after its verdict, and ``gpunode check`` after its passive checks. Readers (``gpunode
+status``, acceptance, reports) parse it here too.
 Nothing becomes ``ready`` except :func:`after_acceptance` with a passing verdict whose stack
 id is the one installed.
 """
@@ -41,9 +42,14 @@ KEYS = (
     "busbw_at_largest_gbps",
     "suspended",
     "reboot_pending",
+    "check",
 )
 # The reason a ready node carries while a provision run is changing it (see begin_provision).
 IN_PROGRESS = "provision in progress"
+# The reason prefix of a node that a passive check (``gpunode check``) turned not ready.
+CHECK_PREFIX = "check: "
+# ``check``: the last passive check's time and the counters it read (PCIe AER ...), the
+# baseline the next check's deltas start from; kept while the standing is unchanged.
 # ``reboot_pending``: {"loaded": <driver version the kernel runs>, "installed": <the pinned one>}
 # while the node runs another driver than the one installed; absent once it runs the pin.
 REBOOT_KEYS = ("loaded", "installed")
@@ -228,6 +234,28 @@ def after_drift(
     if current.get("state") != "ready" or not messages:
         return dict(current)
     return _stamp({**current, "state": "not-ready", "reason": messages}, run_id, now)
+
+
+def after_check(
+    current: Mapping[str, Any],
+    failures: Iterable[str],
+    baseline: Mapping[str, Any],
+    *,
+    run_id: str | None = None,
+    now: datetime | None = None,
+) -> State:
+    """The state after a passive check (``gpunode check``): a ready node that failed one
+    becomes not-ready with the failures (each prefixed ``check: ``); the check's counters are
+    kept as ``check`` for the next one's deltas.
+
+    A clean check never makes a node ready, nor changes a node that is not ready: only
+    :func:`after_acceptance` proves readiness again.
+    """
+    messages = [f"{CHECK_PREFIX}{m}" for m in failures]
+    state = {**current, "check": dict(baseline)}
+    if current.get("state") == "ready" and messages:
+        return _stamp({**state, "state": "not-ready", "reason": messages}, run_id, now)
+    return state
 
 
 def after_acceptance(

@@ -12,6 +12,7 @@ from toolkit.acceptance import orchestrate as o
 from toolkit.acceptance import payload
 from toolkit.errors import ConfigError
 from toolkit.inventory import Host
+from toolkit.stack.systems import os_id_of_release
 
 
 def _host(address: str, **vars_: object) -> Host:
@@ -44,7 +45,7 @@ def test_digest_is_canonical() -> None:
     ],
 )
 def test_os_id(text: str, os_id: str | None) -> None:
-    assert o._os_id(text) == os_id
+    assert os_id_of_release(text) == os_id
 
 
 @pytest.mark.parametrize(

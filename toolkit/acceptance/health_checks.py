@@ -135,13 +135,17 @@ def _when(text: Any) -> datetime | None:
 
 
 def xid_window_start(result: dict[str, Any], spec: AcceptanceSpec) -> tuple[datetime | None, str]:
-    """Where the XID window opens, and why: the node's last provision, or the last
-    ``xid_window_h`` hours when that is later; the boot (the log's own start) otherwise."""
+    """Where the XID window opens, and why: the node's last provision, the last passive check
+    (``xid_since``, set by ``gpunode check``), or the last ``xid_window_h`` hours, whichever
+    is latest; the boot (the log's own start) otherwise."""
     provisioned = _when((result.get("state") or {}).get("provisioned_at"))
     now = _when(result.get("started"))
+    checked = _when(result.get("xid_since"))
     starts: list[tuple[datetime, str]] = []
     if provisioned is not None:
         starts.append((provisioned, f"since the last provision ({provisioned.isoformat()})"))
+    if checked is not None:
+        starts.append((checked, f"since the last check ({checked.isoformat()})"))
     if spec.xid_window_h is not None and now is not None:
         starts.append(
             (now - timedelta(hours=spec.xid_window_h), f"within the last {spec.xid_window_h:g} h")

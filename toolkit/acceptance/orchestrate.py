@@ -47,7 +47,7 @@ from toolkit.report import write_reports
 from toolkit.report.prometheus import TEXTFILE_PATH, render_textfile
 from toolkit.stack.check import security_report
 from toolkit.stack.models import Stack
-from toolkit.stack.systems import UnsupportedOS, os_id
+from toolkit.stack.systems import os_id_of_release
 
 ENGINES = ("image", "host")
 REMOTE_DIR = "/opt/gpunode/accept"
@@ -501,7 +501,7 @@ def _stage_node(plan: NodePlan, opts: AcceptOptions, progress: Progress) -> None
                 probe.script([system.OS_RELEASE, system.ADDRESS]), check=True, timeout=60
             ).stdout
         )
-        plan.os_id = _os_id(system.OS_RELEASE.read(facts) or "")
+        plan.os_id = os_id_of_release(system.OS_RELEASE.read(facts))
         plan.address = _rendezvous_address(plan.host, system.ADDRESS.read(facts))
         plan.expect = _expectation(plan)
         node.run(f"mkdir -p {REMOTE_DIR} /etc/gpunode", check=True, timeout=60)
@@ -534,17 +534,6 @@ def _stage_node(plan: NodePlan, opts: AcceptOptions, progress: Progress) -> None
         plan.error = f"internal error on this node: {err!r} (rerun with --debug for details)"
     if plan.expect is None:
         plan.expect = NodeExpectation(host=name, stack_id=None)
-
-
-def _os_id(os_release: str) -> str | None:
-    values = system.parse_os_release(os_release)
-    dist = system.DISTRIBUTIONS.get(values.get("ID", "").lower())
-    if dist is None:
-        return None
-    try:
-        return os_id(dist, values.get("VERSION_ID", ""))
-    except UnsupportedOS:
-        return None
 
 
 def _rendezvous_address(host: Host, own: str | None) -> str:

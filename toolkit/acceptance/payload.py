@@ -21,6 +21,7 @@ only; ``tests/unit/test_acceptance_payload.py`` checks that of every shipped mod
 from __future__ import annotations
 
 import io
+import json
 import zipfile
 from functools import lru_cache
 from importlib import resources
@@ -83,6 +84,35 @@ def runner_zipapp() -> bytes:
             info.create_system = 3  # Unix, so the mode above is read as one
             archive.writestr(info, data)
     return buffer.getvalue()
+
+
+# How a program read from stdin (``python3 -``, one SSH round trip) carries the runner: its
+# files in a dict, imported from memory by a finder placed first on ``sys.meta_path``.
+_INLINE_IMPORTER = """import importlib.abc, importlib.util, json, sys
+class _Shipped(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def _key(self, name):
+        base = name.replace(".", "/")
+        for key in (base + "/__init__.py", base + ".py"):
+            if key in FILES:
+                return key
+    def find_spec(self, name, path=None, target=None):
+        key = self._key(name)
+        if key is None:
+            return None
+        return importlib.util.spec_from_loader(name, self, is_package=key.endswith("__init__.py"))
+    def exec_module(self, module):
+        key = self._key(module.__name__)
+        exec(compile(FILES[key], key, "exec"), module.__dict__)
+sys.meta_path.insert(0, _Shipped())
+"""
+
+
+def inline_program(main: str, shipped: tuple[str, ...] = ()) -> bytes:
+    """A program for ``python3 -`` that holds the runner's files (with ``shipped``, more
+    stdlib-only modules) and then runs ``main``, Python source that imports from them."""
+    files = {name: data.decode() for name, data in runner_files(SHIPPED_MODULES + shipped).items()}
+    text = json.dumps(files, sort_keys=True)
+    return (f"import json\nFILES = json.loads({text!r})\n" + _INLINE_IMPORTER + main).encode()
 
 
 @lru_cache(maxsize=1)

@@ -66,6 +66,20 @@ class Verdict:
         }
 
 
+def passive_checks(
+    result: dict[str, Any], expect: NodeExpectation, spec: AcceptanceSpec
+) -> list[Check]:
+    """The checks of a runner-shaped result that read counters and versions only (no load):
+    the GPU count and model, pinned/installed/loaded versions, memory errors, PCIe maximum
+    link, throttling and XIDs. ``gpunode check`` judges its probe with these, so a passive
+    check and acceptance hold a node to the very same rules."""
+    return (
+        inventory_checks(result, expect)
+        + version_checks(result, expect)
+        + health_checks(result, spec)
+    )
+
+
 def judge(
     result: dict[str, Any] | None,
     expect: NodeExpectation,

@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "image": ("toolkit.cli.image:image", "Build, verify, inspect and distribute training images."),
     "accept": ("toolkit.cli.accept:accept", "Run the acceptance test and mark nodes ready."),
     "status": ("toolkit.cli.status:status", "Show the readiness of every node."),
+    "check": ("toolkit.cli.check:check", "Run the cheap passive checks of every node."),
+    "node": ("toolkit.cli.node:node", "Show one node's passport across the recorded runs."),
     "up": ("toolkit.cli.up:up", "Take nodes from bare to ready in one resumable command."),
     "report": ("toolkit.cli.report:report", "Write the fleet's HTML report from recorded runs."),
     "runs": ("toolkit.cli.runs:runs", "List and prune the recorded runs."),

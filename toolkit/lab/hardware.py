@@ -28,8 +28,9 @@ from toolkit.stack.matrix import matrix
 
 # 2: the GPU and host maximum link generation, the idle link; 3: `system`; 4: PCIe switches,
 # NICs and the `topo` fault's GPU pair (what `nvidia-smi topo -m` shows); 5: each GPU's
-# `recovery_action`; 6: each GPU's `dcgm_failing_plugin` (what the stand-in dcgmi reads)
-SCHEMA_VERSION = 6
+# `recovery_action`; 6: each GPU's `dcgm_failing_plugin` (what the stand-in dcgmi reads); 7:
+# each GPU's PCIe AER counters (the lab writes them as sysfs-shaped files, `aer_files`)
+SCHEMA_VERSION = 7
 
 FaultName = Literal[
     "missing-gpu",
@@ -48,6 +49,8 @@ FaultName = Literal[
     "topo",
     "runfile-driver",
     "dcgm-fail",
+    "aer",
+    "remap-rising",
 ]
 
 # Faults the lab can inject. `slow-net` is traffic shaping on the node's interface (done by
@@ -90,7 +93,20 @@ FAULTS: dict[str, str] = {
         "one GPU fails DCGM's memory plugin (`dcgmi diag`: faulty memory elements found), "
         "every other plugin and GPU passes"
     ),
+    "remap-rising": (
+        "one GPU remaps one more row (a correctable error) at every restart of the node by the "
+        "lab (`gpunode lab restart`): its remapped rows rise boot after boot, each run passing"
+    ),
+    "aer": (
+        "one GPU's PCIe link logs uncorrectable non-fatal AER errors (and correctable ones) "
+        "from the moment the fault is set: its AER counters move"
+    ),
 }
+# The `aer` fault's counts: a link that starts to fail logs both kinds (Linux,
+# Documentation/PCI/pcieaer-howto.rst); any uncorrectable one since the last check is enough
+# to fail `pcie.aer`.
+AER_FAULT_NONFATAL = 2
+AER_FAULT_CORRECTABLE = 41
 # The plugin the `dcgm-fail` fault fails (the stand-in dcgmi, toolkit/lab/standins/dcgmi.py).
 DCGM_FAILING_PLUGIN = "memory"
 
@@ -357,6 +373,10 @@ class Gpu(_Strict):
     dcgm_failing_plugin: Literal["memory"] | None = None
     # Bitmask of `clocks_event_reasons` (NVML `nvmlClocksEventReasons`); 0 = not throttled.
     throttle_reasons_active: int = Field(ge=0)
+    # The AER totals of the GPU's PCIe function since boot (TOTAL_ERR_COR, _NONFATAL, _FATAL).
+    aer_correctable: int = Field(default=0, ge=0)
+    aer_nonfatal: int = Field(default=0, ge=0)
+    aer_fatal: int = Field(default=0, ge=0)
     utilization_gpu_pct: int = Field(ge=0, le=100)
     utilization_mem_pct: int = Field(ge=0, le=100)
 
@@ -445,6 +465,7 @@ class NodeHardware(_Strict):
         *,
         seed: str = "gpunode",
         index: int = 0,
+        boots: int = 0,
     ) -> NodeHardware:
         """Describe the GPUs of one lab node.
 
@@ -456,6 +477,7 @@ class NodeHardware(_Strict):
             faults: Names from ``FAULTS`` to inject.
             seed: Distinguishes labs: UUIDs and serials derive from ``(seed, index)``.
             index: The node's index in its lab.
+            boots: How many times the lab restarted the node (the `remap-rising` fault).
 
         Returns:
             The node's hardware; equal inputs give an equal result.
@@ -550,6 +572,19 @@ class NodeHardware(_Strict):
             gpus[_pick(seed, index, "dcgm-fail", present)]["dcgm_failing_plugin"] = (
                 DCGM_FAILING_PLUGIN
             )
+        if "remap-rising" in fault_list:
+            # A row remapped for a correctable error is activated at the next reset, so each
+            # boot shows one more (NVIDIA GPU Memory Error Management, "Row Remapping").
+            gpu = gpus[_pick(seed, index, "remap-rising", present)]
+            rows = gpu["remapped_rows_correctable"] + 1 + boots
+            gpu.update(
+                remapped_rows_correctable=rows,
+                ecc_corrected_aggregate=max(gpu["ecc_corrected_aggregate"], rows),
+            )
+        if "aer" in fault_list:
+            gpus[_pick(seed, index, "aer", present)].update(
+                aer_nonfatal=AER_FAULT_NONFATAL, aer_correctable=AER_FAULT_CORRECTABLE
+            )
         if "pcie-idle" in fault_list:
             for gpu in gpus:
                 gpu["pcie_gen_idle"] = IDLE_PCIE_GEN
@@ -620,6 +655,52 @@ class NodeHardware(_Strict):
             for event in self.xid_events
             if wanted is None or event.fault in wanted
         ]
+
+
+# Linux, Documentation/ABI/testing/sysfs-bus-pci-devices-aer_stats: the counters of each
+# file, one "<name> <count>" a line, ending with the file's total.
+AER_COUNTERS = {
+    "aer_dev_correctable": (
+        ("Receiver Error", "Bad TLP", "Bad DLLP", "RELAY_NUM Rollover", "Replay Timer Timeout",
+         "Advisory Non-Fatal", "Corrected Internal Error", "Header Log Overflow"),
+        "TOTAL_ERR_COR",
+        "aer_correctable",
+    ),
+    "aer_dev_nonfatal": (
+        ("Undefined", "Data Link Protocol", "Surprise Down Error", "Poisoned TLP",
+         "Flow Control Protocol", "Completion Timeout", "Completer Abort",
+         "Unexpected Completion", "Receiver Overflow", "Malformed TLP", "ECRC",
+         "Unsupported Request", "ACS Violation", "Uncorrectable Internal Error",
+         "MC Blocked TLP", "AtomicOp Egress Blocked", "TLP Prefix Blocked Error"),
+        "TOTAL_ERR_NONFATAL",
+        "aer_nonfatal",
+    ),
+    "aer_dev_fatal": (
+        ("Undefined", "Data Link Protocol", "Surprise Down Error", "Poisoned TLP",
+         "Flow Control Protocol", "Completion Timeout", "Completer Abort",
+         "Unexpected Completion", "Receiver Overflow", "Malformed TLP", "ECRC",
+         "Unsupported Request", "ACS Violation", "Uncorrectable Internal Error",
+         "MC Blocked TLP", "AtomicOp Egress Blocked", "TLP Prefix Blocked Error"),
+        "TOTAL_ERR_FATAL",
+        "aer_fatal",
+    ),
+}  # fmt: skip
+
+
+def aer_files(hw: NodeHardware) -> dict[str, str]:
+    """Each GPU's AER statistics as the kernel shows them, ``<PCI address>/<file>`` -> text.
+
+    The whole count sits on the first counter of each file (correctable: Receiver Error, a
+    failing link's usual first sign; uncorrectable: Completion Timeout)."""
+    out = {}
+    for gpu in hw.gpus:
+        address = gpu.pci_bus_id[4:].lower()  # 00000000:18:00.0 -> 0000:18:00.0, as sysfs
+        for filename, (names, total, attr) in AER_COUNTERS.items():
+            count = int(getattr(gpu, attr))
+            first = "Receiver Error" if filename == "aer_dev_correctable" else "Completion Timeout"
+            lines = [f"{name} {count if name == first else 0}" for name in names]
+            out[f"{address}/{filename}"] = "\n".join([*lines, f"{total} {count}"]) + "\n"
+    return out
 
 
 def _digest(*parts: object) -> bytes:

@@ -35,7 +35,7 @@ from toolkit.acceptance.thresholds import ShippedProfile, build_profile, floor_f
 from toolkit.config import parse_yaml
 from toolkit.errors import LabError
 from toolkit.lab.image import LOGIN_USER
-from toolkit.lab.paths import DMI_DIR
+from toolkit.lab.paths import DMI_DIR, PCI_DIR
 from toolkit.lab.spec import LabSpec
 from toolkit.lab.state import NodeState
 from toolkit.stack.models import ACCEPTED_RISKS_KEY
@@ -181,6 +181,7 @@ def render(
                 "gpunode_reboot_boot_time_command": BOOT_ID_COMMAND,
                 "data_disks_udev_settle_command": UDEV_COMMAND,
                 "gpunode_dmi_dir": DMI_DIR,
+                "gpunode_pci_dir": PCI_DIR,
                 ACCEPTED_RISKS_KEY: accepted_risks(),
             },
         ),

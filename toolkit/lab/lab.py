@@ -25,7 +25,7 @@ from toolkit.lab import disks as lab_disks
 from toolkit.lab import image as lab_image
 from toolkit.lab import inventory, network, nodes, paths, runfile, server, ssh
 from toolkit.lab import state as lab_state
-from toolkit.lab.hardware import KERNEL_LOG_FAULTS, NodeHardware
+from toolkit.lab.hardware import KERNEL_LOG_FAULTS, NodeHardware, aer_files
 from toolkit.lab.repo import build_repository
 from toolkit.lab.spec import (
     SLOW_DATA_READ_BPS,
@@ -193,6 +193,7 @@ def up(
                 files=files,
             )
             node.faults = list(spec.node_faults(index))
+            node.boots = 0  # a new container: its hardware file counts from here
             container.start()
             booting.append((container, node, True))
         else:
@@ -272,7 +273,7 @@ def up(
     return state
 
 
-def _hardware(spec: LabSpec, index: int) -> NodeHardware:
+def _hardware(spec: LabSpec, index: int, boots: int = 0) -> NodeHardware:
     return NodeHardware.for_node(
         spec.gpu_model,
         spec.gpus,
@@ -280,6 +281,7 @@ def _hardware(spec: LabSpec, index: int) -> NodeHardware:
         spec.node_faults(index),
         seed=spec.name,
         index=index,
+        boots=boots,
     )
 
 
@@ -342,6 +344,11 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
                 f"{value}\n".encode(), 0o400 if name.endswith("serial") else 0o444
             )
             for name, value in dmi.items()
+        },
+        # The GPUs' AER statistics (`gpunode_pci_dir`): a node shares the host's sysfs.
+        **{
+            f"{paths.PCI_DIR}/{name}": nodes.NodeFile(text.encode(), 0o444)
+            for name, text in aer_files(hw).items()
         },
     }
 
@@ -492,7 +499,7 @@ def set_faults(name: str, ref: str | int, faults: list[str]) -> NodeState:
     )
     spec = LabSpec.model_validate(spec.model_dump())
     container = node_container(name, node.index)
-    _apply_faults(container, spec, node, _hardware(spec, node.index))
+    _apply_faults(container, spec, node, _hardware(spec, node.index, node.boots))
     if "keyring" in faults and state.inventory_dir is not None:
         from toolkit.inventory import load_inventory
 
@@ -514,6 +521,12 @@ def restart_node(name: str, ref: str | int) -> NodeState:
     state = require(name)
     node = find_node(state, ref)
     container = node_container(name, node.index)
+    node.boots += 1
+    lab_state.save(state)
+    if "remap-rising" in node.faults:
+        # The GPU remapped one more row before this boot: its hardware file says so.
+        hw = _hardware(state.spec, node.index, node.boots)
+        nodes.put_files(container, {paths.HARDWARE_FILE: nodes.NodeFile(hw.to_json().encode())})
     nodes.restart(container, node.ip)
     if "slow-data" in node.faults:
         # A restarted container gets fresh cgroups: the throttle is written again.

@@ -27,6 +27,8 @@ DCGMI = "/usr/bin/dcgmi"
 # newline: Linux drivers/firmware/dmi-id.c). A container sees the host's sysfs, so the lab
 # inventory points `gpunode_dmi_dir` here.
 DMI_DIR = f"{NODE_STATE_DIR}/dmi"
+# The emulated GPUs' PCIe AER statistics, shaped as /sys/bus/pci/devices (`gpunode_pci_dir`).
+PCI_DIR = f"{NODE_STATE_DIR}/pci"
 
 
 def labs_root() -> Path:

@@ -44,6 +44,7 @@ class NodeState(_Record):
     ip: str
     faults: list[str] = []
     disks: list[DiskState] = []
+    boots: int = 0  # restarts by `gpunode lab restart` (the `remap-rising` fault counts them)
 
 
 class ServerState(_Record):

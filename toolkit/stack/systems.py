@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from toolkit.facts.system import DISTRIBUTIONS, parse_os_release
+
 
 @dataclass(frozen=True)
 class OperatingSystem:
@@ -67,3 +69,16 @@ def os_id(distribution: str, version: str) -> str:
         supported = ", ".join(f"{d} {v}" for d, v in BY_RELEASE)
         raise UnsupportedOS(f"unsupported OS {dist} {ver}; supported: {supported}")
     return found.os_id
+
+
+def os_id_of_release(os_release: str | None) -> str | None:
+    """NVIDIA's OS id of a node from its ``/etc/os-release``; None when it is not supported
+    (acceptance and ``gpunode check`` read it so; a converge refuses through :func:`os_id`)."""
+    values = parse_os_release(os_release or "")
+    dist = DISTRIBUTIONS.get(values.get("ID", "").lower())
+    if dist is None:
+        return None
+    try:
+        return os_id(dist, values.get("VERSION_ID", ""))
+    except UnsupportedOS:
+        return None

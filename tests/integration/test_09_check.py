@@ -1,0 +1,193 @@
+"""``gpunode check`` on the shared lab's two nodes, made ready first by ``gpunode up``.
+
+Through the real CLI (``python -m toolkit``), real SSH (the lab's sudo login) and the lab's GPU
+emulation. In order:
+
+1. both nodes ready and clean: ``check`` passes on both, takes under 2 s wall for the two
+   (the figure is printed), and records its first AER reading in each node's state;
+2. node 1 logs a critical XID (the `xid` fault) and node 2's PCIe AER counters move (the
+   `aer` fault): ``check`` turns both not ready with `health.xid` and `pcie.aer` as reasons,
+   written through the node state, and records the run;
+3. with the faults cleared a check is clean again, yet the nodes stay not ready: only
+   acceptance makes a node ready;
+4. node 1's GPU board is replaced (the `swapped-gpu` fault): ``gpunode node history`` flags
+   the swap, naming the slot and both serials, beside the acceptance run ``up`` recorded;
+5. node 2 remaps one more row at each restart (the `remap-rising` fault): after three boots,
+   each checked, ``gpunode node history`` flags its rising remaps.
+
+The nodes are left not ready; no module after this one needs them ready.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolkit.lab import lab as lab_core
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test")
+WALL_LIMIT_S = 2.0
+
+
+def gpunode(ctx: dict[str, Any], *args: str, timeout: float = 2400) -> tuple[Any, float]:
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "toolkit", *args],
+        cwd=REPO,
+        env={**os.environ, "GPUNODE_STATE_DIR": str(ctx["state_dir"]), "COLUMNS": "200"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return proc, time.perf_counter() - started
+
+
+def node_state(node: str) -> dict[str, Any]:
+    out = lab_core.ssh_run(LAB, node, "cat /etc/gpunode/state.json 2>/dev/null || echo '{}'")
+    return dict(json.loads(out.stdout))
+
+
+@pytest.fixture(scope="module")
+def ready(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The shared lab's nodes, fault-free and ready (``gpunode up`` does what is missing)."""
+    state = lab_core.require(LAB)
+    names = [n.name for n in sorted(state.nodes, key=lambda n: n.index)][:2]
+    inventory = tmp_path_factory.mktemp("check") / "inventory"
+    shutil.copytree(state.inventory_dir or lab_core.default_inventory_dir(LAB), inventory)
+    for name in names:
+        lab_core.set_faults(LAB, name, [])
+    ctx = {"inventory": inventory, "names": names, "state_dir": tmp_path_factory.mktemp("st")}
+    proc, took = gpunode(ctx, "up", "-i", str(inventory), "--yes")
+    print(f"\ngpunode up (to make both nodes ready): {took:.0f}s")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert [node_state(n)["state"] for n in names] == ["ready", "ready"]
+    try:
+        yield ctx
+    finally:
+        for name in names:
+            lab_core.set_faults(LAB, name, [])
+
+
+def check(ctx: dict[str, Any]) -> tuple[Any, dict[str, Any], float]:
+    proc, took = gpunode(ctx, "check", "-i", str(ctx["inventory"]), "--json", timeout=120)
+    return proc, json.loads(proc.stdout), took
+
+
+def test_clean_check_passes_on_two_ready_nodes_in_under_2s(ready: dict[str, Any]) -> None:
+    proc, doc, took = check(ready)
+    print(f"\ngpunode check, 2 ready lab nodes: {took:.2f}s wall (CLI), {doc['wall_s']:.2f}s core")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert took < WALL_LIMIT_S, f"gpunode check took {took:.2f}s for 2 nodes"
+    for name in ready["names"]:
+        node = doc["nodes"][name]
+        assert node["ok"] and node["state"] == "ready" and not node["turned_not_ready"]
+        names = {c["name"] for c in node["checks"]}
+        for expected in (
+            "gpu.count",
+            "versions.installed",
+            "versions.driver_loaded",
+            "health.ecc",
+            "health.row_remap",
+            "health.xid",
+            "health.throttle",
+            "pcie.aer",
+            "nic.link",
+            "services.active",
+        ):
+            assert expected in names, (expected, names)
+        services = next(c for c in node["checks"] if c["name"] == "services.active")
+        assert "nvidia-persistenced" in services["message"]
+        assert "nvidia-fabricmanager" in services["message"]
+        state = node_state(name)
+        assert state["state"] == "ready"
+        assert state["check"]["time"] and state["check"]["aer"], state.get("check")
+        # The passport's share of a check: each GPU's serial and UUID.
+        assert all(g["serial"] and g["uuid"] for g in node["facts"]["gpus"])
+    assert (ready["state_dir"] / "runs" / doc["run_id"] / "check.json").is_file()
+
+
+def test_faults_turn_ready_nodes_not_ready_and_a_clean_check_does_not_undo_it(
+    ready: dict[str, Any],
+) -> None:
+    xid_node, aer_node = ready["names"]
+    check(ready)  # the baseline the faults move from
+    lab_core.set_faults(LAB, xid_node, ["xid"])
+    lab_core.set_faults(LAB, aer_node, ["aer"])
+    proc, doc, took = check(ready)
+    print(f"\ngpunode check with faults on both nodes: {took:.2f}s wall")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    for name, failed in ((xid_node, "health.xid"), (aer_node, "pcie.aer")):
+        node = doc["nodes"][name]
+        assert node["turned_not_ready"] and node["state"] == "not-ready", node
+        bad = {c["name"]: c["message"] for c in node["checks"] if not c["ok"]}
+        assert set(bad) == {failed}, bad
+        state = node_state(name)
+        assert state["state"] == "not-ready"
+        assert state["reason"] == [f"check: {failed}: {bad[failed]}"], state["reason"]
+    assert "XID 119" in doc["nodes"][xid_node]["reason"][0]
+    assert "nonfatal +2" in doc["nodes"][aer_node]["reason"][0]
+    for name in ready["names"]:
+        lab_core.set_faults(LAB, name, [])
+    proc, doc, _took = check(ready)
+    failed = {n: [c for c in d["checks"] if not c["ok"]] for n, d in doc["nodes"].items()}
+    assert proc.returncode == 0, failed
+    for name in ready["names"]:
+        assert doc["nodes"][name]["ok"] and doc["nodes"][name]["state"] == "not-ready"
+        assert node_state(name)["state"] == "not-ready"
+
+
+def test_passport_shows_the_gpu_swapped_in_the_lab(ready: dict[str, Any]) -> None:
+    node = ready["names"][0]
+    before = {g["bus_id"]: g["serial"] for g in check(ready)[1]["nodes"][node]["facts"]["gpus"]}
+    lab_core.set_faults(LAB, node, ["swapped-gpu"])
+    try:
+        proc, doc, _took = check(ready)
+    finally:
+        lab_core.set_faults(LAB, node, [])
+    after = {g["bus_id"]: g["serial"] for g in doc["nodes"][node]["facts"]["gpus"]}
+    [slot] = [s for s in before if before[s] != after[s]]
+    proc, _took = gpunode(ready, "node", "history", node, "-i", str(ready["inventory"]), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    card = json.loads(proc.stdout)
+    swaps = [f["message"] for f in card["flags"] if f["kind"] == "gpu-swapped"]
+    assert len(swaps) == 1 and f"slot {slot}: serial {before[slot]}" in swaps[0], card["flags"]
+    assert f"serial {after[slot]}" in swaps[0]
+    # The acceptance run `up` recorded is in the passport with its figures.
+    accepted = [o for o in card["observations"] if o["kind"] == "accept"]
+    assert accepted and accepted[-1]["figures"].get("busbw_gbps"), accepted
+    assert accepted[-1]["system"]["product_serial"]
+
+
+def test_passport_flags_remaps_rising_boot_after_boot(ready: dict[str, Any]) -> None:
+    node = ready["names"][1]
+    lab_core.set_faults(LAB, node, ["remap-rising"])
+    try:
+        readings = []
+        for boot in range(3):
+            if boot:
+                lab_core.restart_node(LAB, node)
+            proc, doc, _took = check(ready)
+            rows = [g["remapped_rows"] for g in doc["nodes"][node]["facts"]["gpus"]]
+            readings.append(sum((r or {}).get("correctable") or 0 for r in rows))
+    finally:
+        lab_core.set_faults(LAB, node, [])
+    assert readings == sorted(set(readings)) and len(readings) == 3, readings
+    proc, _took = gpunode(ready, "node", "history", node, "-i", str(ready["inventory"]), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    flags = [f for f in json.loads(proc.stdout)["flags"] if f["kind"] == "remaps-rising"]
+    assert len(flags) == 1, flags
+    assert all(f"{n} (run " in flags[0]["message"] for n in readings), flags[0]

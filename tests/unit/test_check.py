@@ -1,0 +1,355 @@
+"""``gpunode check``: its rules, its state transition, and its probe run for real.
+
+The probe is the very program a node runs (``flow.program``: the acceptance runner and
+``probe.py`` on the stdin of ``python3 -``), run here against the lab's stand-in ``nvidia-smi``
+(rendered as the repository build renders it, on PATH, reading a temporary root through
+``GPUNODE_LAB_ROOT``) and the lab's sysfs-shaped AER files: the GPU is the only thing that
+cannot exist here, and the lab's emulation stands in for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from shared_fixtures import run_cli
+
+from toolkit import nodestate
+from toolkit.acceptance.thresholds import effective
+from toolkit.acceptance.verdict import NodeExpectation
+from toolkit.check import flow, rules
+from toolkit.inventory import Host, load_inventory
+from toolkit.lab import catalog
+from toolkit.lab.hardware import NodeHardware, aer_files
+
+V550 = "550.127.05"
+REAL_AER = Path(__file__).resolve().parents[1] / "data/real/pcie-aer"
+
+# --- rules ---------------------------------------------------------------------------------
+
+
+def test_parse_aer_reads_the_kernels_sample_with_spaces_in_names() -> None:
+    text = (REAL_AER / "aer_dev_correctable").read_text()
+    counters = rules.parse_aer(text)
+    assert counters["Receiver Error"] == 2
+    assert counters["RELAY_NUM Rollover"] == 0
+    assert counters["TOTAL_ERR_COR"] == 2
+
+
+@pytest.mark.parametrize(
+    ("now", "before", "expected"),
+    [
+        ({"a": {"nonfatal": 3}}, None, None),  # no earlier reading: nothing to compare
+        ({"a": {"nonfatal": 3}}, {"a": {"nonfatal": 3}}, {}),
+        ({"a": {"nonfatal": 5}}, {"a": {"nonfatal": 3}}, {"a": {"nonfatal": 2}}),
+        # below the last reading: the counters restarted (a reboot), all of it is new
+        ({"a": {"nonfatal": 1}}, {"a": {"nonfatal": 3}}, {"a": {"nonfatal": 1}}),
+        ({"a": {"nonfatal": 0}}, {"a": {"nonfatal": 3}}, {}),
+        ({"b": {"fatal": 1}}, {"a": {"fatal": 0}}, {"b": {"fatal": 1}}),  # a new device
+    ],
+)
+def test_deltas(now: Any, before: Any, expected: Any) -> None:
+    assert rules.deltas(now, before) == expected
+
+
+def _aer_devices(hw: NodeHardware) -> dict[str, dict[str, str]]:
+    devices: dict[str, dict[str, str]] = {}
+    for path, text in aer_files(hw).items():
+        device, name = path.split("/")
+        devices.setdefault(device, {})[name] = text
+    return devices
+
+
+def test_aer_check_fails_on_uncorrectable_moves_and_shows_correctable_ones() -> None:
+    clean = NodeHardware.for_node("H100", 8, True, seed="aer", index=1)
+    faulty = NodeHardware.for_node("H100", 8, True, ["aer"], seed="aer", index=1)
+    first, base = rules.aer_check({"dir": "/pci", "devices": _aer_devices(clean)}, None, {})
+    assert first.ok and "first reading of 8 device(s)" in first.message
+    same, _ = rules.aer_check({"dir": "/pci", "devices": _aer_devices(clean)}, base, {})
+    assert same.ok and "no uncorrectable PCIe error since the last check" in same.message
+    [gpu] = [g for g in faulty.gpus if g.aer_nonfatal]
+    address = gpu.pci_bus_id[4:].lower()
+    moved, now = rules.aer_check(
+        {"dir": "/pci", "devices": _aer_devices(faulty)}, base, {address: f"GPU {gpu.index}"}
+    )
+    assert not moved.ok
+    assert f"GPU {gpu.index} ({address}): nonfatal +2" in moved.message
+    assert "correctable +41" in moved.message and "shown, not judged" in moved.message
+    assert now[address] == {"correctable": 41, "nonfatal": 2, "fatal": 0}
+    none, _ = rules.aer_check({"dir": "/pci", "devices": {}, "error": None}, base, {})
+    assert none.ok and none.message.startswith("not judged: no AER statistics")
+
+
+@pytest.mark.parametrize(
+    ("ports", "wanted", "ok", "words"),
+    [
+        ({}, None, True, "not judged: no RDMA port"),
+        ({"mlx5_0/1": {"state": "4: ACTIVE", "phys_state": "5: LinkUp"}}, None, True, "1 RDMA"),
+        (
+            {"mlx5_0/1": {"state": "1: DOWN", "phys_state": "3: Disabled"}},
+            None,
+            False,
+            "mlx5_0/1: DOWN, Disabled",
+        ),
+        (
+            {
+                "mlx5_0/1": {"state": "4: ACTIVE", "phys_state": "5: LinkUp"},
+                "mlx5_4/1": {"state": "1: DOWN", "phys_state": "2: Polling"},
+            },
+            ["mlx5_0"],
+            True,
+            "1 RDMA port(s) ACTIVE",
+        ),
+        ({"mlx5_0/1": {"state": "4: ACTIVE", "phys_state": "5: LinkUp"}}, ["mlx5_1"], False, ""),
+    ],
+)
+def test_rdma_check(ports: Any, wanted: Any, ok: bool, words: str) -> None:
+    result = rules.rdma_check({"dir": "/ib", "ports": ports}, wanted)
+    assert result.ok is ok and words in result.message
+
+
+def test_units_check_names_each_unit_that_is_not_active_and_why() -> None:
+    required = {"nvidia-persistenced": "driver", "nvidia-fabricmanager": "NVSwitch"}
+    ok = rules.units_check(
+        {"nvidia-persistenced": "active", "nvidia-fabricmanager": "active"}, required
+    )
+    assert ok.ok
+    bad = rules.units_check(
+        {"nvidia-persistenced": "active", "nvidia-fabricmanager": "failed"}, required
+    )
+    assert not bad.ok and bad.message.startswith("nvidia-fabricmanager is failed (NVSwitch)")
+
+
+# --- the state transition ------------------------------------------------------------------
+
+
+def test_after_check_turns_only_a_ready_node_not_ready_and_never_makes_one_ready() -> None:
+    ready = {"state": "ready", "reason": [], "stack_id": "abc"}
+    base = {"time": "2026-01-01T00:00:00Z", "aer": {}}
+    failed = nodestate.after_check(ready, ["pcie.aer: moved"], base, run_id="r1")
+    assert failed["state"] == "not-ready" and failed["reason"] == ["check: pcie.aer: moved"]
+    assert failed["check"] == base and failed["run_id"] == "r1" and failed["stack_id"] == "abc"
+    clean = nodestate.after_check(ready, [], base)
+    assert clean["state"] == "ready" and clean["check"] == base
+    not_ready = {"state": "not-ready", "reason": ["earlier"]}
+    assert nodestate.after_check(not_ready, [], base)["state"] == "not-ready"
+    kept = nodestate.after_check(not_ready, ["health.xid: new"], base)
+    assert kept["reason"] == ["earlier"]  # its standing is acceptance's to change
+    # Later writers keep the baseline (a provision that changes nothing).
+    after = nodestate.after_provision(clean, stack_id="abc", changed=False)
+    assert after["check"] == base
+
+
+# --- the probe, run for real ---------------------------------------------------------------
+
+
+class FakeNodeRoot:
+    """A node's / in a temporary folder: the stand-in nvidia-smi on PATH, its hardware file,
+    the AER files, a units stand-in for systemctl and a kernel log."""
+
+    def __init__(self, root: Path, hw: NodeHardware) -> None:
+        self.root = root
+        state = root / "var/lib/gpunode-lab"
+        state.mkdir(parents=True)
+        (state / "hardware.json").write_text(hw.to_json())
+        (state / "loaded-driver-version").write_text(V550 + "\n")
+        self.bin = root / "bin"
+        self.bin.mkdir()
+        smi = self.bin / "nvidia-smi"
+        script = catalog.render(
+            "nvidia_smi.py", version=V550, cuda_version="12.4", nvml_version="550.127"
+        )
+        smi.write_text(script)
+        smi.chmod(0o755)
+        # systemctl is-active: one state a line, in order (systemctl(1)).
+        systemctl = self.bin / "systemctl"
+        systemctl.write_text('#!/bin/sh\nshift; shift\nfor u in "$@"; do echo active; done\n')
+        systemctl.chmod(0o755)
+        self.pci = root / "pci"
+        for path, text in aer_files(hw).items():
+            (self.pci / path).parent.mkdir(parents=True, exist_ok=True)
+            (self.pci / path).write_text(text)
+        self.log = root / "kernel.log"
+        self.log.write_text(
+            "".join(f"[  100.000000] kernel: {line}\n" for line in hw.kernel_messages())
+        )
+
+    def probe(self, state_file: str = "/nonexistent") -> dict[str, Any]:
+        spec = {
+            "packages": [],
+            "kernel_log_command": f"cat {self.log}",
+            "state_file": state_file,
+            "dmi_dir": str(self.root / "dmi"),
+            "pci_dir": str(self.pci),
+            "rdma_dir": str(self.root / "infiniband"),
+            "units": ["nvidia-persistenced", "nvidia-fabricmanager"],
+        }
+        env = {
+            **os.environ,
+            "PATH": f"{self.bin}:{os.environ['PATH']}",
+            "GPUNODE_LAB_ROOT": str(self.root),
+        }
+        done = subprocess.run(
+            ["python3", "-"], input=flow.program(spec), capture_output=True, env=env, timeout=60
+        )
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        return dict(json.loads(done.stdout))
+
+
+def _plan(hw: NodeHardware) -> Any:
+    host = Host("node-1", "10.0.0.1", 22, None, None, None, ("gpu",), {})
+    expect = NodeExpectation(
+        host="node-1",
+        stack_id="abc",
+        gpu_model="H100",
+        gpu_count=len(hw.gpus),
+        driver_version=V550,
+        packages={},
+    )
+    resolved = {"fabric_manager": {"enabled": True}, "imex": {"enabled": False}}
+    return flow._Plan(host, {"debian12": (expect, resolved)}, effective(None), {})
+
+
+def _with_debian(probe: dict[str, Any]) -> dict[str, Any]:
+    return {**probe, "os_release": 'ID=debian\nVERSION_ID="12"\n'}
+
+
+def test_probe_of_a_clean_node_passes_every_check(tmp_path: Path) -> None:
+    hw = NodeHardware.for_node("H100", 8, True, seed="probe", index=1)
+    probe = _with_debian(FakeNodeRoot(tmp_path, hw).probe())
+    assert probe["gpus"]["ok"] and probe["gpus"]["count"] == 8
+    checks, baseline = flow.judge(_plan(hw), probe, None)
+    failing = {c.name: c.message for c in checks if not c.ok}
+    assert failing == {}
+    names = [c.name for c in checks]
+    expected = {"gpu.count", "versions.driver_loaded", "health.ecc", "health.row_remap"}
+    expected |= {"health.xid", "health.throttle", "pcie.aer", "nic.link", "services.active"}
+    assert set(expected) <= set(names)
+    assert len(baseline["aer"]) == 8 and baseline["time"] == probe["started"]
+    facts = flow.passport_facts(probe, baseline["aer"])
+    assert [g["serial"] for g in facts["gpus"]] == [g.serial for g in hw.gpus]
+
+
+@pytest.mark.parametrize(
+    ("fault", "failing"),
+    [
+        ("ecc", {"health.ecc", "health.row_remap"}),
+        ("remap-failure", {"health.row_remap"}),
+        ("xid", {"health.xid"}),
+        ("xid154", {"health.xid", "health.recovery_action"}),
+        ("missing-gpu", {"gpu.count"}),
+        ("aer", {"pcie.aer"}),
+        ("remapped", set()),  # history, not a reason
+    ],
+)
+def test_probe_of_a_faulty_node_fails_the_faults_check(
+    tmp_path: Path, fault: str, failing: set[str]
+) -> None:
+    clean = NodeHardware.for_node("H100", 8, True, seed="probe", index=1)
+    hw = NodeHardware.for_node("H100", 8, True, [fault], seed="probe", index=1)
+    # The baseline of a check taken before the fault (its AER counters all zero).
+    base = {"time": "2000-01-01T00:00:00Z", "aer": rules.aer_totals(_aer_devices(clean))}
+    probe = _with_debian(FakeNodeRoot(tmp_path, hw).probe())
+    checks, _ = flow.judge(_plan(clean), probe, base)
+    assert {c.name for c in checks if not c.ok} == failing, [c for c in checks if not c.ok]
+
+
+def test_xid_before_the_last_check_is_not_counted_again(tmp_path: Path) -> None:
+    hw = NodeHardware.for_node("H100", 8, True, ["xid"], seed="probe", index=1)
+    probe = _with_debian(FakeNodeRoot(tmp_path, hw).probe())
+    # The log's lines are 100 s after boot, long before a check taken a second ago.
+    later = {"time": probe["started"], "aer": {}}
+    checks, _ = flow.judge(_plan(hw), probe, later)
+    xid = next(c for c in checks if c.name == "health.xid")
+    assert xid.ok and "since the last check" in xid.message and "not judged" in xid.message
+
+
+def test_an_unsupported_os_fails_before_any_rule(tmp_path: Path) -> None:
+    hw = NodeHardware.for_node("H100", 8, True, seed="probe", index=1)
+    probe = {"os_release": "ID=fedora\nVERSION_ID=40\n", "started": "x"}
+    [check], _ = flow.judge(_plan(hw), probe, None)
+    assert check.name == "os.supported" and not check.ok
+
+
+def test_required_units_follow_the_stack_and_the_driver_option() -> None:
+    host = Host("n", "a", 22, None, None, None, (), {"nvidia_driver_persistenced": False})
+    units = flow.required_units(
+        host, {"fabric_manager": {"enabled": True}, "imex": {"enabled": True}}
+    )
+    assert list(units) == ["nvidia-fabricmanager", "nvidia-imex"]
+    host = Host("n", "a", 22, None, None, None, (), {})
+    assert list(flow.required_units(host, {})) == ["nvidia-persistenced"]
+
+
+def test_remap_rising_fault_adds_a_row_per_lab_restart() -> None:
+    rows = []
+    for boots in range(3):
+        hw = NodeHardware.for_node(
+            "H100", 8, True, ["remap-rising"], seed="r", index=1, boots=boots
+        )
+        [gpu] = [g for g in hw.gpus if g.remapped_rows_correctable]
+        rows.append(gpu.remapped_rows_correctable)
+        assert not gpu.remapped_rows_pending and gpu.ecc_uncorrected_volatile == 0
+    assert rows == [1, 2, 3]
+    clean = NodeHardware.for_node("H100", 8, True, seed="r", index=1, boots=5)
+    assert all(g.remapped_rows_correctable == 0 for g in clean.gpus)
+
+
+def test_check_cli_refuses_a_limit_matching_no_host_before_touching_any(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inventory = tmp_path / "inv"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(
+        "all:\n  children:\n    gpu:\n      hosts:\n        n1: {ansible_host: 10.0.0.1}\n"
+    )
+    monkeypatch.setenv("GPUNODE_STATE_DIR", str(tmp_path / "state"))
+    code, _out, err = run_cli(capsys, "check", "-i", str(inventory), "--limit", "nope")
+    assert code == 2 and "'nope' matches no host or group" in err
+    assert not (tmp_path / "state" / "runs").exists()  # no run recorded, no node touched
+
+
+def test_a_driver_upgraded_without_reboot_fails_versions_driver_loaded(tmp_path: Path) -> None:
+    hw = NodeHardware.for_node("H100", 8, True, seed="probe", index=1)
+    root = FakeNodeRoot(tmp_path, hw)
+    (tmp_path / "var/lib/gpunode-lab/loaded-driver-version").write_text("550.90.07\n")
+    checks, _ = flow.judge(_plan(hw), _with_debian(root.probe()), None)
+    failing = {c.name: c.message for c in checks if not c.ok}
+    assert "Driver/library version mismatch" in failing["versions.driver_loaded"]
+    assert "gpu.query" in failing  # nvidia-smi lists nothing while NVML cannot start
+
+
+def test_plan_of_the_sample_inventory_asks_for_its_locked_packages_and_units() -> None:
+    sample = Path(__file__).resolve().parents[2] / "inventories/sample"
+    inventory = load_inventory(sample)
+    by_group = {}
+    for host in inventory.hosts_for(None):
+        by_group.setdefault(host.groups[-1], flow._plan(inventory, host))
+    sxm = next(p for g, p in by_group.items() if "h100" in g)
+    pcie = next(p for g, p in by_group.items() if "l40s" in g)
+    assert list(sxm.expectations) == ["ubuntu2204"]
+    expect, resolved = sxm.expectations["ubuntu2204"]
+    assert expect.driver_version == resolved["driver"]["version"]
+    assert set(expect.packages) <= set(sxm.probe_spec["packages"])
+    assert sxm.probe_spec["units"] == ["nvidia-fabricmanager", "nvidia-persistenced"]
+    assert pcie.probe_spec["units"] == ["nvidia-persistenced"]  # no NVSwitch, no FM
+    assert sxm.probe_spec["pci_dir"] == "/sys/bus/pci/devices"
+    assert sxm.probe_spec["rdma_dir"] == "/sys/class/infiniband"
+
+
+def test_an_xid_of_the_second_the_last_check_started_counts_once(tmp_path: Path) -> None:
+    hw = NodeHardware.for_node("H100", 8, True, ["xid"], seed="probe", index=1)
+    probe = _with_debian(FakeNodeRoot(tmp_path, hw).probe())
+    [event] = probe["kernel_log"]["xid_events"]
+    # Logged in the very second a check started (times are whole seconds): new to that check.
+    event["time"] = probe["started"]
+    first, baseline = flow.judge(_plan(hw), probe, {"time": probe["started"], "aer": {}})
+    assert not next(c for c in first if c.name == "health.xid").ok
+    assert baseline["xid_seen"] == [event["line"]]
+    # The next check (same log) started in the same second: the line was seen, not new.
+    again, _ = flow.judge(_plan(hw), probe, baseline)
+    assert next(c for c in again if c.name == "health.xid").ok

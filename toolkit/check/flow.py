@@ -1,0 +1,329 @@
+"""``gpunode check``: the passive checks of every node, one SSH command each, in parallel.
+
+Per node: one command (the acceptance runner and ``probe.py`` as one Python program on its
+stdin) reads every signal; the control machine judges them (acceptance's own rules through
+``verdict.passive_checks``, and ``rules``) and writes the node's state through
+``nodestate.after_check`` in a second command: a ready node that fails a check turns not
+ready with the reasons; a clean check changes no standing (re-acceptance proves readiness).
+The state also keeps this check's counters and time, where the next check's deltas and XID
+window start. Each check is a run (kind ``check``) with ``check.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from toolkit import nodestate, runs
+from toolkit.acceptance import payload
+from toolkit.acceptance.thresholds import effective
+from toolkit.acceptance.verdict import Check, NodeExpectation, passive_checks
+from toolkit.check import rules
+from toolkit.errors import ConfigError, RemoteError
+from toolkit.inventory import Host, Inventory, load_inventory
+from toolkit.remote import open_node, parallel
+from toolkit.stack.lock import LOCK_FILE, OS_VARIABLE, apply_lock, lock_from_vars, lock_state
+from toolkit.stack.resolve import resolve
+from toolkit.stack.systems import SUPPORTED_OS, os_id_of_release
+
+# Where the probe reads PCIe AER statistics and RDMA ports; the inventory may name other
+# folders (the lab does: its nodes share the host's sysfs).
+PCI_DIR = "/sys/bus/pci/devices"
+RDMA_DIR = "/sys/class/infiniband"
+PCI_DIR_VAR = "gpunode_pci_dir"
+RDMA_DIR_VAR = "gpunode_rdma_dir"
+# The RDMA devices that carry training traffic (``[mlx5_0, ...]``); unset: every port.
+COMPUTE_NICS_VAR = "gpunode_compute_nics"
+PROBE_TIMEOUT_S = 120
+# What the roles name the units (roles/*/defaults/main.yml): persistenced is enabled unless
+# `nvidia_driver_persistenced` is off, Fabric Manager and IMEX where the stack has them.
+PERSISTENCED_UNIT = "nvidia-persistenced"
+FABRIC_MANAGER_UNIT = "nvidia-fabricmanager"
+IMEX_UNIT = "nvidia-imex"
+
+
+@dataclass
+class NodeCheck:
+    """One node's passive check."""
+
+    host: str
+    checks: list[Check] = field(default_factory=list)
+    state_before: str | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+    turned_not_ready: bool = False
+    error: str | None = None
+    duration_s: float = 0.0
+    facts: dict[str, Any] = field(default_factory=dict)  # what the passport keeps
+
+    @property
+    def ok(self) -> bool:
+        """Every check passed and the node could be read."""
+        return self.error is None and all(c.ok for c in self.checks)
+
+    def failures(self) -> list[str]:
+        """Why the check failed, a line each."""
+        return ([self.error] if self.error else []) + [
+            f"{c.name}: {c.message}" for c in self.checks if not c.ok
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON-ready data."""
+        return {
+            "host": self.host,
+            "ok": self.ok,
+            "error": self.error,
+            "state_before": self.state_before,
+            "state": self.state.get("state"),
+            "reason": list(self.state.get("reason") or []),
+            "turned_not_ready": self.turned_not_ready,
+            "duration_s": round(self.duration_s, 3),
+            "checks": [c.to_dict() for c in self.checks],
+            "facts": self.facts,
+        }
+
+
+@dataclass
+class CheckRun:
+    """Every node's passive check, and the run that records them."""
+
+    run_id: str
+    run_dir: Path
+    nodes: list[NodeCheck]
+    wall_s: float
+
+    @property
+    def ok(self) -> bool:
+        """Every node passed."""
+        return all(n.ok for n in self.nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON-ready data (``check.json``, ``--json``)."""
+        return {
+            "run_id": self.run_id,
+            "ok": self.ok,
+            "wall_s": round(self.wall_s, 3),
+            "nodes": {n.host: n.to_dict() for n in self.nodes},
+        }
+
+
+@dataclass
+class _Plan:
+    host: Host
+    expectations: dict[str, tuple[NodeExpectation, dict[str, Any]]]  # per OS id
+    spec: Any
+    probe_spec: dict[str, Any]
+
+
+def run_check(
+    inventory_dir: Path, limit: str | None = None, runs_dir: Path | None = None
+) -> CheckRun:
+    """Check every targeted node (read, judge, write its state) and record the run.
+
+    Raises:
+        ConfigError: The inventory, a stack or a profile is malformed, or no host matches
+            (before any node is touched).
+    """
+    started = time.perf_counter()
+    inventory = load_inventory(inventory_dir)
+    hosts = inventory.hosts_for(limit)
+    if not hosts:
+        raise ConfigError(f"{inventory_dir}: no hosts match {limit or 'all'!r}")
+    plans = {h.name: _plan(inventory, h) for h in hosts}
+    now = datetime.now(timezone.utc)
+    run_dir = runs.start_run("check", runs_dir, now)
+    results = parallel(hosts, lambda h: _check_node(plans[h.name], run_dir.name))
+    nodes = []
+    for host in hosts:
+        value = results[host.name]
+        nodes.append(
+            value if isinstance(value, NodeCheck) else NodeCheck(host.name, error=value.message)
+        )
+    run = CheckRun(run_dir.name, run_dir, nodes, time.perf_counter() - started)
+    (run_dir / "check.json").write_text(json.dumps(run.to_dict(), indent=1, sort_keys=True) + "\n")
+    return run
+
+
+def _plan(inventory: Inventory, host: Host) -> _Plan:
+    """What one node must be, for each OS it may run (its OS is read in the same command)."""
+    stack, hardware = inventory.host_config(host)
+    named = host.vars.get(OS_VARIABLE)
+    systems = [named] if isinstance(named, str) else [str(s) for s in named or SUPPORTED_OS]
+    repo_vars = {k: v for k, v in host.vars.items() if k.startswith("gpunode_")}
+    lock = lock_from_vars(host.vars, f"{LOCK_FILE} of host {host.name}")
+    expectations = {}
+    for system in systems:
+        try:
+            resolved = resolve(stack, hardware, system, repo_vars=repo_vars)
+        except ConfigError:
+            if named:
+                raise
+            continue  # no OS named: only those the stack resolves for can be the node's
+        if lock_state(lock, resolved["stack_id"]) == "current":
+            resolved = apply_lock(resolved, lock)
+        packages: dict[str, str] = {}
+        for section in ("driver", "cuda", "nccl"):
+            packages.update((resolved.get(section) or {}).get("packages") or {})
+        expectations[system] = (
+            NodeExpectation(
+                host=host.name,
+                stack_id=resolved["stack_id"],
+                gpu_model=hardware.gpu.model,
+                gpu_count=hardware.gpu.count,
+                driver_version=resolved["driver"]["version"],
+                packages=packages,
+            ),
+            resolved,
+        )
+    names = sorted({p for e, _ in expectations.values() for p in e.packages})
+    units = sorted({u for _, r in expectations.values() for u in required_units(host, r)})
+    probe_spec = {
+        "packages": names,
+        "kernel_log_command": host.vars.get("gpunode_kernel_log_command"),
+        "state_file": nodestate.PATH,
+        "dmi_dir": host.vars.get("gpunode_dmi_dir"),
+        "pci_dir": str(host.vars.get(PCI_DIR_VAR) or PCI_DIR),
+        "rdma_dir": str(host.vars.get(RDMA_DIR_VAR) or RDMA_DIR),
+        "units": units,
+    }
+    return _Plan(host, expectations, effective(hardware.acceptance), probe_spec)
+
+
+def required_units(host: Host, resolved: dict[str, Any]) -> dict[str, str]:
+    """The units that must be active on a node of this resolved stack, with why."""
+    units = {}
+    if host.vars.get("nvidia_driver_persistenced", True):
+        units[PERSISTENCED_UNIT] = "nvidia_driver_persistenced"
+    if (resolved.get("fabric_manager") or {}).get("enabled"):
+        name = str(host.vars.get("fabric_manager_service") or FABRIC_MANAGER_UNIT)
+        units[name] = "Fabric Manager: the GPUs sit on NVSwitches"
+    if (resolved.get("imex") or {}).get("enabled"):
+        units[IMEX_UNIT] = "IMEX: the stack enables it"
+    return units
+
+
+# The probe's module, shipped with the runner (standard library and the runner only).
+PROBE_MODULE = "toolkit.check.probe"
+
+
+def program(spec: dict[str, Any]) -> bytes:
+    """The one Python program the node runs: the runner's modules and the probe, carried in
+    it (``payload.inline_program``), then the probe, its result as JSON on stdout."""
+    main = (
+        "from toolkit.check import probe\n"
+        f"json.dump(probe.main(json.loads({json.dumps(spec)!r})), sys.stdout)\n"
+    )
+    return payload.inline_program(main, shipped=(PROBE_MODULE,))
+
+
+def judge(
+    plan: _Plan, probe: dict[str, Any], before: dict[str, Any] | None
+) -> tuple[list[Check], dict[str, Any]]:
+    """The checks of one node's probe, and the baseline the next check starts from."""
+    system = os_id_of_release(probe.get("os_release"))
+    checks: list[Check] = []
+    if system not in plan.expectations:
+        checks.append(
+            Check(
+                "os.supported",
+                False,
+                f"the node runs {system or 'an unsupported OS'}; its group is pinned for "
+                f"{', '.join(plan.expectations)}",
+            )
+        )
+        return checks, {"time": probe.get("started")}
+    expect, resolved = plan.expectations[system]
+    # XIDs since the last check: after its start time, less the lines it already saw (times
+    # are whole seconds, so a line of the second the last check started may be old or new).
+    log = dict(probe.get("kernel_log") or {})
+    events = list(log.get("xid_events") or [])
+    seen = set((before or {}).get("xid_seen") or [])
+    log["xid_events"] = [e for e in events if e.get("line") not in seen]
+    result = {**probe, "kernel_log": log, "xid_since": (before or {}).get("time")}
+    checks += passive_checks(result, expect, plan.spec)
+    listed = (probe.get("gpus") or {}).get("list") or []
+    names = {str(g.get("bus_id") or "")[4:].lower(): f"GPU {g.get('index')}" for g in listed}
+    aer, totals = rules.aer_check(probe.get("aer") or {}, (before or {}).get("aer"), names)
+    checks.append(aer)
+    wanted = plan.host.vars.get(COMPUTE_NICS_VAR)
+    checks.append(rules.rdma_check(probe.get("rdma") or {}, list(wanted) if wanted else None))
+    checks.append(rules.units_check(probe.get("units") or {}, required_units(plan.host, resolved)))
+    started = str(probe.get("started") or "")
+    recent = sorted({str(e.get("line")) for e in events if str(e.get("time") or "~") >= started})
+    return checks, {"time": probe.get("started"), "aer": totals, "xid_seen": recent}
+
+
+def passport_facts(probe: dict[str, Any], totals: dict[str, Any] | None) -> dict[str, Any]:
+    """What the node passport keeps of a check: identity and counters."""
+    gpus = [
+        {
+            "index": g.get("index"),
+            "uuid": g.get("uuid"),
+            "serial": g.get("serial"),
+            "bus_id": g.get("bus_id"),
+            "remapped_rows": g.get("remapped_rows"),
+            "ecc_uncorrected_aggregate": g.get("ecc_uncorrected_aggregate"),
+        }
+        for g in (probe.get("gpus") or {}).get("list") or []
+    ]
+    xids = [
+        {k: e.get(k) for k in ("xid", "bus_id", "time", "boot")}
+        for e in (probe.get("kernel_log") or {}).get("xid_events") or []
+    ]
+    return {"gpus": gpus, "identity": probe.get("identity"), "aer": totals, "xids": xids}
+
+
+def _check_node(plan: _Plan, run_id: str) -> NodeCheck:
+    started = time.perf_counter()
+    outcome = NodeCheck(plan.host.name)
+    node = open_node(plan.host)
+    try:
+        res = node.run_with_input("python3 -", [program(plan.probe_spec)], timeout=PROBE_TIMEOUT_S)
+        if not res.ok:
+            raise RemoteError(
+                f"{plan.host.name}: the check's probe exited {res.returncode}: "
+                f"{(res.stderr or res.stdout).strip()[-500:]}"
+            )
+        try:
+            probe = json.loads(res.stdout)
+        except ValueError as err:
+            raise RemoteError(f"{plan.host.name}: the probe printed no JSON: {err}") from None
+        current = probe.get("state") or nodestate.new()
+        outcome.state_before = current.get("state")
+        before = current.get("check") if isinstance(current.get("check"), dict) else None
+        outcome.checks, baseline = judge(plan, probe, before)
+        outcome.facts = passport_facts(probe, baseline.get("aer"))
+        failures = [f"{c.name}: {c.message}" for c in outcome.checks if not c.ok]
+        state = nodestate.after_check(current, failures, baseline, run_id=run_id)
+        outcome.state = state
+        outcome.turned_not_ready = current.get("state") == "ready" and state["state"] != "ready"
+        if probe.get("state") is not None:  # a node gpunode never wrote to keeps no file
+            _write_state(node, state)
+    except RemoteError:
+        raise
+    except Exception as err:  # one node's surprise must not cost the other nodes their check
+        outcome.error = f"internal error checking this node: {err!r} (rerun with --debug)"
+    finally:
+        node.close()
+        outcome.duration_s = time.perf_counter() - started
+    return outcome
+
+
+def _write_state(node: Any, state: dict[str, Any]) -> None:
+    """The state file, replaced atomically in one command (its text on stdin)."""
+    path = shlex.quote(nodestate.PATH)
+    tmp = shlex.quote(f"{nodestate.PATH}.tmp")
+    res = node.run_with_input(
+        f"umask 022 && cat > {tmp} && mv -f {tmp} {path}",
+        [nodestate.render(state).encode()],
+        timeout=60,
+    )
+    if not res.ok:
+        raise RemoteError(
+            f"{node.host.name}: writing {nodestate.PATH} exited {res.returncode}: "
+            f"{(res.stderr or res.stdout).strip()[-300:]}"
+        )

@@ -1,0 +1,162 @@
+"""The passive checks' own rules: PCIe AER deltas, RDMA port states and required units.
+
+Pure, on the control machine, each rule with its source. What acceptance already judges
+(GPU count and model, versions, memory errors, PCIe maximum link, throttling, XIDs) is judged
+by ``toolkit.acceptance.verdict.passive_checks``, not here: one rule, one owner.
+
+Counters that only grow while the machine runs (AER statistics) are judged as deltas since
+the last check, whose readings the node's state keeps (``nodestate.after_check``). A reading
+below the last one means the counters restarted (a reboot or a driver reload): that reading
+is then the delta, as a counter counts from zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from toolkit.acceptance.verdict import Check
+
+# Linux, Documentation/ABI/testing/sysfs-bus-pci-devices-aer_stats: each file lists one
+# counter a line ("Receiver Error 2"; names may hold spaces) and ends with its total:
+# TOTAL_ERR_COR, TOTAL_ERR_NONFATAL, TOTAL_ERR_FATAL.
+AER_TOTALS = {
+    "aer_dev_correctable": ("correctable", "TOTAL_ERR_COR"),
+    "aer_dev_nonfatal": ("nonfatal", "TOTAL_ERR_NONFATAL"),
+    "aer_dev_fatal": ("fatal", "TOTAL_ERR_FATAL"),
+}
+# Which deltas fail a node. Linux, Documentation/PCI/pcieaer-howto.rst, "AER error types":
+# correctable errors "pose no impacts on the functionality of the interface" (the hardware
+# recovers them), uncorrectable non-fatal errors make a transaction unreliable and fatal ones
+# the link itself; so an uncorrectable error since the last check fails the node and the
+# correctable count is shown (its rise is in the message and the passport), not judged.
+AER_JUDGED = ("nonfatal", "fatal")
+# Linux, Documentation/ABI/stable/sysfs-class-infiniband: a port's ``state`` is
+# "<n>: <name>" with DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER, and ``phys_state`` "<n>: <name>"
+# with LinkUp among Sleep, Polling, Disabled, ...: only an ACTIVE port with its link up carries
+# traffic.
+RDMA_ACTIVE = "ACTIVE"
+RDMA_LINK_UP = "LinkUp"
+
+
+def parse_aer(text: str) -> dict[str, int]:
+    """One AER statistics file as ``{counter: count}`` (lines that end in no number skipped)."""
+    counters: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, count = line.strip().rpartition(" ")
+        if name and count.isdigit():
+            counters[name.strip()] = int(count)
+    return counters
+
+
+def aer_totals(devices: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, int]]:
+    """Per device, the totals of each kind it reports (``correctable``, ``nonfatal``,
+    ``fatal``)."""
+    out: dict[str, dict[str, int]] = {}
+    for device, files in devices.items():
+        for filename, (kind, total) in AER_TOTALS.items():
+            value = parse_aer(files.get(filename) or "").get(total)
+            if value is not None:
+                out.setdefault(device, {})[kind] = value
+    return out
+
+
+def deltas(
+    now: Mapping[str, Mapping[str, int]], before: Mapping[str, Mapping[str, int]] | None
+) -> dict[str, dict[str, int]] | None:
+    """How far each counter moved since ``before`` (None: no earlier reading, nothing to
+    compare); a counter below its last reading restarted, so it moved by its whole value."""
+    if before is None:
+        return None
+    out: dict[str, dict[str, int]] = {}
+    for device, counters in now.items():
+        earlier = before.get(device) or {}
+        for kind, value in counters.items():
+            last = earlier.get(kind)
+            moved = value if last is None or value < last else value - last
+            if moved:
+                out.setdefault(device, {})[kind] = moved
+    return out
+
+
+def aer_check(
+    aer: Mapping[str, Any], before: Mapping[str, Mapping[str, int]] | None, names: Mapping[str, str]
+) -> tuple[Check, dict[str, dict[str, int]]]:
+    """``pcie.aer``: uncorrectable AER errors since the last check fail; and the totals read
+    now (the next check's baseline). ``names``: PCI address -> what it is (``GPU 3``)."""
+    totals = aer_totals(aer.get("devices") or {})
+    source = f"{aer.get('dir')}/<device>/aer_dev_*"
+    if aer.get("error") and not totals:
+        return Check("pcie.aer", True, f"not judged: {source} unreadable: {aer['error']}"), totals
+    if not totals:
+        return Check("pcie.aer", True, f"not judged: no AER statistics under {source}"), totals
+    moved = deltas(totals, before)
+    if moved is None:
+        return (
+            Check(
+                "pcie.aer",
+                True,
+                f"first reading of {len(totals)} device(s) ({source}): the next check "
+                "judges what moves from here",
+            ),
+            totals,
+        )
+
+    def label(device: str) -> str:
+        return f"{names[device]} ({device})" if device in names else device
+
+    bad = [
+        f"{label(d)}: {', '.join(f'{k} +{c[k]}' for k in AER_JUDGED if k in c)}"
+        for d, c in sorted(moved.items())
+        if any(k in c for k in AER_JUDGED)
+    ]
+    shown = [
+        f"{label(d)}: correctable +{c['correctable']}"
+        for d, c in sorted(moved.items())
+        if "correctable" in c
+    ]
+    if bad:
+        message = "uncorrectable PCIe errors since the last check: " + "; ".join(bad)
+    else:
+        message = f"no uncorrectable PCIe error since the last check on {len(totals)} device(s)"
+    if shown:
+        message += " | shown, not judged: " + "; ".join(shown)
+    return (
+        Check("pcie.aer", not bad, f"{message} ({source})", measured=moved or None),
+        totals,
+    )
+
+
+def rdma_check(rdma: Mapping[str, Any], wanted: list[str] | None) -> Check:
+    """``nic.link``: every compute RDMA port (``wanted`` device names, else all) is ACTIVE with
+    its physical link up."""
+    ports = dict(rdma.get("ports") or {})
+    source = f"{rdma.get('dir')}/<device>/ports/<n>/state"
+    if wanted:
+        ports = {p: v for p, v in ports.items() if p.split("/", 1)[0] in wanted}
+        missing = sorted(set(wanted) - {p.split("/", 1)[0] for p in ports})
+        if missing:
+            return Check("nic.link", False, f"no RDMA port of {', '.join(missing)} ({source})")
+    if not ports:
+        return Check("nic.link", True, f"not judged: no RDMA port under {source}")
+    bad = []
+    for port, files in sorted(ports.items()):
+        state = (files.get("state") or "").partition(":")[2].strip() or files.get("state")
+        phys = (files.get("phys_state") or "").partition(":")[2].strip() or files.get("phys_state")
+        if state != RDMA_ACTIVE or phys != RDMA_LINK_UP:
+            bad.append(f"{port}: {state or 'no state'}, {phys or 'no phys_state'}")
+    message = "; ".join(bad) if bad else f"{len(ports)} RDMA port(s) ACTIVE, LinkUp"
+    return Check("nic.link", not bad, f"{message} ({source})", measured=bad or None)
+
+
+def units_check(states: Mapping[str, str], required: Mapping[str, str]) -> Check:
+    """``services.active``: every required unit is active (``required``: unit -> why)."""
+    if not required:
+        return Check("services.active", True, "no unit required")
+    bad = [
+        f"{unit} is {states.get(unit) or 'unknown'} ({why})"
+        for unit, why in required.items()
+        if states.get(unit) != "active"
+    ]
+    message = "; ".join(bad) if bad else f"active: {', '.join(required)}"
+    return Check("services.active", not bad, f"{message} (systemctl is-active)")

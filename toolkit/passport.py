@@ -1,0 +1,442 @@
+"""The node passport: a node's hardware identity, counters and figures over time, and flags.
+
+Read from the recorded runs (``toolkit.runs``): acceptance runs (``run.json`` and each node's
+``nodes/<host>.result.json``: evidence, never rotated away) and passive checks (``check.json``,
+routine runs: the latest 30 are kept). Nothing is stored twice: the passport is a reading of
+the runs, so it is as old as the oldest run kept.
+
+Per observation (one run that reached the node): the system's DMI serials, each GPU's slot
+(PCI bus id), serial and UUID, NIC MACs and disk serials (what the runner records), the
+memory counters (remapped rows), and the acceptance figures (busbw at the largest size, the
+weakest GPU's GEMM and memory bandwidth, the storage read p99).
+
+Flags, each naming the runs it compares:
+
+- ``gpu-swapped``: a slot's GPU serial or UUID changed between two observations;
+- ``failed-part-returned``: a GPU serial that failed a check in an earlier run (on any node),
+  was then taken out of that node, and is back (the same broken part after an RMA, the
+  "Humpty Dumpty" GPU);
+- ``remaps-rising``: a GPU's remapped rows rose in each of its last ``RISING_READINGS`` - 1
+  steps (a GPU whose remaps keep growing keeps corrupting jobs even while each run passes);
+- ``below-baseline``: the latest figure at least ``share`` below the median of the node's
+  previous ``BASELINE_RUNS`` acceptance runs (above it, for latency), floors aside: a figure
+  can drift a long way while still above its floor; the median and MAD (median absolute
+  deviation) say how the baseline itself varies;
+- ``below-fleet``: the latest figure at least ``share`` below the median of the latest
+  figures of the other nodes of the same group (the same hardware profile), when there are
+  at least ``MIN_FLEET_PEERS`` of them.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+from toolkit import runs
+from toolkit.config import load_json
+from toolkit.errors import ConfigError
+from toolkit.inventory import name_path
+from toolkit.report.fleet import RECORD, read_record
+
+CHECK_RECORD = "check.json"  # a passive check's record (toolkit.check.flow writes it)
+BASELINE_RUNS = 5
+MIN_BASELINE_RUNS = 3
+DEFAULT_SHARE = 0.30
+RISING_READINGS = 3
+# A fleet median needs at least this many other nodes: against one peer a node is only
+# compared with that peer's own noise.
+MIN_FLEET_PEERS = 2
+# name -> (unit, higher is better)
+FIGURES = {
+    "busbw_gbps": ("GB/s", True),
+    "gemm_tflops": ("TFLOPS", True),
+    "mem_bw_gbps": ("GB/s", True),
+    "storage_p99_ms": ("ms", False),
+}
+
+
+@dataclass
+class Observation:
+    """One run's view of one node."""
+
+    run_id: str
+    kind: str  # accept | check
+    started: str | None
+    group: str | None = None
+    ok: bool | None = None
+    system: dict[str, Any] = field(default_factory=dict)
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    nics: dict[str, str | None] = field(default_factory=dict)
+    disks: dict[str, str | None] = field(default_factory=dict)
+    failed_slots: list[str] = field(default_factory=list)  # bus ids named by failed checks
+    figures: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON-ready data."""
+        return {
+            "run_id": self.run_id,
+            "kind": self.kind,
+            "started": self.started,
+            "group": self.group,
+            "ok": self.ok,
+            "system": self.system,
+            "gpus": self.gpus,
+            "nics": self.nics,
+            "disks": self.disks,
+            "failed_slots": self.failed_slots,
+            "figures": self.figures,
+        }
+
+
+@dataclass(frozen=True)
+class Flag:
+    """Something the passport says about a node."""
+
+    kind: str
+    message: str
+    run_id: str
+
+    def to_dict(self) -> dict[str, str]:
+        """As JSON-ready data."""
+        return {"kind": self.kind, "message": self.message, "run_id": self.run_id}
+
+
+@dataclass
+class Passport:
+    """A node's observations, oldest first, and its flags."""
+
+    host: str
+    observations: list[Observation]
+    flags: list[Flag]
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON-ready data."""
+        return {
+            "host": self.host,
+            "observations": [o.to_dict() for o in self.observations],
+            "flags": [f.to_dict() for f in self.flags],
+        }
+
+
+# --- reading the runs ------------------------------------------------------------------------
+
+
+def _slot(bus_id: Any) -> str:
+    """A GPU's slot as the checks' messages name it (``0000:18:00``, lower case): nvidia-smi
+    says ``00000000:18:00.0``, the kernel's XID lines ``0000:18:00``, sysfs ``0000:18:00.0``."""
+    text = str(bus_id or "").lower()
+    return text[4:14] if len(text) >= 14 and text.count(":") == 2 else text[:10]
+
+
+def _identity(obs: Observation, identity: Mapping[str, Any] | None) -> None:
+    identity = identity or {}
+    dmi = identity.get("dmi") or {}
+    obs.system = {
+        k: dmi.get(k) for k in ("sys_vendor", "product_name", "product_serial", "board_serial")
+    }
+    obs.nics = {
+        str(n.get("name")): n.get("mac") for n in identity.get("nics") or [] if n.get("physical")
+    }
+    devices = (identity.get("lsblk") or {}).get("blockdevices") or []
+    obs.disks = {str(d.get("name")): d.get("serial") for d in devices if d.get("type") == "disk"}
+
+
+def _gpus(listed: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for g in listed:
+        rows = g.get("remapped_rows") or {}
+        counts = [rows.get(k) for k in ("correctable", "uncorrectable")]
+        out.append(
+            {
+                "index": g.get("index"),
+                "bus_id": g.get("bus_id"),
+                "serial": g.get("serial"),
+                "uuid": g.get("uuid"),
+                "remapped_rows": sum(c for c in counts if isinstance(c, int))
+                if any(isinstance(c, int) for c in counts)
+                else None,
+            }
+        )
+    return out
+
+
+def _failed_slots(gpus: list[dict[str, Any]], failed_messages: Iterable[str]) -> list[str]:
+    text = " ".join(failed_messages).lower()
+    return [str(g["bus_id"]) for g in gpus if g.get("bus_id") and _slot(g["bus_id"]) in text]
+
+
+def _weakest(entries: Any, key: str) -> float | None:
+    values = [
+        float(e[key]) for e in entries or [] if isinstance(e, dict) and e.get(key) is not None
+    ]
+    return min(values) if values else None
+
+
+def _accept_observations(info: runs.RunInfo) -> dict[str, Observation]:
+    path = info.path / RECORD
+    if not os.path.lexists(path):  # a run cut short has no record
+        return {}
+    record = read_record(path)
+    out = {}
+    for node in record["nodes"]:
+        host = str(node["host"])
+        obs = Observation(info.run_id, "accept", record.get("started"), node.get("group"))
+        obs.ok = node.get("verdict") == "ready"
+        result_path = name_path(info.path / "nodes", host, ".result.json")
+        result = load_json(result_path, "run record") if result_path.is_file() else {}
+        result = result if isinstance(result, dict) else {}
+        _identity(obs, result.get("identity"))
+        obs.gpus = _gpus((result.get("gpus") or {}).get("list") or [])
+        obs.failed_slots = _failed_slots(
+            obs.gpus, (str(f.get("message") or "") for f in node.get("failed_checks") or [])
+        )
+        perf = result.get("gpu_perf") or {}
+        p99 = (((node.get("training") or {}).get("reads")) or {}).get("p99_ms")
+        figures = {
+            "busbw_gbps": node.get("busbw_at_largest_gbps"),
+            "gemm_tflops": _weakest(perf.get("gemm"), "tflops"),
+            "mem_bw_gbps": _weakest(perf.get("mem_bw"), "gbps"),
+            "storage_p99_ms": p99,
+        }
+        obs.figures = {k: float(v) for k, v in figures.items() if isinstance(v, (int, float))}
+        out[host] = obs
+    return out
+
+
+def _check_observations(info: runs.RunInfo) -> dict[str, Observation]:
+    path = info.path / CHECK_RECORD
+    if not os.path.lexists(path):
+        return {}
+    record = load_json(path, "run record")
+    nodes = record.get("nodes") if isinstance(record, dict) else None
+    if not isinstance(nodes, dict):
+        raise ConfigError(f"{path}: nodes: expected an object of nodes")
+    started = info.started.isoformat() if info.started else None
+    out = {}
+    for host, node in nodes.items():
+        if not isinstance(node, dict) or node.get("error"):
+            continue  # a node the check could not read says nothing about its hardware
+        facts = node.get("facts") or {}
+        obs = Observation(info.run_id, "check", started, ok=bool(node.get("ok")))
+        _identity(obs, facts.get("identity"))
+        obs.gpus = _gpus(facts.get("gpus") or [])
+        failed = (str(c.get("message") or "") for c in node.get("checks") or [] if not c.get("ok"))
+        obs.failed_slots = _failed_slots(obs.gpus, failed)
+        out[str(host)] = obs
+    return out
+
+
+def fleet_observations(runs_dir: Any = None) -> dict[str, list[Observation]]:
+    """Every node's observations in the recorded runs, oldest first.
+
+    Raises:
+        ConfigError: A run's record is unreadable or malformed (named).
+    """
+    found: dict[str, list[Observation]] = {}
+    for info in runs.list_runs(runs_dir):
+        if info.kind == "accept":
+            seen = _accept_observations(info)
+        elif info.kind == "check":
+            seen = _check_observations(info)
+        else:
+            continue
+        for host, obs in seen.items():
+            found.setdefault(host, []).append(obs)
+    for observations in found.values():
+        observations.sort(key=lambda o: o.run_id[:16])  # the id's UTC time, then the kind
+    return found
+
+
+# --- the flags -------------------------------------------------------------------------------
+
+
+def _swaps(observations: list[Observation]) -> list[Flag]:
+    flags = []
+    last: dict[str, tuple[dict[str, Any], str]] = {}
+    for obs in observations:
+        for gpu in obs.gpus:
+            slot = str(gpu.get("bus_id"))
+            before = last.get(slot)
+            if before is not None:
+                old, run_id = before
+                if (old.get("serial"), old.get("uuid")) != (gpu.get("serial"), gpu.get("uuid")):
+                    flags.append(
+                        Flag(
+                            "gpu-swapped",
+                            f"GPU in slot {slot}: serial {old.get('serial')} ({old.get('uuid')}) "
+                            f"in run {run_id}, serial {gpu.get('serial')} ({gpu.get('uuid')}) "
+                            f"in run {obs.run_id}",
+                            obs.run_id,
+                        )
+                    )
+            last[slot] = (gpu, obs.run_id)
+    return flags
+
+
+def _returned(host: str, fleet: Mapping[str, list[Observation]]) -> list[Flag]:
+    """Serials on ``host`` now that failed before somewhere and were taken out since."""
+    mine = fleet.get(host) or []
+    if not mine:
+        return []
+    latest = mine[-1]
+    flags = []
+    for gpu in latest.gpus:
+        serial = gpu.get("serial")
+        if not serial:
+            continue
+        for where, observations in fleet.items():
+            failed_in = next(
+                (
+                    o
+                    for o in observations
+                    if o.run_id < latest.run_id
+                    and any(
+                        g.get("serial") == serial and g.get("bus_id") in o.failed_slots
+                        for g in o.gpus
+                    )
+                ),
+                None,
+            )
+            if failed_in is None:
+                continue
+            removed = next(
+                (
+                    o
+                    for o in observations
+                    if failed_in.run_id < o.run_id < latest.run_id
+                    and o.gpus
+                    and serial not in {g.get("serial") for g in o.gpus}
+                ),
+                None,
+            )
+            if removed is not None:
+                flags.append(
+                    Flag(
+                        "failed-part-returned",
+                        f"GPU serial {serial} (now slot {gpu.get('bus_id')}, UUID "
+                        f"{gpu.get('uuid')}) failed on {where} in run {failed_in.run_id}, "
+                        f"was gone from it in run {removed.run_id}, and is back",
+                        latest.run_id,
+                    )
+                )
+                break
+    return flags
+
+
+def _rising_remaps(observations: list[Observation]) -> list[Flag]:
+    series: dict[str, list[tuple[int, str]]] = {}
+    for obs in observations:
+        for gpu in obs.gpus:
+            rows = gpu.get("remapped_rows")
+            if gpu.get("serial") and isinstance(rows, int):
+                readings = series.setdefault(str(gpu["serial"]), [])
+                # Equal readings in a row (checks between boots) are one reading of the counter.
+                if not readings or readings[-1][0] != rows:
+                    readings.append((rows, obs.run_id))
+    flags = []
+    for serial, readings in sorted(series.items()):
+        tail = readings[-RISING_READINGS:]
+        if len(tail) == RISING_READINGS and all(b[0] > a[0] for a, b in pairwise(tail)):
+            steps = " -> ".join(f"{n} (run {run})" for n, run in tail)
+            flags.append(
+                Flag("remaps-rising", f"GPU serial {serial}: remapped rows {steps}", tail[-1][1])
+            )
+    return flags
+
+
+def _mad(values: list[float]) -> float:
+    median = statistics.median(values)
+    return statistics.median(abs(v - median) for v in values)
+
+
+def _worse(value: float, reference: float, share: float, higher_better: bool) -> bool:
+    """At least ``share`` worse than ``reference`` (30 % below is flagged at 0.3)."""
+    if reference <= 0:
+        return False
+    change = (reference - value) / reference if higher_better else (value - reference) / reference
+    return change >= share - 1e-9
+
+
+def _below_baseline(observations: list[Observation], share: float) -> list[Flag]:
+    accepted = [o for o in observations if o.kind == "accept"]
+    if not accepted:
+        return []
+    latest = accepted[-1]
+    flags = []
+    for name, value in latest.figures.items():
+        unit, higher = FIGURES[name]
+        earlier = [o.figures[name] for o in accepted[:-1] if name in o.figures][-BASELINE_RUNS:]
+        if len(earlier) < MIN_BASELINE_RUNS:
+            continue
+        median = statistics.median(earlier)
+        if _worse(value, median, share, higher):
+            flags.append(
+                Flag(
+                    "below-baseline",
+                    f"{name} {value:g} {unit} in run {latest.run_id} is "
+                    f"{abs(1 - value / median):.0%} {'below' if higher else 'above'} the median "
+                    f"{median:g} {unit} (MAD {_mad(earlier):g}) of its previous {len(earlier)} "
+                    f"runs (allowed: {share:.0%})",
+                    latest.run_id,
+                )
+            )
+    return flags
+
+
+def _below_fleet(host: str, fleet: Mapping[str, list[Observation]], share: float) -> list[Flag]:
+    def latest(observations: list[Observation]) -> Observation | None:
+        accepted = [o for o in observations if o.kind == "accept"]
+        return accepted[-1] if accepted else None
+
+    mine = latest(fleet.get(host) or [])
+    if mine is None:
+        return []
+    peers = [
+        o
+        for h, observations in fleet.items()
+        if h != host and (o := latest(observations)) is not None and o.group == mine.group
+    ]
+    flags = []
+    for name, value in mine.figures.items():
+        unit, higher = FIGURES[name]
+        values = [p.figures[name] for p in peers if name in p.figures]
+        if len(values) < MIN_FLEET_PEERS:
+            continue
+        median = statistics.median(values)
+        if _worse(value, median, share, higher):
+            flags.append(
+                Flag(
+                    "below-fleet",
+                    f"{name} {value:g} {unit} in run {mine.run_id} is "
+                    f"{abs(1 - value / median):.0%} {'below' if higher else 'above'} the median "
+                    f"{median:g} {unit} of the latest runs of {len(values)} other node(s) of "
+                    f"group {mine.group} (allowed: {share:.0%})",
+                    mine.run_id,
+                )
+            )
+    return flags
+
+
+def passport(
+    host: str, fleet: Mapping[str, list[Observation]], share: float = DEFAULT_SHARE
+) -> Passport:
+    """One node's passport from the fleet's observations (:func:`fleet_observations`).
+
+    Raises:
+        ConfigError: ``share`` is not between 0 and 1.
+    """
+    if not 0 < share < 1:
+        raise ConfigError(f"share: {share} must be between 0 and 1 (0.3: 30 %)")
+    observations = list(fleet.get(host) or [])
+    flags = (
+        _swaps(observations)
+        + _returned(host, fleet)
+        + _rising_remaps(observations)
+        + _below_baseline(observations, share)
+        + _below_fleet(host, fleet, share)
+    )
+    return Passport(host, observations, flags)
