@@ -141,6 +141,7 @@ class UpOptions:
     multi_node: bool = False
     hooks: Sequence[str] = ()
     engine: str = "image"  # or "host": acceptance without the training image
+    executor: str | None = None  # "ssh" or "slurm" (None: the inventory's, else ssh)
     # Asked with the disk plan when a node's disks would change (None: no question).
     confirm_disks: Callable[[Any], bool] | None = None
     display: Display | None = None
@@ -457,6 +458,7 @@ def _accept(
             hooks=opts.hooks,
             runs_dir=opts.runs_dir,
             engine=opts.engine,
+            executor=opts.executor,
             sign_key=opts.sign_key,
         ),
         progress=progress,

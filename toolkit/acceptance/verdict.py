@@ -20,6 +20,10 @@ from toolkit.stack.debversion import satisfies
 
 READY = "ready"
 NOT_READY = "not-ready"
+# The executor could not test the node (drained before the run, its job never started or was
+# preempted): no verdict on the node, which keeps its state and its scheduler mark.
+NOT_TESTED = "not-tested"
+NOT_TESTED_CHECK = "executor.not-tested"
 
 # `clocks_throttle_reasons.active` bits that mean the hardware is slowing itself down
 # (nvidia-smi --help-query-gpu: 0x8 HW slowdown, 0x20 SW thermal slowdown, 0x40 HW thermal
@@ -69,6 +73,7 @@ class Verdict:
 
     host: str
     checks: list[Check]
+    tested: bool = True
 
     @property
     def ready(self) -> bool:
@@ -77,7 +82,9 @@ class Verdict:
 
     @property
     def verdict(self) -> str:
-        """``ready`` or ``not-ready``."""
+        """``ready``, ``not-ready`` or ``not-tested``."""
+        if not self.tested:
+            return NOT_TESTED
         return READY if self.ready else NOT_READY
 
     @property
@@ -303,6 +310,11 @@ def _per_gpu(
             Check(f"{kind}.straggler", not slow, message, measured=[e["gpu"] for e in slow])
         )
     return checks
+
+
+def not_tested_verdict(host: str, reason: str) -> Verdict:
+    """The outcome of a node the executor could not test: one failed check saying why."""
+    return Verdict(host, [Check(NOT_TESTED_CHECK, False, reason)], tested=False)
 
 
 def judge(
