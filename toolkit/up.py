@@ -471,6 +471,11 @@ def _accept(
         node = nodes.get(summary["host"])
         if node is None:
             continue
+        if summary.get("not_tested"):  # the executor could not test it: its state stands
+            node.stages["accept"] = StageResult(
+                "skipped", f"not tested: {summary['not_tested']}", spent
+            )
+            continue
         written = summary.get("state") if (summary.get("written") or {}).get("state") else None
         node.state = dict(written or {"state": "unknown", "reason": [summary.get("error")]})
         if node.ready:
