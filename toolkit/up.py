@@ -141,6 +141,7 @@ class UpOptions:
     multi_node: bool = False
     hooks: Sequence[str] = ()
     engine: str = "image"  # or "host": acceptance without the training image
+    executor: str | None = None  # "ssh" or "slurm" (None: the inventory's, else ssh)
     # Asked with the disk plan when a node's disks would change (None: no question).
     confirm_disks: Callable[[Any], bool] | None = None
     display: Display | None = None
@@ -457,6 +458,7 @@ def _accept(
             hooks=opts.hooks,
             runs_dir=opts.runs_dir,
             engine=opts.engine,
+            executor=opts.executor,
             sign_key=opts.sign_key,
         ),
         progress=progress,
@@ -468,6 +470,11 @@ def _accept(
     for summary in run.summary()["nodes"]:
         node = nodes.get(summary["host"])
         if node is None:
+            continue
+        if summary.get("not_tested"):  # the executor could not test it: its state stands
+            node.stages["accept"] = StageResult(
+                "skipped", f"not tested: {summary['not_tested']}", spent
+            )
             continue
         written = summary.get("state") if (summary.get("written") or {}).get("state") else None
         node.state = dict(written or {"state": "unknown", "reason": [summary.get("error")]})

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import docker.errors
 
 from toolkit import cert, nodestate, runs
-from toolkit.acceptance import dcgm, nccllog, payload, topology
+from toolkit.acceptance import dcgm, executors, nccllog, payload, topology
 from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
@@ -37,7 +37,7 @@ from toolkit.acceptance.thresholds import (
     parse_size,
     sweep_sizes,
 )
-from toolkit.acceptance.verdict import Verdict, judge
+from toolkit.acceptance.verdict import Verdict, judge, not_tested_verdict
 from toolkit.errors import AcceptanceError, ConfigError, RemoteError
 from toolkit.facts import probe, system
 from toolkit.inventory import Host, Inventory, load_inventory, name_path
@@ -72,6 +72,9 @@ class AcceptOptions:
     # The provider's key that signs each ready node's certificate (None: the inventory's
     # `gpunode_sign_key`, else no certificates).
     sign_key: Path | None = None
+    # How each node's runner starts: "ssh" or "slurm" (None: the inventory's
+    # `gpunode_accept_executor`, else ssh). toolkit/acceptance/executors.
+    executor: str | None = None
 
 
 @dataclass
@@ -99,6 +102,8 @@ class NodePlan:
     certificate_note: str | None = None  # why there is none
     domain: str | None = None  # gpunode_accept_domain: its rack or NVLink clique
     max_sets: int | None = None  # gpunode_accept_max_sets: multi-node sets run at once
+    not_tested: str | None = None  # why the executor could not test the node (no verdict on it)
+    job: dict[str, Any] | None = None  # the scheduler's record of the node's job
 
 
 @dataclass
@@ -179,6 +184,8 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
         "state": plan.state,
         "certificate": str(plan.certificate) if plan.certificate else None,
         "certificate_note": plan.certificate_note,
+        "not_tested": plan.not_tested,
+        "job": plan.job,
     }
 
 
@@ -267,6 +274,11 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
     sign_key = cert.sign_key_from(
         opts.sign_key, group_all.vars if group_all else {}, opts.inventory
     )
+    executor = executors.select(
+        opts.executor,
+        group_all.vars if group_all else {},
+        {h.name: h for h in inventory.hosts_for(None)},
+    )
     run_dir = runs.start_run("accept", opts.runs_dir, started)
     run_id = run_dir.name
     (run_dir / "nodes").mkdir(parents=True, exist_ok=True)
@@ -276,7 +288,10 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
     if opts.engine == "image":
         _stage_images(plans, opts, progress)
     try:
-        parallel([p.host for p in plans], lambda h: _stage_node(_by_host(plans, h), opts, progress))
+        parallel(
+            [p.host for p in plans],
+            lambda h: _stage_node(_by_host(plans, h), opts, progress, executor),
+        )
         multinode: MultiNodeReport | None = None
         if opts.multi_node:
             multinode = _stage_multi_node(plans, opts, run_id, progress)
@@ -288,10 +303,11 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
             plan.verdict = _judge(plan)
         finished = datetime.now(timezone.utc)
         parallel(
-            [p.host for p in plans if p.node is not None],
+            [p.host for p in plans if p.node is not None and p.not_tested is None],
             lambda h: _write_node_state(_by_host(plans, h), run_id, finished),
         )
     finally:
+        executor.close()
         for plan in plans:
             if plan.node is not None:
                 plan.node.close()
@@ -305,6 +321,7 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
                 reasons=tuple(p.verdict.reasons() if p.verdict else ()),
             )
             for p in plans
+            if p.not_tested is None  # an untested node keeps its mark
         ]
         actions = [a.to_dict() for a in run_hooks(opts.hooks, marks, opts.hook_runner)]
     run = AcceptanceRun(
@@ -328,6 +345,8 @@ def _judge(plan: NodePlan) -> Verdict:
     a result.json that surprises the verdict (it comes from the node) fails that node with
     the reason, never the other nodes' verdicts or the run."""
     assert plan.expect is not None
+    if plan.not_tested is not None:
+        return not_tested_verdict(plan.host.name, plan.not_tested)
     try:
         return judge(plan.result, plan.expect, plan.spec, runner_error=plan.error, extra=plan.extra)
     except Exception as err:  # one node's surprise must not cost the other nodes their verdict
@@ -490,8 +509,11 @@ def _expectation(plan: NodePlan) -> NodeExpectation:
     )
 
 
-def _stage_node(plan: NodePlan, opts: AcceptOptions, progress: Progress) -> None:
-    """Connect, prepare Python and torch, run the runner, fetch its result."""
+def _stage_node(
+    plan: NodePlan, opts: AcceptOptions, progress: Progress, executor: executors.Executor
+) -> None:
+    """Connect, prepare Python and torch, run the runner through the executor, fetch its
+    result."""
     name = plan.host.name
     try:
         plan.node = open_node(plan.host)
@@ -512,19 +534,24 @@ def _stage_node(plan: NodePlan, opts: AcceptOptions, progress: Progress) -> None
         node.put_text(json.dumps(spec, indent=1), f"{REMOTE_DIR}/spec.json")
         progress(f"{name}: running checks")
         runner = shlex.quote(f"{REMOTE_DIR}/{payload.ARCHIVE}")
-        res = node.run(
+        res = executor.launch(
+            plan.host,
+            node,
             f"{plan.python} {runner} run --spec {REMOTE_DIR}/spec.json "
             f"--out {REMOTE_DIR}/result.json",
-            timeout=opts.runner_timeout_s,
+            REMOTE_DIR,
+            opts.runner_timeout_s,
         )
+        plan.job = res.job
         if not res.ok:
-            raise RemoteError(
-                f"{name}: runner exited {res.returncode}: {(res.stderr or res.stdout)[-800:]}"
-            )
+            raise RemoteError(f"{name}: runner exited {res.returncode}: {res.output[-800:]}")
         plan.result = json.loads(node.get_text(f"{REMOTE_DIR}/result.json"))
         if plan.image is not None:
             plan.extra.append(_container_check(plan.result.get("container"), plan.image))
         progress(f"{name}: checks done in {plan.result.get('duration_s', 0):.1f}s")
+    except executors.NotTested as err:
+        plan.not_tested, plan.job = err.reason, err.job
+        progress(f"{name}: not tested: {err.reason}")
     except (RemoteError, AcceptanceError, ConfigError) as err:
         plan.error = err.message
         progress(f"{name}: {err.message}")

@@ -25,6 +25,10 @@ from toolkit.acceptance.train_checks import data_checks, training_checks
 
 READY = "ready"
 NOT_READY = "not-ready"
+# The executor could not test the node (drained before the run, its job never started or was
+# preempted): no verdict on the node, which keeps its state and its scheduler mark.
+NOT_TESTED = "not-tested"
+NOT_TESTED_CHECK = "executor.not-tested"
 
 
 @dataclass
@@ -33,6 +37,7 @@ class Verdict:
 
     host: str
     checks: list[Check]
+    tested: bool = True
 
     @property
     def ready(self) -> bool:
@@ -41,7 +46,9 @@ class Verdict:
 
     @property
     def verdict(self) -> str:
-        """``ready`` or ``not-ready``."""
+        """``ready``, ``not-ready`` or ``not-tested``."""
+        if not self.tested:
+            return NOT_TESTED
         return READY if self.ready else NOT_READY
 
     @property
@@ -78,6 +85,11 @@ def passive_checks(
         + version_checks(result, expect)
         + health_checks(result, spec)
     )
+
+
+def not_tested_verdict(host: str, reason: str) -> Verdict:
+    """The outcome of a node the executor could not test: one failed check saying why."""
+    return Verdict(host, [Check(NOT_TESTED_CHECK, False, reason)], tested=False)
 
 
 def judge(

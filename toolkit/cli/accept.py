@@ -10,6 +10,7 @@ from rich.table import Table
 
 from toolkit.cli.options import (
     engine_option,
+    executor_option,
     hooks_option,
     json_option,
     multi_node_option,
@@ -34,6 +35,7 @@ from toolkit.errors import EXIT_FAILED, EXIT_OK, AcceptanceError
 @multi_node_option
 @hooks_option
 @engine_option
+@executor_option
 @sign_key_option
 @click.option(
     "--runs-dir",
@@ -51,6 +53,7 @@ def accept(
     multi_node: bool,
     hooks: tuple[str, ...],
     engine: str,
+    executor: str | None,
     sign_key: Path | None,
     runs_dir: Path | None,
     as_json: bool,
@@ -78,6 +81,7 @@ def accept(
             hooks=hooks,
             runs_dir=runs_dir or runs.runs_dir(),
             engine=engine,
+            executor=executor,
             sign_key=sign_key,
         ),
         progress=say,

@@ -92,6 +92,12 @@ def lab() -> None:
     help="Where to write the inventory (default inventories/lab, or inventories/lab-NAME).",
 )
 @click.option("--slow-net-rate", default="100mbit", show_default=True, help="Rate of slow-net.")
+@click.option(
+    "--slurm",
+    is_flag=True,
+    help="Run a Slurm cluster on the nodes (slurmctld on node 1, slurmd and munge on all); "
+    "the inventory then runs acceptance as Slurm jobs.",
+)
 @json_option
 def up(
     name: str,
@@ -106,6 +112,7 @@ def up(
     no_ca_bundle: bool,
     inventory_dir: Path | None,
     slow_net_rate: str,
+    slurm: bool,
     as_json: bool,
 ) -> None:
     """Bring a lab up (idempotent: a second run with the same options changes nothing)."""
@@ -124,6 +131,7 @@ def up(
         faults=tuple(parse_fault(f) for f in faults),
         ca_bundle=None if no_ca_bundle else ca_bundle,
         slow_net_rate=slow_net_rate,
+        slurm=slurm,
     )
     lab_core.up(spec, inventory_dir=inventory_dir, progress=say)
     document = lab_core.status(name)

@@ -46,6 +46,14 @@ engine_option = click.option(
     "(sent to nodes that lack it). host: the fallback for nodes without a container runtime, "
     "a venv with torch from the hashed lock on the node.",
 )
+executor_option = click.option(
+    "--executor",
+    type=click.Choice(["ssh", "slurm"]),
+    default=None,
+    help="How each node's acceptance starts: over SSH, or as a lowest-priority Slurm job on "
+    "that node (drained or never-started nodes come out not-tested) [default: the "
+    "inventory's gpunode_accept_executor, else ssh].",
+)
 
 sign_key_option = click.option(
     "--sign-key",

@@ -15,6 +15,7 @@ from rich.text import Text
 from toolkit.cli.options import (
     compose,
     engine_option,
+    executor_option,
     hooks_option,
     inventory_option,
     json_option,
@@ -44,6 +45,7 @@ Examples:
 @multi_node_option
 @hooks_option
 @engine_option
+@executor_option
 @sign_key_option
 @click.option(
     "--relock",
@@ -58,6 +60,7 @@ def up(
     multi_node: bool,
     hooks: tuple[str, ...],
     engine: str,
+    executor: str | None,
     sign_key: Path | None,
     relock: bool,
     as_json: bool,
@@ -87,6 +90,7 @@ def up(
             display=live_display(as_json),
             relock=relock,
             engine=engine,
+            executor=executor,
             sign_key=sign_key,
         ),
         progress=say,

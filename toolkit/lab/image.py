@@ -35,6 +35,11 @@ MIRROR = "http://deb.debian.org/debian"
 SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 IMAGE_REPOSITORY = "gpunode-lab-node"
 
+SLURM_PACKAGES: tuple[str, ...] = ("munge", "slurm-client", "slurmctld", "slurmd")
+# Units the Slurm packages enable on install; a lab without --slurm has no key or config for
+# them, and a lab with it starts them after writing both.
+SLURM_UNITS: tuple[str, ...] = ("munge.service", "slurmctld.service", "slurmd.service")
+
 # What a lab node needs beyond minbase: systemd as PID 1, sshd and Python for Ansible,
 # python3-apt for ansible.builtin.apt, and the tools the disk and driver roles call.
 PACKAGES: tuple[str, ...] = (
@@ -57,6 +62,10 @@ PACKAGES: tuple[str, ...] = (
     "e2fsprogs",
     "lsb-release",
     "less",
+    # Slurm from Debian's archive, for `gpunode lab up --slurm` (toolkit/lab/slurm.py): the
+    # controller, the node daemon, the client commands and MUNGE, their authentication. The
+    # image leaves them disabled and keyless; only a Slurm lab configures and starts them.
+    *SLURM_PACKAGES,
 )
 
 # Units that fail or make no sense in a container (no consoles, no kernel debug
@@ -198,7 +207,8 @@ systemctl mask {" ".join(MASKED_UNITS)} >/dev/null 2>&1
 systemctl enable gpunode-lab-udev.service gpunode-lab-mounts.service \\
   gpunode-lab-boot.service ssh.service >/dev/null 2>&1
 systemctl set-default multi-user.target >/dev/null 2>&1
-rm -f /etc/ssh/ssh_host_*
+systemctl disable {" ".join(SLURM_UNITS)} >/dev/null 2>&1
+rm -f /etc/ssh/ssh_host_* /etc/munge/munge.key
 : > /etc/machine-id
 rm -f /var/lib/dbus/machine-id
 apt-get clean

@@ -5,6 +5,8 @@ Layout (docs/architecture.md, "Inventory layout")::
     hosts.yml                       group `lab` with every node (ansible_host = its address)
     group_vars/all/ssh.yml          root over the lab key, strict host key checking
     group_vars/all/repos.yml        the lab's repository, key, CA bundle and wheel URLs
+    group_vars/all/slurm.yml        (--slurm) acceptance through the lab's Slurm: executor,
+                                    submit host, partition, license
     group_vars/all/lab.yml          how to read a lab node's kernel log and boot id; the CVEs
                                     the lab accepts (its packages are stand-ins)
     group_vars/lab/stack.yml        the lab's default stack (docs/architecture.md)
@@ -144,6 +146,7 @@ def render(
     repo_vars: Mapping[str, object],
     ca_bundle: Path | None,
     md_available: bool,
+    slurm_vars: Mapping[str, object] | None = None,
 ) -> dict[str, str]:
     """Every file of the inventory: relative path -> text. Pure."""
     name = spec.name
@@ -194,6 +197,12 @@ def render(
             {"hardware": hardware_profile(spec)},
         ),
     }
+    if slurm_vars:
+        files["group_vars/all/slurm.yml"] = _yaml(
+            name,
+            "The lab's Slurm cluster: acceptance runs as Slurm jobs (gpunode accept --executor).",
+            dict(slurm_vars),
+        )
     for node in nodes:
         if not node.disks:
             continue

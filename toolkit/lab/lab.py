@@ -24,6 +24,7 @@ from toolkit.errors import ConfigError, LabError
 from toolkit.lab import disks as lab_disks
 from toolkit.lab import image as lab_image
 from toolkit.lab import inventory, network, nodes, paths, runfile, server, ssh
+from toolkit.lab import slurm as lab_slurm
 from toolkit.lab import state as lab_state
 from toolkit.lab.hardware import KERNEL_LOG_FAULTS, NodeHardware, aer_files
 from toolkit.lab.repo import build_repository
@@ -225,6 +226,11 @@ def up(
             if tuple(node.faults) != spec.node_faults(node.index):
                 _apply_faults(container, spec, node, hardware[node.index])
     lab_state.save(state)
+    if spec.slurm:
+        say("slurm: munge, slurmctld on node 1, slurmd on every node")
+        started = time.monotonic()
+        lab_slurm.start(spec.name, [(c, n) for c, n, _fresh in booting])
+        say(f"slurm: every node registered ({_took(started)})")
 
     known_hosts = _write_known_hosts(home, state)
     target = inventory_dir or state.inventory_dir or default_inventory_dir(spec.name)
@@ -253,6 +259,7 @@ def up(
         repo_vars=repo_vars,
         ca_bundle=ca_bundle,
         md_available=Path("/proc/mdstat").exists(),
+        slurm_vars=lab_slurm.inventory_vars(state.nodes) if spec.slurm else None,
     )
     if state.inventory_dir and state.inventory_dir.resolve() != target.resolve():
         inventory.remove(state.inventory_dir, spec.name)

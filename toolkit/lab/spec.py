@@ -124,6 +124,8 @@ class LabSpec(StrictModel):
     faults: tuple[tuple[int, str], ...] = ()
     ca_bundle: Path | None = None
     slow_net_rate: str = Field(default="100mbit", pattern=r"^\d+(kbit|mbit|gbit)$")
+    # A Slurm cluster across the nodes (toolkit/lab/slurm.py): slurmctld on node 1, slurmd on all.
+    slurm: bool = False
 
     @field_validator("gpu_model")
     @classmethod
@@ -171,6 +173,7 @@ class LabSpec(StrictModel):
             "nvswitch": self.has_nvswitch,
             "disks": self.disks,
             "disk_size": self.disk_size,
+            "slurm": self.slurm,
         }
 
 

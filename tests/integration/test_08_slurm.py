@@ -1,0 +1,253 @@
+"""Acceptance through the lab's real Slurm cluster (``gpunode lab up --slurm``).
+
+A lab of its own (``$GPUNODE_TEST_LAB-slurm``): 3 bare nodes with one data disk each, node 2
+with uncorrectable ECC errors, slurmctld on node 1 and slurmd + MUNGE on all three, from
+Debian's packages. Through the real CLI, real SSH, real Ansible and real Slurm, in order:
+
+1. ``gpunode up --executor slurm`` provisions the nodes and accepts them as Slurm jobs: nodes
+   1 and 3 ready, node 2 not ready because of its ECC errors;
+2. ``gpunode accept --executor ssh`` on nodes 1 and 2 gives the same verdicts, with the same
+   checks and reasons;
+3. node 3 is drained in Slurm, then ``gpunode accept`` (the executor from the inventory, which
+   the lab wrote) runs while the test watches ``squeue``: every acceptance job sits at
+   priority 1 with the maximum nice, the lowest a job can have; node 3 comes out not-tested
+   with Slurm's drain reason, never failed, and keeps its state file and its drain;
+   ``scontrol show job`` keeps the finished jobs' priority (sacct needs slurmdbd, which the
+   lab does not run);
+4. a job that cannot start (somebody's job holds node 3 whole) is cancelled after the
+   inventory's start timeout and the node comes out not-tested with Slurm's pending reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolkit.acceptance.executors.slurm import MAX_NICE
+from toolkit.acceptance.verdict import NOT_TESTED_CHECK
+from toolkit.lab import lab as lab_core
+from toolkit.lab import nodes as lab_nodes
+from toolkit.lab import slurm as lab_slurm
+from toolkit.lab.spec import build_spec
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test") + "-slurm"
+RUNS: dict[str, dict[str, Any]] = {}
+TIMES: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def slurm_lab(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A fresh 3-node Slurm lab (the shared ``lab`` fixture only makes sure Docker is there)."""
+    if lab_core.lab_state.load(LAB) is not None:
+        lab_core.down(LAB)
+    started = time.monotonic()
+    spec = build_spec(
+        name=LAB,
+        nodes=3,
+        disks=1,
+        disk_size=2 * 1024**3,
+        faults=((2, "ecc"),),
+        ca_bundle=lab_nodes.host_ca_bundle(),
+        slurm=True,
+    )
+    inventory = tmp_path_factory.mktemp("slurm") / "inventory"
+    state = lab_core.up(spec, inventory_dir=inventory)
+    TIMES["lab up --slurm"] = time.monotonic() - started
+    names = [n.name for n in sorted(state.nodes, key=lambda n: n.index)]
+    try:
+        yield {
+            "inventory": inventory,
+            "names": names,
+            "state_dir": tmp_path_factory.mktemp("slurm-state"),
+        }
+    finally:
+        print("\ntest_08 wall times: " + ", ".join(f"{k} {v:.0f}s" for k, v in TIMES.items()))
+        if os.environ.get("GPUNODE_TEST_KEEP_LAB") != "1":
+            lab_core.down(LAB)
+
+
+def gpunode(ctx: dict[str, Any], *args: str) -> subprocess.Popen[str]:
+    """The real CLI, started (``finish`` waits for it)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "toolkit", *args],
+        cwd=REPO,
+        env={**os.environ, "GPUNODE_STATE_DIR": str(ctx["state_dir"]), "COLUMNS": "200"},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str], what: str, timeout: float = 1800) -> tuple[int, str, str]:
+    started = time.monotonic()
+    out, err = proc.communicate(timeout=timeout)
+    TIMES[what] = time.monotonic() - started
+    return proc.returncode, out, err
+
+
+def head(command: str) -> str:
+    """A command on the head node (slurmctld), as root over SSH."""
+    return lab_core.ssh_run(LAB, 1, command).stdout
+
+
+def by_host(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {n["host"]: n for n in document["nodes"]}
+
+
+def failed(node: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(f["check"], f["message"]) for f in node["failed_checks"]]
+
+
+def test_lab_runs_slurm_with_every_node(slurm_lab: dict[str, Any]) -> None:
+    names = slurm_lab["names"]
+    rows = head("sinfo --noheader --Node --format='%N %P %T %c'").split("\n")
+    assert sorted(r.split()[0] for r in rows if r) == sorted(names)
+    assert all(r.split()[1] == f"{lab_slurm.PARTITION}*" for r in rows if r)
+    assert f"{lab_slurm.LICENSE}" in head("scontrol show licenses")
+    slurm_yml = (slurm_lab["inventory"] / "group_vars" / "all" / "slurm.yml").read_text()
+    assert "gpunode_accept_executor: slurm" in slurm_yml
+
+
+def test_up_accepts_through_slurm(slurm_lab: dict[str, Any]) -> None:
+    names = slurm_lab["names"]
+    proc = gpunode(
+        slurm_lab, "up", "-i", str(slurm_lab["inventory"]), "--yes", "--executor", "slurm",
+        "--engine", "host", "--json",
+    )  # fmt: skip
+    code, out, err = finish(proc, "up --executor slurm (provision + accept)")
+    assert code == 1, err[-3000:]  # node 2 is not ready
+    outcome = json.loads(out)
+    run_dir = Path(outcome["report"]).parent
+    run = json.loads((run_dir / "run.json").read_text())
+    nodes = by_host(run)
+    assert [nodes[n]["verdict"] for n in names] == ["ready", "not-ready", "ready"], err[-3000:]
+    assert any(check.startswith("health.ecc") for check, _ in failed(nodes[names[1]]))
+    for name in names:
+        job = nodes[name]["job"]
+        assert job["executor"] == "slurm" and job["nodelist"] == name
+        assert job["jobstate"] == "COMPLETED" and job["priority"] == 1
+    RUNS["slurm"] = run
+
+
+def test_ssh_executor_gives_the_same_verdicts(slurm_lab: dict[str, Any]) -> None:
+    assert "slurm" in RUNS, "needs the run through Slurm first"
+    # Nodes 1 and 2: two at once, as the Slurm run's license let them run (the lab profile's
+    # storage floors are measured for two nodes' checks at once on this machine's cores).
+    names = slurm_lab["names"][:2]
+    proc = gpunode(
+        slurm_lab, "accept", "-i", str(slurm_lab["inventory"]), "--executor", "ssh",
+        "--limit", ",".join(names), "--engine", "host", "--json",
+    )  # fmt: skip
+    code, out, err = finish(proc, "accept --executor ssh (nodes 1, 2)")
+    assert code == 1, err[-3000:]
+    ssh, slurm = by_host(json.loads(out)), by_host(RUNS["slurm"])
+    for name in names:
+        assert ssh[name]["verdict"] == slurm[name]["verdict"]
+        assert ssh[name]["job"] is None
+        assert [c["name"] for c in ssh[name]["checks"]] == [
+            c["name"] for c in slurm[name]["checks"]
+        ]
+        # The same reasons; measured figures (timings) differ from run to run.
+        assert [c for c, _ in failed(ssh[name])] == [c for c, _ in failed(slurm[name])]
+    ecc = [m for c, m in failed(ssh[slurm_lab["names"][1]]) if c.startswith("health.ecc")]
+    assert ecc == [m for c, m in failed(slurm[slurm_lab["names"][1]]) if c.startswith("health.ecc")]
+
+
+def test_a_drained_node_is_not_tested_and_jobs_run_at_the_lowest_priority(
+    slurm_lab: dict[str, Any],
+) -> None:
+    names = slurm_lab["names"]
+    state_before = lab_core.ssh_run(LAB, 3, "cat /etc/gpunode/state.json").stdout
+    head(f"scontrol update NodeName={names[2]} State=DRAIN Reason='site maintenance'")
+    seen: dict[str, str] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            out = lab_core.ssh_run(
+                LAB, 1, "squeue --noheader --format='%i|%j|%N|%Q|%y|%T|%r'", check=False
+            ).stdout
+            for line in out.splitlines():
+                if "gpunode-accept-" in line:
+                    seen[line.split("|")[0]] = line
+            time.sleep(1)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        proc = gpunode(
+            slurm_lab, "accept", "-i", str(slurm_lab["inventory"]), "--engine", "host", "--json"
+        )
+        code, out, err = finish(proc, "accept (inventory's executor: slurm), node 3 drained")
+    finally:
+        stop.set()
+        watcher.join()
+    assert code == 1, err[-3000:]
+    nodes = by_host(json.loads(out))
+    assert [nodes[n]["verdict"] for n in names] == ["ready", "not-ready", "not-tested"]
+    drained = nodes[names[2]]
+    assert drained["failed_checks"] == [
+        {
+            "check": NOT_TESTED_CHECK,
+            "message": "Slurm node state IDLE+DRAIN (Reason=site maintenance) before the run: "
+            "not submitted",
+            "measured": None,
+            "floor": None,
+        }
+    ]
+    assert drained["job"] is None and drained["not_tested"]
+    # Not failed: its state file is the one the earlier run wrote, its drain is untouched.
+    assert lab_core.ssh_run(LAB, 3, "cat /etc/gpunode/state.json").stdout == state_before
+    assert "Reason=site maintenance" in head(f"scontrol show node {names[2]}")
+    # squeue saw the two jobs, at the lowest priority and the highest nice.
+    rows = [line.split("|") for line in seen.values()]
+    assert sorted(r[1] for r in rows) == [
+        f"gpunode-accept-{names[0]}",
+        f"gpunode-accept-{names[1]}",
+    ]
+    assert all(r[3] == "1" and r[4] == str(MAX_NICE) for r in rows), rows
+    for name in names[:2]:
+        job = nodes[name]["job"]
+        shown = head(f"scontrol --oneliner show job {job['jobid']}")
+        assert "Priority=1 " in shown and f"Nice={MAX_NICE} " in shown
+        assert f"NodeList={name} " in shown and "JobState=COMPLETED " in shown
+
+
+def test_a_job_that_never_starts_is_not_tested_and_cancelled(slurm_lab: dict[str, Any]) -> None:
+    names = slurm_lab["names"]
+    head(f"scontrol update NodeName={names[2]} State=RESUME")
+    # Somebody's job holds node 3 whole: the acceptance job waits behind it ("partition full").
+    head(f"sbatch --job-name=user-job --nodelist={names[2]} --exclusive --wrap='sleep 600'")
+    inventory = slurm_lab["inventory"]
+    (inventory / "group_vars" / "all" / "start.yml").write_text(
+        "gpunode_slurm_start_timeout_s: 15\n"
+    )
+    try:
+        proc = gpunode(
+            slurm_lab, "accept", "-i", str(inventory), "--limit", names[2], "--engine", "host",
+            "--json",
+        )  # fmt: skip
+        code, out, err = finish(proc, "accept, node 3 busy (15 s start timeout)")
+    finally:
+        head("scancel --name=user-job")
+    assert code == 1, err[-3000:]
+    node = by_host(json.loads(out))[names[2]]
+    assert node["verdict"] == "not-tested"
+    assert node["not_tested"].startswith(
+        f"Slurm job {node['job']['jobid']} did not start within 15s"
+    )
+    assert "Reason=Resources" in node["not_tested"] and node["not_tested"].endswith("cancelled")
+    assert "gpunode-accept" not in head("squeue --noheader --format=%j")

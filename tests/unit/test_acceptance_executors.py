@@ -1,0 +1,222 @@
+"""The acceptance executors: SSH or a Slurm job per node.
+
+Slurm's answers are real: captured from the lab's slurmctld (Debian 12's slurm-wlm 22.05.8,
+tests/data/real/slurm, SOURCES.md); a scripted command runner plays them back with the job's
+state changed where a case needs another one. The whole flow runs against the real cluster
+in tests/integration/test_08_slurm.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolkit.acceptance import executors
+from toolkit.acceptance.executors.base import SshExecutor
+from toolkit.acceptance.executors.slurm import (
+    MAX_NICE,
+    SlurmExecutor,
+    SlurmSettings,
+    exit_status,
+    job_record,
+    node_unavailable,
+    parse_fields,
+    sbatch_argv,
+    settings_from,
+)
+from toolkit.acceptance.hooks import CommandResult
+from toolkit.acceptance.verdict import NOT_TESTED, NOT_TESTED_CHECK, not_tested_verdict
+from toolkit.errors import ConfigError
+from toolkit.inventory import Host
+
+REAL = Path(__file__).resolve().parents[1] / "data" / "real" / "slurm"
+JOB = (REAL / "scontrol-show-job-completed.txt").read_text()
+IDLE = (REAL / "scontrol-show-node-idle.txt").read_text()
+DRAINED = (REAL / "scontrol-show-node-drained.txt").read_text()
+
+
+def _host_named(name: str) -> Host:
+    return Host(name, "10.0.0.2", 22, None, None, None, (), {})
+
+
+HOST = _host_named("gpu-2")
+
+
+def _job(state: str, reason: str = "None", exit_code: str = "0:0") -> str:
+    text = re.sub(r"JobState=\S+", f"JobState={state}", JOB)
+    text = re.sub(r"Reason=\S+", f"Reason={reason}", text)
+    return re.sub(r" ExitCode=\S+", f" ExitCode={exit_code}", text)
+
+
+class Slurm:
+    """Answers sbatch, scontrol and scancel like the lab's slurmctld, from a script of job
+    states (the last one repeats)."""
+
+    def __init__(self, node: str = IDLE, states: Sequence[str] = ()) -> None:
+        self.node = node
+        self.states = list(states)
+        self.commands: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str]) -> CommandResult:
+        self.commands.append(list(argv))
+        if argv[0] == "sbatch":
+            return CommandResult(0, "2\n", "")
+        if list(argv[1:3]) == ["show", "node"]:
+            return CommandResult(0, self.node, "")
+        if "job" in argv:
+            state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+            return CommandResult(0, state, "")
+        return CommandResult(0, "", "")
+
+
+class Output:
+    """The node's side: the job's output file (read over SSH in a real run)."""
+
+    def __init__(self, text: str = "runner output\n") -> None:
+        self.text = text
+        self.read: list[str] = []
+
+    def get_text(self, path: str) -> str:
+        self.read.append(path)
+        return self.text
+
+
+def _executor(slurm: Slurm, start_timeout_s: float = 60) -> SlurmExecutor:
+    settings = SlurmSettings("head", "gpunode", "gpunode_checks", start_timeout_s)
+    return SlurmExecutor(settings, lambda: slurm, poll_s=0)
+
+
+def _launch(executor: SlurmExecutor, node: Any = None) -> Any:
+    return executor.launch(HOST, node or Output(), "python3 run", "/opt/gpunode/accept", 1800)
+
+
+def test_real_job_record_has_the_lowest_priority() -> None:
+    record = job_record(parse_fields(JOB))
+    assert record["priority"] == 1 and record["nice"] == MAX_NICE
+    assert record["jobstate"] == "COMPLETED" and record["exitcode"] == "0:0"
+    assert record["executor"] == "slurm"
+
+
+def test_real_node_states() -> None:
+    assert node_unavailable(IDLE) is None
+    why = node_unavailable(DRAINED)
+    assert why == "Slurm node state IDLE+DRAIN (Reason=maintenance window)"
+
+
+@pytest.mark.parametrize(
+    ("state", "down"),
+    [("DOWN+NOT_RESPONDING", True), ("IDLE*", True), ("MIXED", False), ("ALLOCATED", False)],
+)
+def test_other_node_states(state: str, down: bool) -> None:
+    assert (node_unavailable(IDLE.replace("State=IDLE", f"State={state}")) is not None) is down
+
+
+@pytest.mark.parametrize(("code", "status"), [("0:0", 0), ("1:0", 1), ("0:9", 137), ("x", 1)])
+def test_exit_status(code: str, status: int) -> None:
+    assert exit_status(code) == status
+
+
+def test_sbatch_asks_for_the_node_whole_at_the_lowest_priority() -> None:
+    settings = SlurmSettings(None, "gpunode", "gpunode_checks", 60)
+    argv = sbatch_argv(settings, "gpu-2", "gpunode-accept-gpu-2", "python3 r.py", "/w", 1801)
+    assert argv[0] == "sbatch" and argv[-1] == "--wrap=python3 r.py"
+    assert {
+        "--nodelist=gpu-2",
+        "--exclusive",
+        "--nice=2147483645",
+        "--no-requeue",
+        "--time=31",
+        "--partition=gpunode",
+        "--licenses=gpunode_checks:1",
+        "--output=/w/slurm-%j.out",
+    } <= set(argv)
+    bare = sbatch_argv(SlurmSettings(), "gpu-2", "n", "c", "/w", 10)
+    assert not [a for a in bare if a.startswith(("--partition", "--licenses"))]
+
+
+def test_a_completed_job_gives_the_runner_exit_status_and_output() -> None:
+    slurm = Slurm(states=[_job("PENDING", "Licenses"), _job("RUNNING"), _job("FAILED", "", "3:0")])
+    node = Output("Traceback: boom\n")
+    launch = _launch(_executor(slurm), node)
+    assert launch.returncode == 3 and launch.output == "Traceback: boom\n"
+    assert node.read == ["/tmp/slurm-2.out"]  # the job's own StdOut
+    assert launch.job["jobid"] == "2" and launch.job["priority"] == 1
+    sbatch = next(c for c in slurm.commands if c[0] == "sbatch")
+    assert "--nodelist=gpu-2" in sbatch and "--job-name=gpunode-accept-gpu-2" in sbatch
+
+
+def test_a_drained_node_is_not_tested_and_nothing_is_submitted() -> None:
+    slurm = Slurm(node=DRAINED, states=[_job("COMPLETED")])
+    with pytest.raises(executors.NotTested, match=r"IDLE\+DRAIN .*maintenance window"):
+        _launch(_executor(slurm))
+    assert not [c for c in slurm.commands if c[0] == "sbatch"]
+
+
+def test_a_job_that_never_starts_is_cancelled_and_not_tested() -> None:
+    slurm = Slurm(states=[_job("PENDING", "ReqNodeNotAvail,_UnavailableNodes:gpu-2")])
+    with pytest.raises(executors.NotTested, match=r"did not start within 0s.*ReqNodeNotAvail") as e:
+        _launch(_executor(slurm, start_timeout_s=1e-9))
+    assert ["scancel", "2"] in slurm.commands
+    assert e.value.job is not None and e.value.job["jobstate"] == "PENDING"
+
+
+@pytest.mark.parametrize("state", ["PREEMPTED", "CANCELLED", "NODE_FAIL", "BOOT_FAIL"])
+def test_a_job_that_ends_without_running_through_is_not_tested(state: str) -> None:
+    slurm = Slurm(states=[_job("RUNNING"), _job(state, "Preemption")])
+    with pytest.raises(executors.NotTested, match=f"job 2 ended {state}"):
+        _launch(_executor(slurm))
+
+
+def test_a_job_past_its_time_limit_is_a_failed_runner() -> None:
+    launch = _launch(_executor(Slurm(states=[_job("TIMEOUT")])))
+    assert launch.returncode == 124 and "time limit" in launch.output
+
+
+def test_not_tested_is_its_own_verdict() -> None:
+    verdict = not_tested_verdict("gpu-2", "Slurm node state IDLE+DRAIN")
+    assert verdict.verdict == NOT_TESTED and not verdict.ready
+    assert verdict.reasons() == [f"{NOT_TESTED_CHECK}: Slurm node state IDLE+DRAIN"]
+
+
+def test_select_follows_the_option_then_the_inventory() -> None:
+    hosts = {"head": _host_named("head")}
+    assert isinstance(executors.select(None, {}, hosts), SshExecutor)
+    chosen = executors.select(None, {"gpunode_accept_executor": "slurm"}, hosts)
+    assert chosen.name == "slurm"
+    assert executors.select("ssh", {"gpunode_accept_executor": "slurm"}, hosts).name == "ssh"
+
+
+@pytest.mark.parametrize(
+    ("asked", "variables", "message"),
+    [
+        ("lsf", {}, "--executor: unknown executor 'lsf'"),
+        (None, {"gpunode_accept_executor": "pbs"}, "gpunode_accept_executor: unknown executor"),
+        ("slurm", {"gpunode_slurm_submit_host": "nowhere"}, "not a host of the inventory"),
+        ("slurm", {"gpunode_slurm_partition": "a b"}, "gpunode_slurm_partition must be a name"),
+        ("slurm", {"gpunode_slurm_start_timeout_s": 0}, "gpunode_slurm_start_timeout_s must"),
+        ("slurm", {"gpunode_slurm_start_timeout_s": True}, "gpunode_slurm_start_timeout_s must"),
+    ],
+)
+def test_bad_settings_name_the_key(
+    asked: str | None, variables: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        executors.select(asked, variables, {})
+
+
+def test_settings_from_the_inventory() -> None:
+    hosts = {"head": _host_named("head")}
+    settings = settings_from(
+        {
+            "gpunode_slurm_submit_host": "head",
+            "gpunode_slurm_partition": "gpunode",
+            "gpunode_slurm_license": "gpunode_checks",
+            "gpunode_slurm_start_timeout_s": 30,
+        },
+        hosts,
+    )
+    assert settings == SlurmSettings("head", "gpunode", "gpunode_checks", 30.0)

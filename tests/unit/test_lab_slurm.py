@@ -1,0 +1,86 @@
+"""The lab's Slurm cluster: its slurm.conf, its inventory settings and the node image's part.
+
+The daemons themselves run in tests/integration/test_08_slurm.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolkit.errors import LabError
+from toolkit.lab import image, slurm
+from toolkit.lab.inventory import render
+from toolkit.lab.spec import build_spec
+from toolkit.lab.state import NodeState
+
+REAL = Path(__file__).resolve().parents[1] / "data" / "real" / "slurm"
+NODES = [NodeState(index=i, name=f"lab-node-{i}", ip=f"10.9.0.{10 + i}") for i in (2, 1, 3)]
+
+
+def test_hardware_from_real_slurmd_c() -> None:
+    hardware = slurm.parse_hardware((REAL / "slurmd-C.txt").read_text())
+    assert list(hardware) == list(slurm.HARDWARE_FIELDS)
+    assert hardware["CPUs"].isdigit() and hardware["RealMemory"].isdigit()
+    with pytest.raises(LabError, match="no CPUs= field"):
+        slurm.parse_hardware("slurmd: error: something")
+
+
+def test_conf_names_every_node_with_node_1_as_controller() -> None:
+    conf = slurm.render_conf("My_Lab-1", NODES, {"CPUs": "2", "RealMemory": "1000"})
+    lines = conf.splitlines()
+    assert "ClusterName=mylab1" in lines
+    assert "SlurmctldHost=lab-node-1(10.9.0.11)" in lines
+    nodes = [line for line in lines if line.startswith("NodeName=")]
+    assert nodes == [
+        f"NodeName=lab-node-{i} NodeAddr=10.9.0.{10 + i} CPUs=2 RealMemory=1000 State=UNKNOWN"
+        for i in (1, 2, 3)
+    ]
+    assert f"Licenses={slurm.LICENSE}:{slurm.LICENSE_COUNT}" in lines
+    # nice lowers a job's priority only under the multifactor plugin
+    assert "PriorityType=priority/multifactor" in lines
+    assert "ProctrackType=proctrack/linuxproc" in lines
+    assert (
+        f"PartitionName={slurm.PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP" in lines
+    )
+
+
+def test_inventory_says_acceptance_runs_through_slurm(tmp_path: Path) -> None:
+    spec = build_spec(name="lab", nodes=3, disks=0, slurm=True)
+    files = render(
+        spec=spec,
+        nodes=NODES,
+        key_file=tmp_path / "key",
+        known_hosts=tmp_path / "known_hosts",
+        repo_vars={},
+        ca_bundle=None,
+        md_available=True,
+        slurm_vars=slurm.inventory_vars(NODES),
+    )
+    text = files["group_vars/all/slurm.yml"]
+    assert "gpunode_accept_executor: slurm\n" in text
+    assert "gpunode_slurm_submit_host: lab-node-1\n" in text
+    assert f"gpunode_slurm_license: {slurm.LICENSE}\n" in text
+    plain = render(
+        spec=build_spec(name="lab", nodes=3, disks=0),
+        nodes=NODES,
+        key_file=tmp_path / "key",
+        known_hosts=tmp_path / "known_hosts",
+        repo_vars={},
+        ca_bundle=None,
+        md_available=True,
+    )
+    assert "group_vars/all/slurm.yml" not in plain
+
+
+def test_slurm_is_part_of_the_lab_shape() -> None:
+    assert build_spec(slurm=True).shape()["slurm"] is True
+    assert build_spec().shape()["slurm"] is False
+
+
+def test_node_image_carries_slurm_disabled_and_keyless() -> None:
+    assert set(image.SLURM_PACKAGES) <= set(image.PACKAGES)
+    script = image.CUSTOMIZE_SCRIPT
+    assert f"systemctl disable {' '.join(image.SLURM_UNITS)}" in script
+    assert "/etc/munge/munge.key" in script.split("rm -f /etc/ssh/ssh_host_*")[1].splitlines()[0]

@@ -1,0 +1,207 @@
+"""A real Slurm cluster in the lab (``gpunode lab up --slurm``), from Debian's packages.
+
+Node 1 is the head node: it runs ``slurmctld`` beside its own ``slurmd``, as a small cluster's
+first node often does; every node runs ``slurmd`` and MUNGE with one key per lab. The node
+image carries the packages disabled and keyless (toolkit/lab/image.py); this module writes the
+key and ``slurm.conf`` into the nodes once they have booted and starts the daemons. The
+configuration names the nodes by their hostnames with the hardware ``slurmd -C`` reports on
+the head node (the nodes share the host's CPUs and memory), one partition with every node, and
+a license that bounds how many acceptance jobs run at once (as Nebius soperator does with its
+``gpu_checks`` license). Nothing runs on the control machine: ``gpunode accept --executor
+slurm`` submits over SSH on the head node (the inventory's ``gpunode_slurm_submit_host``), and
+``lab down`` removes the containers and so the whole cluster.
+
+Sources: slurm.conf(5) and slurmd(8) of Slurm 22.05 (Debian 12's slurm-wlm 22.05.8): ``slurmd
+-C`` prints the node's ``NodeName=... CPUs=... RealMemory=...`` line; ``Licenses=name:count``;
+``ProctrackType=proctrack/linuxproc`` needs no cgroup plugin, which a container cannot own.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import secrets
+import tarfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from docker.models.containers import Container
+
+from toolkit.errors import LabError
+from toolkit.lab import nodes
+from toolkit.lab.state import NodeState
+
+CONF_PATH = "/etc/slurm/slurm.conf"
+KEY_PATH = "/etc/munge/munge.key"
+JOBCOMP_LOG = "/var/log/slurm/jobcomp.log"
+PARTITION = "gpunode"
+LICENSE = "gpunode_checks"
+LICENSE_COUNT = 2  # acceptance jobs at once in a lab (of its 3 nodes in the tests: one waits)
+SLURM_USER = "slurm"
+# The hardware fields of `slurmd -C` that slurm.conf's NodeName line takes.
+HARDWARE_FIELDS = (
+    "CPUs",
+    "Boards",
+    "SocketsPerBoard",
+    "CoresPerSocket",
+    "ThreadsPerCore",
+    "RealMemory",
+)
+
+
+@dataclass(frozen=True)
+class SlurmLab:
+    """What the inventory of a Slurm lab says about its cluster."""
+
+    head: str  # the node that runs slurmctld and where jobs are submitted
+    partition: str = PARTITION
+    license: str = LICENSE
+
+
+def parse_hardware(text: str) -> dict[str, str]:
+    """The ``NodeName`` hardware fields of ``slurmd -C`` output.
+
+    Raises:
+        LabError: No ``CPUs=`` field (not slurmd -C output).
+    """
+    fields = dict(re.findall(r"(\w+)=(\S+)", text))
+    if "CPUs" not in fields:
+        raise LabError(f"`slurmd -C` printed no CPUs= field: {text.strip()[:200]!r}")
+    return {key: fields[key] for key in HARDWARE_FIELDS if key in fields}
+
+
+def render_conf(cluster: str, node_states: Sequence[NodeState], hardware: dict[str, str]) -> str:
+    """slurm.conf for the lab: node 1 is the controller, every node computes. Pure."""
+    ordered = sorted(node_states, key=lambda n: n.index)
+    head = ordered[0]
+    spec = " ".join(f"{k}={v}" for k, v in hardware.items())
+    lines = [
+        f"# Written by `gpunode lab up --slurm` for lab {cluster}.",
+        f"ClusterName={re.sub(r'[^a-z0-9]', '', cluster.lower())[:32] or 'gpunode'}",
+        f"SlurmctldHost={head.name}({head.ip})",
+        f"SlurmUser={SLURM_USER}",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        "StateSaveLocation=/var/lib/slurm/slurmctld",
+        "SlurmdSpoolDir=/var/lib/slurm/slurmd",
+        "SlurmctldPidFile=/run/slurmctld.pid",
+        "SlurmdPidFile=/run/slurmd.pid",
+        "SlurmctldLogFile=/var/log/slurm/slurmctld.log",
+        "SlurmdLogFile=/var/log/slurm/slurmd.log",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/none",
+        "JobCompType=jobcomp/filetxt",
+        f"JobCompLoc={JOBCOMP_LOG}",
+        "MpiDefault=none",
+        "SchedulerType=sched/backfill",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        # Priorities from factors, so that a job's nice lowers it: an ordinary job gets the
+        # partition's 1000, an acceptance job at the maximum nice ends at 1, the lowest.
+        # (priority/basic ignores nice: its priorities only follow the submit order.)
+        "PriorityType=priority/multifactor",
+        "PriorityWeightPartition=1000",
+        "PriorityWeightAge=100",
+        # A node that was down comes back by itself once its slurmd registers again; a node
+        # somebody drained stays drained.
+        "ReturnToService=2",
+        "SlurmdTimeout=60",
+        "MinJobAge=600",
+        f"Licenses={LICENSE}:{LICENSE_COUNT}",
+        *(f"NodeName={n.name} NodeAddr={n.ip} {spec} State=UNKNOWN" for n in ordered),
+        f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def inventory_vars(node_states: Sequence[NodeState]) -> dict[str, object]:
+    """The inventory's word on the lab's Slurm: acceptance runs through it, submitted on the
+    head node, in the lab's partition, one license per job."""
+    head = min(node_states, key=lambda n: n.index)
+    return {
+        "gpunode_accept_executor": "slurm",
+        "gpunode_slurm_submit_host": head.name,
+        "gpunode_slurm_partition": PARTITION,
+        "gpunode_slurm_license": LICENSE,
+    }
+
+
+def start(
+    lab_name: str, containers: Sequence[tuple[Container, NodeState]], timeout: float = 90
+) -> None:
+    """Write MUNGE's key and slurm.conf into every node and (re)start the daemons, then wait
+    until slurmctld sees every node idle (or drained, when somebody drained it).
+
+    Converges: a node whose key and configuration are already in place keeps its daemons.
+
+    Raises:
+        LabError: A daemon did not start or a node did not register in ``timeout``.
+    """
+    ordered = sorted(containers, key=lambda pair: pair[1].index)
+    head_container = ordered[0][0]
+    _code, probe = nodes.exec_in(head_container, ["slurmd", "-C"])
+    conf = render_conf(lab_name, [n for _c, n in ordered], parse_hardware(probe))
+    key = _existing_key(head_container) or secrets.token_bytes(1024)
+    for position, (container, _node) in enumerate(ordered):
+        changed = _install(container, conf, key)
+        units = ["munge", "slurmctld", "slurmd"] if position == 0 else ["munge", "slurmd"]
+        verb = "restart" if changed else "start"
+        nodes.exec_in(container, ["systemctl", "enable", "--quiet", *units])
+        nodes.exec_in(container, ["systemctl", verb, *units])
+    wait_registered(head_container, [n.name for _c, n in ordered], timeout)
+
+
+def _existing_key(container: Container) -> bytes | None:
+    code, _out = nodes.exec_in(container, ["test", "-s", KEY_PATH], check=False)
+    if code != 0:
+        return None
+    raw = container.get_archive(KEY_PATH)[0]
+    with tarfile.open(fileobj=io.BytesIO(b"".join(raw))) as tar:
+        member = tar.extractfile(tar.getmembers()[0])
+        return member.read() if member else None
+
+
+def _install(container: Container, conf: str, key: bytes) -> bool:
+    """Place the key and the configuration; True when either changed."""
+    code, current = nodes.exec_in(container, ["cat", CONF_PATH], check=False)
+    same_conf = code == 0 and current == conf
+    same_key = _existing_key(container) == key
+    if same_conf and same_key:
+        return False
+    nodes.put_files(
+        container,
+        {CONF_PATH: nodes.NodeFile(conf.encode()), KEY_PATH: nodes.NodeFile(key, 0o400)},
+    )
+    script = (
+        f"chown munge:munge {KEY_PATH} && "
+        f"install -d -o {SLURM_USER} -g {SLURM_USER} /var/lib/slurm/slurmctld "
+        f"/var/lib/slurm/slurmd /var/log/slurm"
+    )
+    nodes.exec_in(container, ["sh", "-c", script])
+    return True
+
+
+def wait_registered(head: Container, names: Sequence[str], timeout: float) -> None:
+    """Wait until slurmctld knows every node as up (idle, allocated or drained by hand).
+
+    Raises:
+        LabError: Some node is still down or unknown after ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    states: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        code, out = nodes.exec_in(
+            head, ["sinfo", "--noheader", "--Node", "--format=%N %T"], check=False
+        )
+        if code == 0:
+            states = dict(line.split(None, 1) for line in out.splitlines() if " " in line)
+            if all(n in states and not states[n].startswith(("down", "unknown")) for n in names):
+                return
+        time.sleep(1)
+    raise LabError(
+        f"Slurm: nodes not up after {timeout:.0f}s: "
+        + ", ".join(f"{n}={states.get(n, 'unknown')}" for n in names)
+    )
