@@ -302,7 +302,8 @@ def after_acceptance(
 
 
 # What a node has proven, judged from its state file: the one rule for `gpunode up` (which
-# skips what is proven) and `gpunode status` (which shows it).
+# skips what is proven and reports what each node ended as) and `gpunode status` (which
+# shows it).
 
 
 def not_proven_ready(
@@ -339,6 +340,22 @@ def proven_ready(
 ) -> bool:
     """Ready for this stack id (and image), no drift, verdict not expired."""
     return not not_proven_ready(state, stack_id, drift, now, image_id)
+
+
+def proven_state(
+    state: Mapping[str, Any],
+    stack_id: str | None,
+    now: datetime,
+    image_id: str | None = None,
+) -> State:
+    """The state as what it proves at ``now``: a file that says ready but no longer proves it
+    (:func:`not_proven_ready`: the verdict expired, another stack or image is pinned) reads
+    ``not-ready`` with why; any other state reads as it is. What ``gpunode status`` shows and
+    what ``gpunode up`` reports a node ended as."""
+    why = not_proven_ready(state, stack_id, [], now, image_id)
+    if state.get("state") != "ready" or not why:
+        return dict(state)
+    return {**state, "state": "not-ready", "reason": [*(state.get("reason") or []), *why]}
 
 
 def proven_provisioned(state: Mapping[str, Any], stack_id: str, drift: Iterable[str]) -> bool:

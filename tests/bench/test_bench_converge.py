@@ -23,11 +23,11 @@ from typing import TypeVar
 import pytest
 
 from toolkit.ansible.runner import run_module
-from toolkit.disks import flow as disks_flow
 from toolkit.lab import image as lab_image
 from toolkit.lab import lab as lab_core
 from toolkit.lab.spec import build_spec
-from toolkit.provision import converge, read_drift
+from toolkit.steps import disks as disks_step
+from toolkit.steps.provision import converge, read_drift
 
 pytestmark = pytest.mark.lab
 
@@ -58,7 +58,7 @@ def test_bench_converge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
         names = [n.name for n in sorted(state.nodes, key=lambda n: n.index)]
         sets = {1: names[:1], 2: names[1:3]}
         one, two = ",".join(sets[1]), ",".join(sets[2])
-        disks = disks_flow.apply(inv, f"{one},{two}")
+        disks = disks_step.apply(inv, f"{one},{two}")
         assert disks.ok, disks
         for count, hosts in sets.items():
             first = _timed(f"converge_{count}", figures, lambda h=hosts: converge(inv, ",".join(h)))

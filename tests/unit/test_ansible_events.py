@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from toolkit.ansible.events import EventCollector, RunResult, failure_message, summaries_from_stats
-from toolkit.ansible.progress import LiveProgress, summary_table
+from toolkit.cli.display import LiveProgress, summary_table
 
 
 def ev(kind: str, **data: Any) -> dict[str, Any]:
@@ -79,7 +79,7 @@ def collect(events: list[dict[str, Any]]) -> EventCollector:
 
 def test_collector_counts_failures_and_facts() -> None:
     collector = collect(EVENTS)
-    progress = collector.progress
+    progress = collector.state
     assert progress.play == "Install the pinned NVIDIA stack"
     assert progress.task == "Install the exact packages: driver"
     assert progress.role == "nvidia_driver"

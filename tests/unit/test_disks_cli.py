@@ -15,8 +15,8 @@ from rich.console import Console
 from toolkit.ansible.events import Failure, HostSummary, RunResult
 from toolkit.ansible.plugins.action.gpunode_data_disks import plan_diff
 from toolkit.cli import disks as cli_disks
-from toolkit.disks import flow
 from toolkit.disks.planner import Action, DiskReport, Plan
+from toolkit.steps import disks as step
 
 REFUSED = {
     "layout": "single",
@@ -87,7 +87,7 @@ def test_apply_without_terminal_and_without_yes_is_refused(tmp_path):
 
 def test_outcome_reads_plans_and_failures():
     failure = Failure(host="n3", task="Gather the OS and kernel facts", message="unreachable x")
-    outcome = flow._outcome(result_with({"n1": REFUSED, "n2": PLANNED}, [failure]))
+    outcome = step._outcome(result_with({"n1": REFUSED, "n2": PLANNED}, [failure]))
     nodes = outcome.nodes
     assert nodes["n1"].plan is not None and nodes["n1"].plan["refused"] is True
     assert nodes["n2"].errors == []
@@ -97,12 +97,12 @@ def test_outcome_reads_plans_and_failures():
     }
     assert not outcome.ok
     assert outcome.refused == ["n1", "n3"] and outcome.todo == ["n2"]
-    assert flow._outcome(result_with({"n2": PLANNED})).ok
-    assert not flow._outcome(result_with({})).ok
+    assert step._outcome(result_with({"n2": PLANNED})).ok
+    assert not step._outcome(result_with({})).ok
 
 
 def test_document_is_plain_json_data():
-    document = flow._outcome(result_with({"n2": PLANNED})).to_dict()
+    document = step._outcome(result_with({"n2": PLANNED})).to_dict()
     assert document["ok"] is True and document["run_id"] == "r1"
     assert document["applied"] is False and document["check"] is True
     assert document["nodes"]["n2"]["plan"]["uuid"] == PLANNED["uuid"]
@@ -111,8 +111,8 @@ def test_document_is_plain_json_data():
 def test_printed_plan_keeps_brackets_and_lists_refusals():
     buffer = StringIO()
     console = Console(file=buffer, width=200, highlight=False)
-    outcome = flow._outcome(result_with({"n1": REFUSED, "n2": PLANNED}))
-    cli_disks._print_nodes(outcome, console=console)
+    outcome = step._outcome(result_with({"n1": REFUSED, "n2": PLANNED}))
+    cli_disks.print_plans(outcome, console=console)
     text = buffer.getvalue()
     assert "refused (nothing will be changed)" in text
     assert "holds active swap ([SWAP] /dev/nvme1n1)" in text  # not eaten as markup

@@ -482,8 +482,8 @@ def test_the_lab_inventory_accepts_the_risks_of_its_stand_ins(
 def test_host_changing_commands_refuse_a_stack_below_a_floor_unless_accepted(
     tmp_path: Path,
 ) -> None:
-    from toolkit.ansible.precheck import check_inventory
     from toolkit.errors import StackError
+    from toolkit.steps.precheck import check_inventory
 
     inventory = _sample_copy(tmp_path)
     with pytest.raises(StackError) as info:

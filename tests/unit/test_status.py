@@ -9,7 +9,7 @@ from rich.console import Console
 
 from toolkit.cli.status import fleet_table
 from toolkit.facts.mounts import parse_findmnt
-from toolkit.status import NodeStatus, component_versions
+from toolkit.steps.status import NodeStatus, component_versions
 
 VERSIONS = {
     "driver": {
@@ -97,7 +97,7 @@ def test_status_and_up_share_the_readiness_rule() -> None:
     another stack is pinned: the rule `gpunode up` uses to skip a node (toolkit.nodestate)."""
     from datetime import datetime, timezone
 
-    from toolkit.status import NodeStatus
+    from toolkit.steps.status import NodeStatus
 
     now = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
     state = {"state": "ready", "reason": [], "stack_id": "s1"}

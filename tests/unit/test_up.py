@@ -12,7 +12,7 @@ from rich.console import Console
 
 from toolkit.cli.up import readiness_table
 from toolkit.nodestate import proven_provisioned, proven_ready
-from toolkit.up import NodeUp, StageResult, UpOutcome
+from toolkit.steps.up import NodeUp, StageResult, UpOutcome
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 READY = {
@@ -69,7 +69,7 @@ def test_proven_provisioned(state: dict[str, Any], drift: list[str], proven: boo
 
 
 def _outcome() -> UpOutcome:
-    ok = NodeUp(host="lab-node-1", stack_id="s1", state=dict(READY))
+    ok = NodeUp(host="lab-node-1", stack_id="s1", state=dict(READY), now=NOW)
     ok.stages = {
         "disks": StageResult("done", "in place", 3.0),
         "provision": StageResult("done", "changed 39", 50.0),
@@ -107,6 +107,23 @@ def test_outcome_document() -> None:
     assert document["nodes"]["lab-node-2"]["failed_stage"] == "accept"
     assert document["nodes"]["lab-node-3"]["failed_stage"] == "disks"
     assert document["nodes"]["lab-node-3"]["stages"]["disks"]["status"] == "failed"
+
+
+def test_a_node_ends_ready_only_while_its_verdict_proves_it() -> None:
+    """`up` reports a node by the rule `status` shows and the survey skips by
+    (toolkit.nodestate): a ready file whose verdict expired, or that was accepted for
+    another stack or image, ends not-ready, with why."""
+    fresh = NodeUp(host="n1", stack_id="s1", state=dict(READY), image_id="sha256:a", now=NOW)
+    fresh.state["image_id"] = "sha256:a"
+    assert fresh.ready and fresh.to_dict()["state"] == "ready"
+    later = datetime(2026, 12, 2, 1, 0, tzinfo=timezone.utc)
+    expired = NodeUp(host="n1", stack_id="s1", state=dict(READY), now=later)
+    assert not expired.ready
+    assert expired.to_dict()["state"] == "not-ready"
+    assert expired.to_dict()["reason"] == ["the verdict expired at 2026-12-02T00:00:00+00:00"]
+    other_image = NodeUp(host="n1", stack_id="s1", state=dict(READY), image_id="sha256:b", now=NOW)
+    assert other_image.to_dict()["reason"] == ["accepted in image None, current image sha256:b"]
+    assert not NodeUp(host="n1", stack_id="s2", state=dict(READY), now=NOW).ready
 
 
 def test_readiness_table_fits_80_columns() -> None:

@@ -167,8 +167,8 @@ def summaries_from_stats(stats: Mapping[str, Any] | None) -> dict[str, HostSumma
 
 
 @dataclass
-class Progress:
-    """The state a progress display shows: where the run is and the counts so far."""
+class RunState:
+    """Where a running playbook is and its counts so far (what a live display shows)."""
 
     play: str = ""
     task: str = ""
@@ -189,7 +189,7 @@ class EventCollector:
     """
 
     def __init__(self, listeners: list[Any] | None = None) -> None:
-        self.progress = Progress()
+        self.state = RunState()
         self.failures: list[Failure] = []
         self.facts: dict[str, dict[str, Any]] = {}
         self.stats: dict[str, Any] | None = None
@@ -209,14 +209,14 @@ class EventCollector:
         """Take one event; always returns True (False would make the runner drop it)."""
         kind = event.get("event", "")
         data = event.get("event_data") or {}
-        progress = self.progress
+        state = self.state
         if kind == PLAY_START:
-            progress.play = str(data.get("play") or data.get("name") or "")
-            progress.task = ""
+            state.play = str(data.get("play") or data.get("name") or "")
+            state.task = ""
         elif kind in (TASK_START, HANDLER_START):
-            progress.task = str(data.get("task") or data.get("name") or "")
-            progress.role = str(data.get("role") or "")
-            progress.tasks_started += 1
+            state.task = str(data.get("task") or data.get("name") or "")
+            state.role = str(data.get("role") or "")
+            state.tasks_started += 1
         elif kind in (OK, FAILED, SKIPPED, UNREACHABLE):
             self._host_result(kind, data)
         elif kind == STATS:
@@ -231,12 +231,12 @@ class EventCollector:
         res = data.get("res") or {}
         if not isinstance(res, Mapping):
             res = {}
-        progress = self.progress
+        state = self.state
         if host:
-            progress.hosts.add(host)
+            state.hosts.add(host)
         self.last_failure = None
         if kind == OK:
-            progress.counts["changed" if res.get("changed") else "ok"] += 1
+            state.counts["changed" if res.get("changed") else "ok"] += 1
             if res.get("changed"):
                 self.changes.append(
                     {
@@ -252,15 +252,15 @@ class EventCollector:
             if host and isinstance(facts, Mapping):
                 self.facts.setdefault(host, {}).update(facts)
         elif kind == SKIPPED:
-            progress.counts["skipped"] += 1
+            state.counts["skipped"] += 1
         elif kind == FAILED:
             if data.get("ignore_errors"):
-                progress.counts["ok"] += 1
+                state.counts["ok"] += 1
                 return
-            progress.counts["failed"] += 1
+            state.counts["failed"] += 1
             self._add_failure(host, data, res, unreachable=False)
         elif kind == UNREACHABLE:
-            progress.counts["unreachable"] += 1
+            state.counts["unreachable"] += 1
             self._add_failure(host, data, res, unreachable=True)
 
     def _add_failure(

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from toolkit.cli.display import live_display
 from toolkit.cli.options import compose, inventory_option, json_option, limit_option, yes_option
-from toolkit.cli.output import emit_json, err_console, live_display, out_console, say
+from toolkit.cli.output import emit_json, err_console, out_console, say
 from toolkit.errors import EXIT_FAILED, EXIT_OK
+from toolkit.steps import disks as step
 
 
 @click.group()
@@ -32,13 +34,11 @@ def plan_cmd(inventory: Path, limit: str | None, as_json: bool) -> None:
     Exit 0 when every node can be applied (or is already done), 1 when any node refuses or
     could not be planned.
     """
-    from toolkit.disks import flow
-
-    outcome = flow.plan(inventory, limit, live_display(as_json))
+    outcome = step.plan(inventory, limit, live_display(as_json))
     if as_json:
         emit_json(outcome.to_dict())
     else:
-        _print_nodes(outcome)
+        print_plans(outcome)
     click.get_current_context().exit(EXIT_OK if outcome.ok else EXIT_FAILED)
 
 
@@ -50,41 +50,42 @@ def apply_cmd(inventory: Path, limit: str | None, yes: bool, as_json: bool) -> N
     Without --yes the plan is shown first and applied only after confirmation on the
     terminal; without a terminal, --yes is required. Exit 1 when any node refuses or fails.
     """
-    from toolkit.disks import flow
-
     if not yes and not sys.stdin.isatty():
         raise click.UsageError(
             "`gpunode disks apply` asks for confirmation on a terminal; "
             "there is none, so pass --yes to apply without asking"
         )
 
-    def confirm(planned: flow.DisksOutcome) -> bool:
-        _print_nodes(planned, console=err_console)
+    def confirm(planned: step.DisksOutcome) -> bool:
+        print_plans(planned, console=err_console)
         return click.confirm(
             f"Apply these plans to {len(planned.todo)} node(s) ({', '.join(planned.todo)})?",
             default=False,
             err=True,
         )
 
-    outcome = flow.apply(
+    outcome = step.apply(
         inventory, limit, confirm=None if yes else confirm, display=live_display(as_json)
     )
     if outcome.check:  # nothing was applied: refused, nothing to do, or declined
         if outcome.declined:
             say("Nothing was changed.")
         elif outcome.refused:
-            _print_nodes(outcome, console=err_console)
+            print_plans(outcome, console=err_console)
             say("Nothing was changed: fix the refusals above first.")
         else:
             say("Every node is already in place; nothing to do.")
     if as_json:
         emit_json(outcome.to_dict())
     elif not outcome.check:
-        _print_nodes(outcome, applied=True)
+        print_plans(outcome, applied=True)
     click.get_current_context().exit(EXIT_OK if outcome.ok else EXIT_FAILED)
 
 
-def _print_nodes(outcome: Any, *, applied: bool = False, console: Any = None) -> None:
+def print_plans(
+    outcome: step.DisksOutcome, *, applied: bool = False, console: Console | None = None
+) -> None:
+    """Each node's disks and its plan, refusals, blockers and notes (also `up`'s question)."""
     console = console or out_console
     if not outcome.nodes:
         console.print("No host matched the inventory and limit.")

@@ -69,16 +69,3 @@ def say(message: str) -> None:
     and never broken into lines by the console (a builder's ``Step 1/9 : FROM sha256:...``, a
     URL or a path is copied from it whole; the terminal wraps what is too long for it)."""
     err_console.print(shown(message, lines=True), soft_wrap=True)
-
-
-def live_display(as_json: bool) -> Any:
-    """The playbook progress display for the runner, on stderr (None with --json: stdout stays
-    one JSON document and stderr quiet)."""
-    if as_json:
-        return None
-    from toolkit.ansible.progress import LiveProgress
-
-    def display(playbook: str, check: bool) -> LiveProgress:
-        return LiveProgress(err_console, playbook, check)
-
-    return display

@@ -1,5 +1,5 @@
 """``gpunode provision`` and ``gpunode drift``: converge nodes to their pinned stack, and
-compare pinned, installed and loaded versions (thin layers over toolkit.ansible)."""
+compare pinned, installed and loaded versions (thin layers over :mod:`toolkit.steps.provision`)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from toolkit.ansible.precheck import Precheck
+from toolkit.ansible.runner import describe_failure
 from toolkit.cli import run_context
+from toolkit.cli.display import live_display, summary_table
 from toolkit.cli.options import inventory_option, json_option, limit_option
-from toolkit.cli.output import emit_json, err_console, live_display, out_console
+from toolkit.cli.output import emit_json, err_console, out_console
 from toolkit.errors import EXIT_FAILED, PlaybookError, ToolkitError
+from toolkit.steps.precheck import Precheck, precheck
+from toolkit.steps.provision import converge, read_drift
 
 tags_option = click.option(
     "-t",
@@ -29,8 +32,6 @@ tags_option = click.option(
 def _precheck(
     inventory: Path, limit: str | None, as_json: bool, *, locks: bool = False, relock: bool = False
 ) -> Precheck:
-    from toolkit.provision import precheck
-
     found, written = precheck(inventory, limit, locks=locks, relock=relock)
     for outcome in written:
         err_console.print(f"group {outcome.group}: stack lock written to {outcome.path}")
@@ -84,10 +85,6 @@ def provision(
     then runs the provision playbook, installing exactly the locked versions: driver, CUDA,
     NCCL, Fabric Manager, container runtime, node state.
     """
-    from toolkit.ansible.progress import summary_table
-    from toolkit.ansible.runner import describe_failure
-    from toolkit.provision import converge
-
     found = _precheck(inventory, limit, as_json, locks=True, relock=relock)
     tag_list = [t.strip() for value in tags for t in value.split(",") if t.strip()]
     outcome = converge(
@@ -134,8 +131,6 @@ def drift(inventory: Path, limit: str | None, as_json: bool) -> None:
     pinned vs installed vs loaded, and whether each package is held. A ready node with
     drift becomes not-ready with the drift as its reason.
     """
-    from toolkit.provision import read_drift
-
     found = _precheck(inventory, limit, as_json)
     outcome = read_drift(inventory, limit, display=live_display(as_json), precheck=found)
     report = outcome.report

@@ -10,9 +10,11 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from toolkit.cli.display import live_display
 from toolkit.cli.options import inventory_option, json_option, limit_option
-from toolkit.cli.output import emit_json, live_display, out_console, shown
+from toolkit.cli.output import emit_json, out_console, shown
 from toolkit.errors import EXIT_FAILED, ToolkitError
+from toolkit.steps.status import fleet_status
 
 _STYLE = {"ready": "green", "provisioned": "cyan", "new": "dim", "not-ready": "bold red"}
 
@@ -39,8 +41,6 @@ def status(inventory: Path, limit: str | None, as_json: bool) -> None:
     handover certificate in the runs folder. Reads only:
     a ready node that drifted shows not-ready here; `gpunode drift` records it.
     """
-    from toolkit.status import fleet_status
-
     nodes = fleet_status(inventory, limit, display=live_display(as_json))
     if as_json:
         emit_json(

@@ -12,6 +12,8 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from toolkit.cli.disks import print_plans
+from toolkit.cli.display import live_display
 from toolkit.cli.options import (
     compose,
     engine_option,
@@ -24,8 +26,9 @@ from toolkit.cli.options import (
     sign_key_option,
     yes_option,
 )
-from toolkit.cli.output import emit_json, err_console, live_display, out_console, say, shown
+from toolkit.cli.output import emit_json, err_console, out_console, say, shown
 from toolkit.errors import EXIT_FAILED, EXIT_OK
+from toolkit.steps.disks import DisksOutcome
 
 _STATUS_STYLE = {"done": "green", "skipped": "dim", "failed": "bold red"}
 
@@ -73,7 +76,9 @@ def up(
     --yes; a refused node stops alone), converges the pinned stack, runs the acceptance test
     and marks each node. Rerun it after an interruption: it carries on where the nodes are.
     """
-    from toolkit.up import UpOptions, run_up
+    # Imported when `up` runs: the step loads Docker's client and acceptance (over a second),
+    # which `gpunode up --help` and a refused usage must not wait for.
+    from toolkit.steps.up import UpOptions, run_up
 
     if not yes and not sys.stdin.isatty():
         raise click.UsageError(
@@ -113,10 +118,8 @@ def up(
     click.get_current_context().exit(EXIT_OK if outcome.all_ready else EXIT_FAILED)
 
 
-def _confirm_disks(planned: Any) -> bool:
-    from toolkit.cli.disks import _print_nodes
-
-    _print_nodes(planned, console=err_console)
+def _confirm_disks(planned: DisksOutcome) -> bool:
+    print_plans(planned, console=err_console)
     return click.confirm(
         f"Apply these disk plans to {len(planned.todo)} node(s) ({', '.join(planned.todo)})?",
         default=False,

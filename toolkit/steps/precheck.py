@@ -1,8 +1,8 @@
-"""The stack check every host-changing command runs before it touches a host.
+"""The check every step runs before it touches a host: the stack and, for changes, its locks.
 
-The same checker as ``gpunode stack check``, over the hosts a command targets (each host's
-merged ``stack`` and ``hardware``): an incoherent stack stops the command with exit 2 and
-nothing is changed.
+The same checker as ``gpunode stack check``, over the hosts a step targets (each host's
+merged ``stack`` and ``hardware``): an incoherent stack stops the step with exit 2 and
+nothing is changed. Steps that install (provision, ``up``) check the stack locks as well.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from toolkit.errors import StackError
 from toolkit.inventory import load_inventory
 from toolkit.stack import check, models, stack_id
 from toolkit.stack.check import security as check_security
+from toolkit.stack.targets import LockOutcome, check_locks
 
 
 @dataclass
@@ -71,3 +72,20 @@ def check_inventory(inventory: Path, limit: str | None = None) -> Precheck:
             "nothing was changed:\n  " + "\n  ".join(lines)
         )
     return result
+
+
+def precheck(
+    inventory: Path, limit: str | None = None, *, locks: bool = False, relock: bool = False
+) -> tuple[Precheck, list[LockOutcome]]:
+    """Before any node changes: the stack check and, with ``locks``, the stack locks.
+
+    Returns:
+        The stack check's result and the locks written (only with ``relock``).
+
+    Raises:
+        ConfigError, StackError: Bad inventory, incoherent stack, or a missing or stale lock
+            or one the repositories no longer carry (without ``relock``); nothing touched.
+    """
+    found = check_inventory(inventory, limit)
+    written = check_locks(inventory, limit=limit, relock=relock) if locks else []
+    return found, written

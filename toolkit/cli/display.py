@@ -1,4 +1,8 @@
-"""The live progress display of a playbook run (stderr), fed by :class:`EventCollector`."""
+"""The terminal's view of a playbook run: the live panel (stderr), fed by
+:class:`~toolkit.ansible.events.EventCollector`, and the per-host summary table.
+
+:func:`live_display` is the :data:`toolkit.progress.Display` the commands hand to the steps.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from toolkit.ansible.events import EventCollector, HostSummary, RunResult
+from toolkit.cli.output import err_console
+from toolkit.progress import Display
 
 
 class LiveProgress:
@@ -67,7 +73,7 @@ class LiveProgress:
         head = Text.assemble(("gpunode ", "bold"), f"{self.playbook}{mode}  {elapsed:5.0f}s")
         if collector is None:
             return Group(head)
-        state = collector.progress
+        state = collector.state
         counts = state.counts
         task = f"{state.role} : {state.task}" if state.role else state.task
         lines = [
@@ -89,6 +95,18 @@ class LiveProgress:
             ),
         ]
         return Group(*lines)
+
+
+def live_display(as_json: bool) -> Display | None:
+    """The playbook progress display for the runner, on stderr (None with --json: stdout stays
+    one JSON document and stderr quiet)."""
+    if as_json:
+        return None
+
+    def display(playbook: str, check: bool) -> LiveProgress:
+        return LiveProgress(err_console, playbook, check)
+
+    return display
 
 
 def summary_table(result: RunResult) -> Table:

@@ -2,7 +2,8 @@
 
 ``playbooks/disks.yml`` (preflight, then the ``data_disks`` role) does the work on the nodes;
 the plan of each node is read back from the fact ``gpunode_data_disks`` that the role's action
-sets. A refused node is never changed; the others go ahead.
+sets (the planning itself is :mod:`toolkit.disks`, pure). A refused node is never changed;
+the others go ahead.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.ansible.events import RunResult
+from toolkit.ansible.runner import run_playbook
 from toolkit.progress import Display
 
 FACT = "gpunode_data_disks"
@@ -87,8 +89,6 @@ def _run(
     display: Display | None,
     cancel: Callable[[], bool] | None,
 ) -> RunResult:
-    from toolkit.ansible.runner import run_playbook
-
     return run_playbook(
         PLAYBOOK,
         inventory,

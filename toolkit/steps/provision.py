@@ -1,9 +1,9 @@
 """The provision and drift steps: converge nodes to their pinned stack, read what drifted.
 
-Both check the stack first (``precheck``: exit 2, nothing touched, when it is incoherent or,
-for provisioning, when a stack lock is missing, stale or no longer carried by the
-repositories), then run their playbook. The outcomes are typed so that ``gpunode
-provision``/``drift`` and ``gpunode up`` read them the same way.
+Both check the stack first (:mod:`toolkit.steps.precheck`: exit 2, nothing touched, when it
+is incoherent; the caller checks the stack locks before provisioning), then run their
+playbook. The outcomes are typed so that ``gpunode provision``/``drift`` and ``gpunode up``
+read them the same way; the drift report is built here from the drift run's facts.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Any
 
 from toolkit import nodestate
 from toolkit.ansible.events import RunResult
-from toolkit.ansible.precheck import Precheck, check_inventory
+from toolkit.ansible.runner import run_playbook
 from toolkit.progress import Display
+from toolkit.steps.precheck import Precheck, check_inventory
 
 
 @dataclass
@@ -74,27 +75,6 @@ class DriftOutcome:
         return [str(d["message"]) for d in node.get("drift", [])]
 
 
-def precheck(
-    inventory: Path, limit: str | None = None, *, locks: bool = False, relock: bool = False
-) -> tuple[Precheck, list[Any]]:
-    """Before any node changes: the stack check and, with ``locks``, the stack locks.
-
-    Returns:
-        The stack check's result and the locks written (only with ``relock``).
-
-    Raises:
-        ConfigError, StackError: Bad inventory, incoherent stack, or a missing or stale lock
-            or one the repositories no longer carry (without ``relock``); nothing touched.
-    """
-    found = check_inventory(inventory, limit)
-    written: list[Any] = []
-    if locks:
-        from toolkit.stack.targets import check_locks
-
-        written = check_locks(inventory, limit=limit, relock=relock)
-    return found, written
-
-
 def converge(
     inventory: Path,
     limit: str | None = None,
@@ -113,8 +93,6 @@ def converge(
         ConfigError, StackError: Bad inventory or incoherent stack (nothing touched).
         PlaybookError: The playbook could not start.
     """
-    from toolkit.ansible.runner import run_playbook
-
     found = precheck or check_inventory(inventory, limit)
     result = run_playbook(
         "provision",
@@ -147,9 +125,40 @@ def read_drift(
 
     A ready node that drifted becomes not-ready (the drift playbook's node_state step).
     """
-    from toolkit.ansible.reports import drift_report
-    from toolkit.ansible.runner import run_playbook
-
     found = precheck or check_inventory(inventory, limit)
     result = run_playbook("drift", inventory, limit=limit, display=display, cancel=cancel)
     return DriftOutcome(precheck=found, result=result, report=drift_report(result))
+
+
+def drift_report(result: RunResult) -> dict[str, Any]:
+    """Per node: stack id, pinned/installed/held/loaded versions and drift, from a drift run.
+
+    Nodes the run could not read (failed preflight, unreachable) are listed under
+    ``errors`` with the failure message.
+    """
+    nodes: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for failure in result.failures:
+        errors.setdefault(failure.host, f"{failure.task}: {failure.message}")
+    for host in sorted(result.hosts):
+        node = result.host_facts(host, "gpunode_node")
+        stack = result.host_facts(host, "gpunode_stack") or {}
+        if not isinstance(node, dict) or "versions" not in node:
+            errors.setdefault(host, "no versions were read")
+            continue
+        drift = [
+            {**item, "host": host, "message": f"{host}: {item['message'].removeprefix('drift: ')}"}
+            for item in node.get("drift", [])
+        ]
+        nodes[host] = {
+            "stack_id": stack.get("stack_id"),
+            "versions": node["versions"],
+            "drift": drift,
+        }
+    drifted = sorted(h for h, n in nodes.items() if n["drift"])
+    return {
+        "ok": not drifted and not errors,
+        "drifted": drifted,
+        "nodes": nodes,
+        "errors": errors,
+    }

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from toolkit.ansible.events import Failure, HostSummary, RunResult
-from toolkit.ansible.precheck import check_inventory
-from toolkit.ansible.reports import drift_report
 from toolkit.errors import ConfigError, StackError
+from toolkit.steps.precheck import check_inventory
+from toolkit.steps.provision import drift_report
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "inventories" / "sample"

@@ -40,10 +40,18 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from toolkit import nodestate, runs
-from toolkit.ansible.precheck import Precheck
+from toolkit import cert, nodestate, runs
+from toolkit.acceptance.orchestrate import AcceptOptions, run_acceptance
+from toolkit.errors import ToolkitError
+from toolkit.images.build import build_recipe, recipe_for
+from toolkit.images.engine import docker_client, find_image
+from toolkit.images.recipe import LABEL_INPUT_DIGEST
+from toolkit.images.render import render
+from toolkit.inventory import load_inventory
 from toolkit.progress import Display, Progress
-from toolkit.provision import precheck
+from toolkit.steps import disks
+from toolkit.steps.precheck import Precheck, precheck
+from toolkit.steps.provision import converge, read_drift
 
 STAGES = ("image", "survey", "disks", "provision", "accept")
 
@@ -73,6 +81,15 @@ class NodeUp:
     stack_id: str
     stages: dict[str, StageResult] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
+    image_id: str | None = None  # the training image of its group (None: --engine host)
+    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+    @property
+    def shown(self) -> dict[str, Any]:
+        """The state as what it proves (``nodestate``'s rule, the one ``gpunode status``
+        shows): ready only for the stack pinned now and the current image, before its verdict
+        expires."""
+        return nodestate.proven_state(self.state, self.stack_id, self.now, self.image_id)
 
     @property
     def failed_stage(self) -> str | None:
@@ -81,17 +98,18 @@ class NodeUp:
 
     @property
     def ready(self) -> bool:
-        """The node ends ready for the stack pinned now."""
-        return self.state.get("state") == "ready" and self.state.get("stack_id") == self.stack_id
+        """The node ends proven ready for the stack pinned now."""
+        return self.shown.get("state") == "ready"
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON-ready data."""
+        shown = self.shown
         return {
             "host": self.host,
             "stack_id": self.stack_id,
             "ready": self.ready,
-            "state": self.state.get("state"),
-            "reason": list(self.state.get("reason") or []),
+            "state": shown.get("state"),
+            "reason": list(shown.get("reason") or []),
             "failed_stage": self.failed_stage,
             "stages": {n: r.to_dict() for n, r in self.stages.items()},
         }
@@ -143,7 +161,7 @@ class UpOptions:
     engine: str = "image"  # or "host": acceptance without the training image
     executor: str | None = None  # "ssh" or "slurm" (None: the inventory's, else ssh)
     # Asked with the disk plan when a node's disks would change (None: no question).
-    confirm_disks: Callable[[Any], bool] | None = None
+    confirm_disks: Callable[[disks.DisksOutcome], bool] | None = None
     display: Display | None = None
     relock: bool = False  # resolve missing or stale stack locks instead of refusing them
     sign_key: Path | None = None  # signs the certificates of nodes accepted ready
@@ -196,9 +214,6 @@ def _signals(stop: _Stop) -> Iterator[None]:
 
 def _check_sign_key(opts: UpOptions) -> None:
     """A signing key that cannot sign is refused before any node is touched (exit 2)."""
-    from toolkit import cert
-    from toolkit.inventory import load_inventory
-
     group_all = load_inventory(opts.inventory).groups.get("all")
     cert.sign_key_from(opts.sign_key, group_all.vars if group_all else {}, opts.inventory)
 
@@ -273,13 +288,6 @@ def _images(opts: UpOptions, nodes: dict[str, NodeUp], progress: Progress) -> di
     Returns:
         Per host, the ID of its group's image (hosts whose image failed are marked failed).
     """
-    from toolkit.errors import ToolkitError
-    from toolkit.images.build import build_recipe, recipe_for
-    from toolkit.images.engine import docker_client, find_image
-    from toolkit.images.recipe import LABEL_INPUT_DIGEST
-    from toolkit.images.render import render
-    from toolkit.inventory import load_inventory
-
     inventory = load_inventory(opts.inventory)
     groups: dict[str, list[str]] = {}
     for host in nodes:
@@ -323,8 +331,6 @@ def _survey(
     progress: Progress,
 ) -> tuple[list[str], list[str]]:
     """Read every node's state and drift; say which need provisioning, which acceptance."""
-    from toolkit.provision import read_drift
-
     now = datetime.now(timezone.utc)
     progress("survey: node state and drift")
     t0 = time.monotonic()
@@ -348,11 +354,12 @@ def _survey(
             node.state = {"state": "unknown", "reason": [unreadable[host]]}
             continue
         node.state = survey.state(host) or nodestate.new()
+        node.image_id, node.now = images.get(host), now
         drift = survey.drift(host)
         node.stages["survey"] = StageResult(
             "done", f"{node.state.get('state')}; drift: {len(drift)}", spent
         )
-        if nodestate.proven_ready(node.state, node.stack_id, drift, now, images.get(host)):
+        if nodestate.proven_ready(node.state, node.stack_id, drift, now, node.image_id):
             for stage in ("disks", "provision", "accept"):
                 node.stages[stage] = StageResult(
                     "skipped", f"ready for {node.stack_id} until {node.state.get('valid_until')}"
@@ -370,12 +377,10 @@ def _disks(
     opts: UpOptions, nodes: dict[str, NodeUp], hosts: list[str], stop: _Stop, progress: Progress
 ) -> list[str]:
     """Apply the data disks; the nodes that may go on to provisioning."""
-    from toolkit.disks import flow
-
     progress(f"disks: {_limit(hosts)}")
     t0 = time.monotonic()
     with stop.playbook():
-        disks = flow.apply(
+        applied = disks.apply(
             opts.inventory,
             _limit(hosts),
             confirm=opts.confirm_disks,
@@ -385,8 +390,8 @@ def _disks(
     spent = time.monotonic() - t0
     passed = []
     for host in hosts:
-        entry = disks.nodes.get(host)
-        if disks.declined:
+        entry = applied.nodes.get(host)
+        if applied.declined:
             result = StageResult("failed", "declined: nothing was changed", spent)
         elif entry is None:
             result = StageResult("failed", "no result for this node", spent)
@@ -410,8 +415,6 @@ def _provision(
     progress: Progress,
 ) -> list[str]:
     """Converge the stack; the nodes that may go on to acceptance."""
-    from toolkit.provision import converge
-
     progress(f"provision: {_limit(hosts)}")
     t0 = time.monotonic()
     with stop.playbook():
@@ -446,8 +449,6 @@ def _accept(
     outcome: UpOutcome,
     progress: Progress,
 ) -> None:
-    from toolkit.acceptance.orchestrate import AcceptOptions, run_acceptance
-
     progress(f"accept: {_limit(hosts)}")
     t0 = time.monotonic()
     run = run_acceptance(

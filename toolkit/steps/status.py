@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from toolkit import cert, nodestate
+from toolkit.ansible.runner import run_playbook
+from toolkit.inventory import load_inventory
 from toolkit.progress import Display
+from toolkit.steps.precheck import check_inventory
+from toolkit.steps.provision import drift_report
 
 COMPONENTS = ("driver", "cuda", "nccl")
 
@@ -38,27 +42,26 @@ class NodeStatus:
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     @property
-    def unproven(self) -> list[str]:
-        """Why a node whose file says ready does not prove it now (``nodestate``'s rule, the
-        one ``gpunode up`` uses: expired, another stack pinned); empty otherwise."""
-        if self.state.get("state") != "ready":
-            return []
-        return nodestate.not_proven_ready(self.state, self.stack_id, [], self.now)
+    def shown(self) -> dict[str, Any]:
+        """The state as it proves readiness now (``nodestate``'s rule, the one ``gpunode up``
+        uses: a ready file whose verdict expired or whose stack is no longer the one pinned
+        reads not-ready, with why)."""
+        return nodestate.proven_state(self.state, self.stack_id, self.now)
 
     @property
     def ready(self) -> bool:
         """The node is ready (as the drift check would leave it) and its verdict still proves
         it for the stack pinned now."""
-        return self.state.get("state") == "ready" and not self.error and not self.unproven
+        return self.shown.get("state") == "ready" and not self.error
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON-ready data (a ready state that no longer proves readiness shows not-ready,
         with why)."""
-        unproven = self.unproven
+        shown = self.shown
         return {
             "host": self.host,
-            "state": "not-ready" if unproven else self.state.get("state"),
-            "reason": list(self.state.get("reason") or []) + unproven,
+            "state": shown.get("state"),
+            "reason": list(shown.get("reason") or []),
             "stack_id": self.state.get("stack_id"),
             "since": self.state.get("time"),
             "valid_until": self.state.get("valid_until"),
@@ -117,11 +120,6 @@ def fleet_status(
     Raises:
         ConfigError, StackError: Bad inventory or incoherent stack (nothing touched).
     """
-    from toolkit.ansible.precheck import check_inventory
-    from toolkit.ansible.reports import drift_report
-    from toolkit.ansible.runner import run_playbook
-    from toolkit.inventory import load_inventory
-
     found = check_inventory(inventory, limit)
     inv = load_inventory(inventory)
     result = run_playbook("drift", inventory, limit=limit, check=True, display=display)
