@@ -42,7 +42,7 @@ from toolkit.errors import ConfigError
 from toolkit.inventory import name_path
 from toolkit.report.fleet import RECORD, read_record
 
-CHECK_RECORD = "check.json"  # a passive check's record (toolkit.check.flow writes it)
+CHECK_RECORD = "check.json"  # a passive check's record (toolkit.steps.check writes it)
 BASELINE_RUNS = 5
 MIN_BASELINE_RUNS = 3
 DEFAULT_SHARE = 0.30

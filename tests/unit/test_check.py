@@ -21,10 +21,11 @@ from shared_fixtures import run_cli
 from toolkit import nodestate
 from toolkit.acceptance.thresholds import effective
 from toolkit.acceptance.verdict import NodeExpectation
-from toolkit.check import flow, rules
+from toolkit.check import rules
 from toolkit.inventory import Host, load_inventory
 from toolkit.lab import catalog
 from toolkit.lab.hardware import NodeHardware, aer_files
+from toolkit.steps import check as flow
 
 V550 = "550.127.05"
 REAL_AER = Path(__file__).resolve().parents[1] / "data/real/pcie-aer"

@@ -7,10 +7,10 @@ from pathlib import Path
 import click
 from rich.text import Text
 
-from toolkit.check.flow import run_check
 from toolkit.cli.options import inventory_option, json_option, limit_option
 from toolkit.cli.output import emit_json, out_console, shown
 from toolkit.errors import EXIT_FAILED, ToolkitError
+from toolkit.steps.check import run_check
 
 
 @click.command(
