@@ -9,6 +9,7 @@ the inventory names must be reachable from this machine, as they are from the la
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,10 @@ BUILDER = "classic"  # the engine's legacy builder, normalised afterwards
 CACHE_REPOSITORY = "gpunode-training-cache"
 KEEP_CACHES = 3
 MAX_DIFFERENCES = 200
+# The template's own failure lines (the base probe, the held NCCL): "gpunode: ..." on stderr,
+# which the engine streams with colour escapes around it.
+_SAID_RE = re.compile(r"^gpunode: .*", re.MULTILINE)
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
@@ -273,9 +278,10 @@ def _engine_build(
         )
         for event in stream:
             if "error" in event:
-                raise ImageError(
-                    f"the image build failed: {str(event['error']).strip()}\n" + "".join(tail)
-                )
+                # The template's own message names what is wrong; the engine's names the step.
+                said = _SAID_RE.findall(_ANSI_RE.sub("", "".join(tail)))
+                head = said[-1] if said else str(event["error"]).strip()
+                raise ImageError(f"the image build failed: {head}\n" + "".join(tail))
             text = str(event.get("stream") or "")
             if text.strip():
                 tail = [*tail, text][-20:]

@@ -9,6 +9,10 @@ the group's own), documented in docs/architecture.md:
 ``gpunode_image_base``              base image by digest (``name@sha256:...``) or local ID
                                     (``sha256:...``); a tag alone is refused unless
 ``gpunode_image_allow_tag_base``    is true
+``gpunode_image_base_kind``         what the base carries: ``cuda-runtime`` (NVIDIA's CUDA runtime
+                                    image: NCCL installed and held, no Python; the default) or
+                                    ``framework`` (NGC PyTorch style: Python, torch and NCCL);
+                                    the build probes the base and fails when it is the other kind
 ``gpunode_image_os``                the base's OS (ubuntu2204, ubuntu2404, debian12) for the
                                     stack's apt names; default ubuntu2204 (NVIDIA CUDA bases)
 ``gpunode_image_source_date_epoch`` the source date stamped on every file and on the config;
@@ -54,6 +58,16 @@ LABEL_VERSION = "org.gpunode.version"
 LABEL_NCCL = "org.gpunode.nccl"
 LABEL_CUDA = "org.gpunode.cuda"
 RUNNER_PATH = "/opt/gpunode/node_runner.py"
+# What a base carries, as gpunode_image_base_kind names it. cuda-runtime: NVIDIA's CUDA runtime
+# image, whose Dockerfile installs libnccl2 and holds it (`apt-mark hold ... libnccl2`) and
+# installs no Python (gitlab.com/nvidia/container-images/cuda, dist/<version>/<os>/runtime/
+# Dockerfile). framework: an NGC framework image such as PyTorch, which ships Python, torch and
+# NCCL (docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes, "Contents of the PyTorch
+# container"). Sources: tests/data/real/SOURCES.md, "training image bases".
+BASE_KIND_CUDA_RUNTIME = "cuda-runtime"
+BASE_KIND_FRAMEWORK = "framework"
+BASE_KINDS = (BASE_KIND_CUDA_RUNTIME, BASE_KIND_FRAMEWORK)
+DEFAULT_BASE_KIND = BASE_KIND_CUDA_RUNTIME
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,7 @@ class AptSource:
     uri: str
     suite: str
     key_url: str | None
+    fingerprint: str  # the key's pinned fingerprint (40 hex digits), "" when none is pinned
 
 
 @dataclass(frozen=True)
@@ -73,6 +88,7 @@ class Recipe:
     stack_id: str
     os: str
     base: str
+    base_kind: str
     cuda: str
     nccl: str
     apt: AptSource | None
@@ -141,6 +157,23 @@ def check_base(base: str | None, allow_tag: bool, where: str) -> str:
             "(or set gpunode_image_allow_tag_base: true to accept the risk)"
         )
     return base
+
+
+def check_base_kind(value: Any, where: str) -> str:
+    """The base's kind: one of :data:`BASE_KINDS` (default :data:`DEFAULT_BASE_KIND`).
+
+    Raises:
+        ConfigError: Another value; the message names the variable and the kinds.
+    """
+    if value is None or value == "":
+        return DEFAULT_BASE_KIND
+    if value not in BASE_KINDS:
+        raise ConfigError(
+            f"{where}: gpunode_image_base_kind {clip(repr(value))} is not one of "
+            f"{', '.join(BASE_KINDS)} (cuda-runtime: NVIDIA's CUDA runtime image, NCCL held and "
+            "no Python; framework: Python, torch and NCCL already in the base)"
+        )
+    return str(value)
 
 
 def check_lock(lock: Any, where: str) -> tuple[str, ...]:
@@ -224,6 +257,7 @@ def make_recipe(
             # The resolved repository's key URL where resolve() fills one in (its {os} and
             # {arch} templated like the repository URL), else the variable as written.
             key_url=cuda_repo.get("key_url") or _var(values, "gpunode_nvidia_repo_key_url", where),
+            fingerprint=str(cuda_repo.get("fingerprint") or ""),
         )
         if cuda_repo
         else None
@@ -233,6 +267,7 @@ def make_recipe(
         stack_id=str(resolved["stack_id"]),
         os=str(resolved["os"]),
         base=base,
+        base_kind=check_base_kind(values.get("gpunode_image_base_kind"), where),
         cuda="{}.{}".format(*cuda_major_minor(str(resolved["cuda"]["version"]))),
         nccl=str(nccl["version"]),
         apt=apt,
