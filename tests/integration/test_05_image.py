@@ -266,6 +266,23 @@ RUN mkdir -p /tmp/p/DEBIAN \\
 """
 
 
+def _remove_with_children(client: Any, image_id: str) -> None:
+    """Remove an image and the images built on it, children first: a failed classic build
+    keeps the images of its finished steps (its cache), and the engine refuses to remove a
+    parent while they exist, forced or not."""
+    parents = {str(i.id): str(i.attrs.get("Parent") or "") for i in client.images.list(all=True)}
+
+    def depth(image: str) -> int:
+        steps = 0
+        while image and image != image_id:
+            image, steps = parents.get(image, ""), steps + 1
+        return steps if image == image_id else -1
+
+    for child in sorted((i for i in parents if depth(i) > 0), key=depth, reverse=True):
+        client.images.remove(child, noprune=True)
+    client.images.remove(image_id, force=True)
+
+
 def _sh(image: str, script: str) -> str:
     out = docker_client().containers.run(
         image, ["sh", "-c", script], entrypoint=[], network_mode="none", remove=True
@@ -286,6 +303,9 @@ def test_the_lab_base_is_cuda_runtime_shaped_and_the_image_carries_the_stacks_nc
         training_image.image_id, "apt-mark showhold; dpkg-query -W -f '${Version}' libnccl2"
     )
     assert image.split() == ["libnccl2", "2.21.5-1+cuda12.4"]  # changed, and held again
+    # Python and pip from the base OS, at the versions the inventory pins.
+    python = _sh(training_image.image_id, "dpkg-query -W python3 python3-pip")
+    assert dict(line.split("\t") for line in python.splitlines()) == recipe.python_apt
     inspected = _gpunode("image", "inspect", training_image.image_id, "-i", str(lab.inventory),
                          "--json")  # fmt: skip
     assert inspected.returncode == 0, inspected.stdout + inspected.stderr
@@ -302,6 +322,7 @@ def test_a_framework_base_builds_and_a_wrongly_declared_kind_fails_naming_it(
     # The training image is itself NGC-shaped: Python, torch and NCCL (held) in the image.
     framework = training_image.image_id
     runtime = training_image.recipe.base
+    lab_python = training_image.recipe.python_apt
     wrong = [
         (framework, "cuda-runtime", "is cuda-runtime but the base carries Python"),
         (runtime, "framework", "is framework but the base has no python3"),
@@ -309,15 +330,25 @@ def test_a_framework_base_builds_and_a_wrongly_declared_kind_fails_naming_it(
     client = docker_client()
     try:
         for base, kind, message in wrong:
+            # A framework base brings its own Python: its inventory pins none.
+            python = None if kind == "framework" else lab_python
             inventory = _inventory_copy(
-                lab, tmp_path / kind, gpunode_image_base=base, gpunode_image_base_kind=kind
+                lab,
+                tmp_path / kind,
+                gpunode_image_base=base,
+                gpunode_image_base_kind=kind,
+                gpunode_image_python_packages=python,
             )
             built = _gpunode("image", "build", "-i", str(inventory))
             assert built.returncode != 0, built.stdout
             first = " ".join(built.stderr.split())
             assert f"the image build failed: gpunode: gpunode_image_base_kind {message}" in first
         inventory = _inventory_copy(
-            lab, tmp_path / "ok", gpunode_image_base=framework, gpunode_image_base_kind="framework"
+            lab,
+            tmp_path / "ok",
+            gpunode_image_base=framework,
+            gpunode_image_base_kind="framework",
+            gpunode_image_python_packages=None,
         )
         built = _gpunode("image", "build", "-i", str(inventory), "--json")
         assert built.returncode == 0, built.stderr[-3000:]
@@ -357,7 +388,7 @@ def test_a_held_package_that_needs_the_base_nccl_fails_the_build_naming_it(
             f"libnccl2=2.21.5-1+cuda12.4: held package(s) of the base {HELD_PLUGIN} depend on it"
         ) in text
     finally:
-        client.images.remove(str(held.id), force=True)
+        _remove_with_children(client, str(held.id))
 
 
 @pytest.mark.lab

@@ -27,6 +27,8 @@ LOCK = [
     "torch==2.13.0+cpu --hash=sha256:" + "1" * 64,
     "nvidia-nccl-cu12==2.21.5 --hash=sha256:" + "2" * 64,
 ]
+# Debian 12's python3 and python3-pip (packages.debian.org/bookworm/python3, .../python3-pip).
+PYTHON_PINS = {"python3": "3.11.2-1+b1", "python3-pip": "23.0.1+dfsg-1"}
 PRE_R580 = {"driver": {"version": "550.127.05", "flavour": "open"}, "cuda": "12.4.1",
             "nccl": "2.21.5-1+cuda12.4"}  # fmt: skip
 
@@ -40,7 +42,10 @@ def values(**over: Any) -> dict[str, Any]:
         "gpunode_nvidia_repo_key_url": "http://10.0.0.2/key.asc",
         "gpunode_nvidia_repo_key_fingerprint": KEY_FINGERPRINT,
         "gpunode_image_source_date_epoch": 1700000000,
+        "gpunode_image_python_packages": PYTHON_PINS,
     }
+    if over.get("gpunode_image_base_kind") == "framework":
+        base.pop("gpunode_image_python_packages")  # a framework base brings its own Python
     base.update(over)
     return {k: v for k, v in base.items() if v is not None}
 
@@ -232,10 +237,31 @@ def _runs(text: str) -> list[str]:
 def test_a_cuda_runtime_base_gets_python_and_a_framework_base_does_not() -> None:
     runtime = render(recipe(), key=KEY_BYTES).dockerfile
     framework = render(recipe(gpunode_image_base_kind="framework"), key=KEY_BYTES).dockerfile
-    python = "apt-get install -y -qq --no-install-recommends python3 python3-pip"
-    assert python in runtime and python not in framework
+    (installs,) = [" ".join(run.split()) for run in _runs(runtime) if "python3-pip" in run]
+    python = "--no-install-recommends python3=3.11.2-1+b1 python3-pip=23.0.1+dfsg-1 &&"
+    assert python in installs
+    assert not [run for run in _runs(framework) if "python3-pip" in run]
     assert "kind=cuda-runtime;" in runtime and "kind=framework;" in framework
     assert len(_runs(runtime)) == len(_runs(framework)) + 1
+
+
+def test_python_on_a_cuda_runtime_base_is_pinned_and_only_there() -> None:
+    assert recipe().python_apt == PYTHON_PINS
+    assert recipe(gpunode_image_base_kind="framework").python_apt == {}
+    with pytest.raises(ConfigError, match=r"gpunode_image_python_packages is not set; a cuda-r"):
+        recipe(gpunode_image_python_packages=None)
+    with pytest.raises(ConfigError, match=r"does not pin python3-pip: a cuda-runtime base"):
+        recipe(gpunode_image_python_packages={"python3": "3.11.2-1+b1"})
+    with pytest.raises(ConfigError, match=r"python3-pip: '23\.\*' is not an exact Debian ver"):
+        recipe(gpunode_image_python_packages={**PYTHON_PINS, "python3-pip": "23.*"})
+    with pytest.raises(ConfigError, match=r"'Python3' is not a Debian package name"):
+        recipe(gpunode_image_python_packages={**PYTHON_PINS, "Python3": "3"})
+    with pytest.raises(ConfigError, match=r"set but gpunode_image_base_kind is framework"):
+        recipe(gpunode_image_base_kind="framework", gpunode_image_python_packages=PYTHON_PINS)
+    # The pins decide the image's bytes: they are in the recipe's digest.
+    other = {**PYTHON_PINS, "python3": "3.11.2-1+b2"}
+    digest = render(recipe(), key=KEY_BYTES).digest
+    assert render(recipe(gpunode_image_python_packages=other), key=KEY_BYTES).digest != digest
 
 
 def test_only_the_stacks_nccl_is_unheld_changed_and_held_again() -> None:

@@ -135,6 +135,7 @@ def check_values(recipe: Recipe) -> None:
         "nccl": recipe.nccl,
         "gpunode_version": recipe.gpunode_version,
         **{f"apt_packages.{n}": f"{n}={v}" for n, v in recipe.apt_packages.items()},
+        **{f"python_apt.{n}": f"{n}={v}" for n, v in recipe.python_apt.items()},
     }
     if recipe.apt:
         values.update({"apt.uri": recipe.apt.uri, "apt.suite": recipe.apt.suite})

@@ -28,6 +28,7 @@ from toolkit.images.recipe import BASE_KIND_CUDA_RUNTIME
 from toolkit.lab import nccl_wheel, nodes
 from toolkit.lab.proc import run
 from toolkit.lab.repo import RepoInfo
+from toolkit.lab.train_base import PYTHON_PACKAGES
 
 # The CPU build of torch the lab's acceptance all-reduce runs with (gloo backend); pip
 # finds it among the host's local wheels (find-links) with its dependencies.
@@ -179,6 +180,7 @@ def repository_vars(
             "gpunode_image_base": image_base,
             "gpunode_image_base_kind": BASE_KIND_CUDA_RUNTIME,
             "gpunode_image_os": "debian12",
+            "gpunode_image_python_packages": dict(PYTHON_PACKAGES),
         }
         if image_base
         else {}

@@ -43,6 +43,11 @@ OS_ID = "debian12"
 # (NVIDIA's base Dockerfile installs ca-certificates and a keyring). No Python: the runtime image
 # has none.
 PACKAGES: tuple[str, ...] = ("ca-certificates", "gpgv")
+# What a training image on this base installs for Python (gpunode_image_python_packages, written
+# into the lab inventory): the exact versions the base's own source, Debian 12 main
+# (deb.debian.org bookworm), offers. Source: packages.debian.org/bookworm/python3 (3.11.2-1+b1)
+# and packages.debian.org/bookworm/python3-pip (23.0.1+dfsg-1); `apt-cache policy` in the base.
+PYTHON_PACKAGES: dict[str, str] = {"python3": "3.11.2-1+b1", "python3-pip": "23.0.1+dfsg-1"}
 # The NCCL the base carries, as NVIDIA's runtime Dockerfile installs it: the package, held.
 NCCL_PACKAGE = "libnccl2"
 NCCL_SCRIPT = """\
