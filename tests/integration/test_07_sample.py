@@ -74,7 +74,7 @@ SITE_EDITS: dict[str, tuple[str, ...]] = {
         "gpunode_pip_find_links",
     ),
     "os": ("gpunode_stack_os",),
-    "image_base": ("gpunode_image_base", "gpunode_image_os"),
+    "image_base": ("gpunode_image_base", "gpunode_image_os", "gpunode_image_python_packages"),
     "python_lock": ("gpunode_acceptance_requirements",),
 }
 

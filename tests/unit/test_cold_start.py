@@ -75,7 +75,7 @@ def test_the_training_base_build_gets_past_its_first_write(
     cold: Path, debootstrap_stub: Path
 ) -> None:
     with pytest.raises(LabError, match="stub failed"):
-        train_base._build("gpunode-train-base:cold")
+        train_base._build("gpunode-train-base:cold", cold / "libnccl2.deb")
     assert _cache_dir_argument(debootstrap_stub).is_relative_to(cold)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,12 +14,21 @@ from toolkit.errors import ConfigError, ImageError
 from toolkit.images.recipe import LABEL_INPUT_DIGEST, Recipe, make_recipe
 from toolkit.images.render import render
 from toolkit.stack import resolve
+from toolkit.stack.aptindex import dearmor
+
+# A real public repository key and its fingerprint (NVIDIA's container toolkit key,
+# tests/data/real/SOURCES.md, libnvidia-container): the image's key is checked against the pin.
+KEY = Path(__file__).resolve().parents[1] / "data" / "real" / "libnvidia-container" / "gpgkey"
+KEY_BYTES = KEY.read_bytes()
+KEY_FINGERPRINT = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
 
 BASE_ID = "sha256:" + "a" * 64
 LOCK = [
     "torch==2.13.0+cpu --hash=sha256:" + "1" * 64,
     "nvidia-nccl-cu12==2.21.5 --hash=sha256:" + "2" * 64,
 ]
+# Debian 12's python3 and python3-pip (packages.debian.org/bookworm/python3, .../python3-pip).
+PYTHON_PINS = {"python3": "3.11.2-1+b1", "python3-pip": "23.0.1+dfsg-1"}
 PRE_R580 = {"driver": {"version": "550.127.05", "flavour": "open"}, "cuda": "12.4.1",
             "nccl": "2.21.5-1+cuda12.4"}  # fmt: skip
 
@@ -29,8 +40,12 @@ def values(**over: Any) -> dict[str, Any]:
         "gpunode_pip_find_links": "http://10.0.0.2/wheels/",
         "gpunode_nvidia_repo_url": "http://10.0.0.2/compute/cuda/repos/{os}/{arch}/",
         "gpunode_nvidia_repo_key_url": "http://10.0.0.2/key.asc",
+        "gpunode_nvidia_repo_key_fingerprint": KEY_FINGERPRINT,
         "gpunode_image_source_date_epoch": 1700000000,
+        "gpunode_image_python_packages": PYTHON_PINS,
     }
+    if over.get("gpunode_image_base_kind") == "framework":
+        base.pop("gpunode_image_python_packages")  # a framework base brings its own Python
     base.update(over)
     return {k: v for k, v in base.items() if v is not None}
 
@@ -102,8 +117,7 @@ def test_a_framework_nccl_other_than_the_stacks_is_warned_about() -> None:
 
 
 def test_render_is_deterministic_and_pins_everything() -> None:
-    key = b"-----BEGIN PGP PUBLIC KEY BLOCK-----\nabc\n"
-    a, b = render(recipe(), key=key), render(recipe(), key=key)
+    a, b = render(recipe(), key=KEY_BYTES), render(recipe(), key=KEY_BYTES)
     assert a.digest == b.digest and a.tar(0) == b.tar(0)
     text = a.dockerfile
     assert f"FROM {BASE_ID}" in text
@@ -130,12 +144,14 @@ def test_render_is_deterministic_and_pins_everything() -> None:
     ],
 )
 def test_changing_one_input_changes_the_digest(change: dict[str, Any]) -> None:
-    key = b"key"
+    key = KEY_BYTES
     assert render(recipe(**change), key=key).digest != render(recipe(), key=key).digest
 
 
 def test_the_repository_key_is_an_input() -> None:
-    assert render(recipe(), key=b"one").digest != render(recipe(), key=b"two").digest
+    # The same key armored and binary: the same fingerprint, other bytes.
+    binary = dearmor(KEY_BYTES)
+    assert render(recipe(), key=KEY_BYTES).digest != render(recipe(), key=binary).digest
 
 
 # --- issue 27: inventory values never become Dockerfile or shell syntax --------------------------
@@ -173,7 +189,7 @@ def test_render_refuses_a_recipe_value_a_dockerfile_would_read() -> None:
     good = recipe()
     for change in ({"base": "debian:12\nRUN id"}, {"nccl": "2.21.5 $HOME"}):
         with pytest.raises(ImageError, match=next(iter(change))):
-            render(Recipe(**{**good.__dict__, **change}), key=b"k")
+            render(Recipe(**{**good.__dict__, **change}), key=KEY_BYTES)
 
 
 # Hostile but valid: every character the URL rule lets through that a shell would still read
@@ -185,9 +201,9 @@ HOSTILE_LINKS = "https://mirror.example/wheels~x/?k=v,w+x%2F"
 def test_a_rendered_dockerfile_quotes_every_inventory_value_in_its_run_lines() -> None:
     r = recipe(gpunode_nvidia_repo_url=HOSTILE_REPO, gpunode_pip_find_links=HOSTILE_LINKS)
     assert r.apt is not None
-    text = render(r, key=b"k").dockerfile
+    text = render(r, key=dearmor(KEY_BYTES)).dockerfile
     runs = [line for line in text.replace("\\\n", " ").splitlines() if line.startswith("RUN ")]
-    assert len(runs) == 2
+    assert len(runs) == 4  # the base probe, Python, NCCL, the Python lock
     values = [r.apt.uri, HOSTILE_LINKS, *(f"{n}={v}" for n, v in r.apt_packages.items())]
     found = 0
     for run in runs:
@@ -199,5 +215,121 @@ def test_a_rendered_dockerfile_quotes_every_inventory_value_in_its_run_lines() -
                 inside = run[:start].count("'") % 2 == 1
                 assert inside or re.fullmatch(r"[\w@%+=:,./-]+", value), (value, run)
                 start = run.find(value, start + 1)
-    assert found == len(values)
+    assert found == len(values) + 1  # the repository URL twice: the source line, the message
     assert f"'deb [signed-by=/usr/share/keyrings/gpunode-nvidia.gpg] {r.apt.uri} /'" in text
+    assert "kind=cuda-runtime;" in text
+
+
+# --- issue 22: the base's kind, its held NCCL, the key's fingerprint ------------------------------
+
+
+def test_the_base_kind_defaults_to_cuda_runtime_and_is_validated() -> None:
+    assert recipe().base_kind == "cuda-runtime"
+    assert recipe(gpunode_image_base_kind="framework").base_kind == "framework"
+    with pytest.raises(ConfigError, match=r"gpunode_image_base_kind 'pytorch' is not one of"):
+        recipe(gpunode_image_base_kind="pytorch")
+
+
+def _runs(text: str) -> list[str]:
+    return [line[4:] for line in text.replace("\\\n", "").splitlines() if line.startswith("RUN ")]
+
+
+def test_a_cuda_runtime_base_gets_python_and_a_framework_base_does_not() -> None:
+    runtime = render(recipe(), key=KEY_BYTES).dockerfile
+    framework = render(recipe(gpunode_image_base_kind="framework"), key=KEY_BYTES).dockerfile
+    (installs,) = [" ".join(run.split()) for run in _runs(runtime) if "python3-pip" in run]
+    python = "--no-install-recommends python3=3.11.2-1+b1 python3-pip=23.0.1+dfsg-1 &&"
+    assert python in installs
+    assert not [run for run in _runs(framework) if "python3-pip" in run]
+    assert "kind=cuda-runtime;" in runtime and "kind=framework;" in framework
+    assert len(_runs(runtime)) == len(_runs(framework)) + 1
+
+
+def test_python_on_a_cuda_runtime_base_is_pinned_and_only_there() -> None:
+    assert recipe().python_apt == PYTHON_PINS
+    assert recipe(gpunode_image_base_kind="framework").python_apt == {}
+    with pytest.raises(ConfigError, match=r"gpunode_image_python_packages is not set; a cuda-r"):
+        recipe(gpunode_image_python_packages=None)
+    with pytest.raises(ConfigError, match=r"does not pin python3-pip: a cuda-runtime base"):
+        recipe(gpunode_image_python_packages={"python3": "3.11.2-1+b1"})
+    with pytest.raises(ConfigError, match=r"python3-pip: '23\.\*' is not an exact Debian ver"):
+        recipe(gpunode_image_python_packages={**PYTHON_PINS, "python3-pip": "23.*"})
+    with pytest.raises(ConfigError, match=r"'Python3' is not a Debian package name"):
+        recipe(gpunode_image_python_packages={**PYTHON_PINS, "Python3": "3"})
+    with pytest.raises(ConfigError, match=r"set but gpunode_image_base_kind is framework"):
+        recipe(gpunode_image_base_kind="framework", gpunode_image_python_packages=PYTHON_PINS)
+    # The pins decide the image's bytes: they are in the recipe's digest.
+    other = {**PYTHON_PINS, "python3": "3.11.2-1+b2"}
+    digest = render(recipe(), key=KEY_BYTES).digest
+    assert render(recipe(gpunode_image_python_packages=other), key=KEY_BYTES).digest != digest
+
+
+def test_only_the_stacks_nccl_is_unheld_changed_and_held_again() -> None:
+    (nccl,) = [
+        run for run in _runs(render(recipe(), key=KEY_BYTES).dockerfile) if "libnccl2=" in run
+    ]
+    # apt's global switch would let any held package change: never used.
+    assert "--allow-change-held-packages" not in nccl
+    assert "pins=libnccl2=2.21.5-1+cuda12.4;" in nccl and "--allow-downgrades" in nccl
+    assert (
+        nccl.index("apt-mark unhold $names")
+        < nccl.index("apt-get install")
+        < nccl.index("apt-mark hold $names")
+    )
+    assert "apt-mark showhold | grep -vx -e libnccl2 -e libnccl-dev" in nccl
+
+
+def _probe(tmp_path: Path, kind: str, tools: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run the rendered base probe with only ``tools`` (name -> shell body) on its PATH."""
+    (probe,) = [
+        run
+        for run in _runs(render(recipe(gpunode_image_base_kind=kind), key=KEY_BYTES).dockerfile)
+        if run.startswith("kind=")
+    ]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in tools.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return subprocess.run(
+        ["/bin/sh", "-c", probe], env={"PATH": str(bin_dir)}, capture_output=True, text=True
+    )
+
+
+APT = {"dpkg": "exit 0", "apt-get": "exit 0"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "python", "ok", "message"),
+    [
+        ("cuda-runtime", None, True, ""),
+        ("cuda-runtime", "exit 0", False, "the base carries Python"),
+        ("framework", "exit 0", True, ""),
+        ("framework", None, False, "the base has no python3"),
+        ("framework", "exit 1", False, "the base cannot import torch"),
+    ],
+)
+def test_the_base_probe_fails_when_the_base_is_not_its_declared_kind(
+    tmp_path: Path, kind: str, python: str | None, ok: bool, message: str
+) -> None:
+    tools = {**APT, **({"python3": python} if python else {})}
+    result = _probe(tmp_path, kind, tools)
+    assert (result.returncode == 0) is ok, result.stderr
+    if not ok:
+        assert f"gpunode_image_base_kind is {kind} but {message}" in result.stderr
+        assert "gpunode_image_base_kind: " in result.stderr  # names the kind that fits
+
+
+def test_a_base_without_apt_is_refused_by_the_probe(tmp_path: Path) -> None:
+    result = _probe(tmp_path, "cuda-runtime", {"dpkg": "exit 0"})
+    assert result.returncode == 1 and "has no dpkg/apt-get" in result.stderr
+
+
+def test_a_key_whose_fingerprint_is_not_the_pinned_one_is_refused() -> None:
+    other = "0123456789ABCDEF0123456789ABCDEF01234567"
+    with pytest.raises(ImageError) as err:
+        render(recipe(gpunode_nvidia_repo_key_fingerprint=other), key=KEY_BYTES)
+    assert KEY_FINGERPRINT in err.value.message and other in err.value.message
+    assert "gpunode_nvidia_repo_key_fingerprint" in err.value.message
+    with pytest.raises(ImageError, match="not an OpenPGP key"):
+        render(recipe(), key=b"-----BEGIN PGP PUBLIC KEY BLOCK-----\nabc\n")

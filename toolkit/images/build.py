@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,10 @@ KEEP_CACHES = 3
 # answered from its layer cache. The same number of recent recipes is kept.
 BUILT_REPOSITORY = "gpunode-training-built"
 MAX_DIFFERENCES = 200
+# The template's own failure lines (the base probe, the held NCCL): "gpunode: ..." on stderr,
+# which the engine streams with colour escapes around it.
+_SAID_RE = re.compile(r"^gpunode: .*", re.MULTILINE)
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
@@ -336,9 +341,10 @@ def _engine_build(
         )
         for event in stream:
             if "error" in event:
-                raise ImageError(
-                    f"the image build failed: {str(event['error']).strip()}\n" + "".join(tail)
-                )
+                # The template's own message names what is wrong; the engine's names the step.
+                said = _SAID_RE.findall(_ANSI_RE.sub("", "".join(tail)))
+                head = said[-1] if said else str(event["error"]).strip()
+                raise ImageError(f"the image build failed: {head}\n" + "".join(tail))
             text = str(event.get("stream") or "")
             if text.strip():
                 tail = [*tail, text][-20:]

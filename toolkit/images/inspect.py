@@ -136,6 +136,15 @@ def judge(
                 f"NCCL mismatch: the framework loads NCCL {loaded or 'of unknown version'} from "
                 f"{where}, the stack pins NCCL {nccl_version}"
             )
+        # A system libnccl2 left at the base's version beside the framework's: the base's
+        # NCCL, not the stack's (NVIDIA's runtime image holds its own libnccl2).
+        for other in nccl.get("others") or []:
+            if other.get("version") and other["version"] != nccl_version:
+                kind = (other.get("source") or {}).get("kind") or "file"
+                problems.append(
+                    f"NCCL mismatch: the image also carries NCCL {other['version']} at "
+                    f"{other.get('path')} ({kind}), the stack pins NCCL {nccl_version}"
+                )
     return problems
 
 

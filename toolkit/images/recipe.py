@@ -9,6 +9,13 @@ the group's own), documented in docs/architecture.md:
 ``gpunode_image_base``              base image by digest (``name@sha256:...``) or local ID
                                     (``sha256:...``); a tag alone is refused unless
 ``gpunode_image_allow_tag_base``    is true
+``gpunode_image_base_kind``         what the base carries: ``cuda-runtime`` (NVIDIA's CUDA runtime
+                                    image: NCCL installed and held, no Python; the default) or
+                                    ``framework`` (NGC PyTorch style: Python, torch and NCCL);
+                                    the build probes the base and fails when it is the other kind
+``gpunode_image_python_packages``   on a ``cuda-runtime`` base: the exact apt versions of
+                                    ``python3`` and ``python3-pip`` installed from the base OS's
+                                    own repositories (required there, refused on a framework base)
 ``gpunode_image_os``                the base's OS (ubuntu2204, ubuntu2404, debian12) for the
                                     stack's apt names; default ubuntu2204 (NVIDIA CUDA bases)
 ``gpunode_image_source_date_epoch`` the source date stamped on every file and on the config;
@@ -29,6 +36,7 @@ from typing import Any
 from toolkit import __version__
 from toolkit.errors import ConfigError, clip
 from toolkit.inventory import inventory_flag
+from toolkit.stack.debversion import DEB_VERSION_RE, MAX_DEB_TOKEN, PACKAGE_NAME_RE
 from toolkit.stack.versions import cuda_major_minor
 
 REPOSITORY = "gpunode-training"
@@ -53,6 +61,20 @@ LABEL_INPUT_DIGEST = "org.gpunode.recipe-digest"
 LABEL_VERSION = "org.gpunode.version"
 LABEL_NCCL = "org.gpunode.nccl"
 LABEL_CUDA = "org.gpunode.cuda"
+# What a base carries, as gpunode_image_base_kind names it. cuda-runtime: NVIDIA's CUDA runtime
+# image, whose Dockerfile installs libnccl2 and holds it (`apt-mark hold ... libnccl2`) and
+# installs no Python (gitlab.com/nvidia/container-images/cuda, dist/<version>/<os>/runtime/
+# Dockerfile). framework: an NGC framework image such as PyTorch, which ships Python, torch and
+# NCCL (docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes, "Contents of the PyTorch
+# container"). Sources: tests/data/real/SOURCES.md, "training image bases".
+BASE_KIND_CUDA_RUNTIME = "cuda-runtime"
+BASE_KIND_FRAMEWORK = "framework"
+BASE_KINDS = (BASE_KIND_CUDA_RUNTIME, BASE_KIND_FRAMEWORK)
+DEFAULT_BASE_KIND = BASE_KIND_CUDA_RUNTIME
+# What a cuda-runtime base lacks and the image installs from the base OS's apt repositories,
+# each at the exact version gpunode_image_python_packages pins: the interpreter (the runner and
+# the framework) and pip (the hashed lock).
+PYTHON_APT_PACKAGES = ("python3", "python3-pip")
 
 
 @dataclass(frozen=True)
@@ -62,6 +84,7 @@ class AptSource:
     uri: str
     suite: str
     key_url: str | None
+    fingerprint: str  # the key's pinned fingerprint (40 hex digits), "" when none is pinned
 
 
 @dataclass(frozen=True)
@@ -72,10 +95,12 @@ class Recipe:
     stack_id: str
     os: str
     base: str
+    base_kind: str
     cuda: str
     nccl: str
     apt: AptSource | None
     apt_packages: dict[str, str]
+    python_apt: dict[str, str]  # cuda-runtime: name -> exact apt version from the base OS
     python_lock: tuple[str, ...]
     pip_find_links: str | None
     pip_index_url: str | None
@@ -140,6 +165,71 @@ def check_base(base: str | None, allow_tag: bool, where: str) -> str:
             "(or set gpunode_image_allow_tag_base: true to accept the risk)"
         )
     return base
+
+
+def check_base_kind(value: Any, where: str) -> str:
+    """The base's kind: one of :data:`BASE_KINDS` (default :data:`DEFAULT_BASE_KIND`).
+
+    Raises:
+        ConfigError: Another value; the message names the variable and the kinds.
+    """
+    if value is None or value == "":
+        return DEFAULT_BASE_KIND
+    if value not in BASE_KINDS:
+        raise ConfigError(
+            f"{where}: gpunode_image_base_kind {clip(repr(value))} is not one of "
+            f"{', '.join(BASE_KINDS)} (cuda-runtime: NVIDIA's CUDA runtime image, NCCL held and "
+            "no Python; framework: Python, torch and NCCL already in the base)"
+        )
+    return str(value)
+
+
+def check_python_packages(value: Any, kind: str, where: str) -> dict[str, str]:
+    """The exact apt versions of Python and pip on a cuda-runtime base ({} on a framework base).
+
+    Raises:
+        ConfigError: Missing on a cuda-runtime base, set on a framework base, not a mapping, a
+            name of :data:`PYTHON_APT_PACKAGES` not pinned, or a name or version that is not
+            Debian's (the message names the variable and the rule).
+    """
+    key = "gpunode_image_python_packages"
+    example = "{python3: 3.10.6-1~22.04.1, python3-pip: 22.0.2+dfsg-1ubuntu0.5} on Ubuntu 22.04"
+    if kind != BASE_KIND_CUDA_RUNTIME:
+        if value not in (None, "", {}):
+            raise ConfigError(
+                f"{where}: {key} is set but gpunode_image_base_kind is {kind}: a framework "
+                "base brings its own Python; remove it"
+            )
+        return {}
+    if value is None or value == "" or value == {}:
+        raise ConfigError(
+            f"{where}: {key} is not set; a cuda-runtime base has no Python, so pin the exact "
+            f"apt versions of {' and '.join(PYTHON_APT_PACKAGES)} its OS's repositories offer "
+            f"(`apt-cache policy` in the base), e.g. {example}"
+        )
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: {key} must be a mapping of apt package -> exact version")
+    pins: dict[str, str] = {}
+    for name, version in value.items():
+        name, version = str(name), str(version)
+        if len(name) > MAX_DEB_TOKEN or not PACKAGE_NAME_RE.match(name):
+            raise ConfigError(
+                f"{where}: {key}: {clip(repr(name))} is not a Debian package name "
+                "(Debian policy 5.6.1)"
+            )
+        if len(version) > MAX_DEB_TOKEN or not DEB_VERSION_RE.match(version):
+            raise ConfigError(
+                f"{where}: {key}.{name}: {clip(repr(version))} is not an exact Debian version "
+                "(Debian policy 5.6.12, e.g. 3.11.2-1+b1)"
+            )
+        pins[name] = version
+    missing = [name for name in PYTHON_APT_PACKAGES if name not in pins]
+    if missing:
+        raise ConfigError(
+            f"{where}: {key} does not pin {', '.join(missing)}: a cuda-runtime base needs "
+            f"{' and '.join(PYTHON_APT_PACKAGES)}, each at an exact version"
+        )
+    return dict(sorted(pins.items()))
 
 
 def check_lock(lock: Any, where: str) -> tuple[str, ...]:
@@ -223,19 +313,26 @@ def make_recipe(
             # The resolved repository's key URL where resolve() fills one in (its {os} and
             # {arch} templated like the repository URL), else the variable as written.
             key_url=cuda_repo.get("key_url") or _var(values, "gpunode_nvidia_repo_key_url", where),
+            fingerprint=str(cuda_repo.get("fingerprint") or ""),
         )
         if cuda_repo
         else None
+    )
+    base_kind = check_base_kind(values.get("gpunode_image_base_kind"), where)
+    python_apt = check_python_packages(
+        values.get("gpunode_image_python_packages"), base_kind, where
     )
     recipe = Recipe(
         group=group,
         stack_id=str(resolved["stack_id"]),
         os=str(resolved["os"]),
         base=base,
+        base_kind=base_kind,
         cuda="{}.{}".format(*cuda_major_minor(str(resolved["cuda"]["version"]))),
         nccl=str(nccl["version"]),
         apt=apt,
         apt_packages=apt_packages,
+        python_apt=python_apt,
         python_lock=lock,
         pip_find_links=find_links,
         pip_index_url=index_url,

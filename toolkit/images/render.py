@@ -31,7 +31,7 @@ from toolkit.images.recipe import (
     LABEL_VERSION,
     Recipe,
 )
-from toolkit.stack.aptindex import fetch_url
+from toolkit.stack.aptindex import fetch_url, key_fingerprints
 
 TEMPLATE = "Dockerfile.j2"
 KEY_FILE = "nvidia-repo.key"
@@ -83,6 +83,30 @@ def fetch_key(url: str) -> bytes:
         raise ImageError(f"cannot fetch the repository key: {err.message}") from err
 
 
+def check_key(key: bytes, expected: str, where: str) -> None:
+    """Trust the repository key only when its fingerprint is the pinned one: the bytes checked
+    here are the bytes the build copies and names in ``signed-by``.
+
+    Raises:
+        ImageError: No fingerprint is pinned, the data is not a key, or the fingerprint differs
+            (the message names the expected and the found ones).
+    """
+    if not expected:
+        raise ImageError(
+            "gpunode_nvidia_repo_key_fingerprint is empty: the image's repository key is "
+            "never trusted without a pinned fingerprint"
+        )
+    try:
+        found = key_fingerprints(key)
+    except ValueError as err:
+        raise ImageError(f"the repository key {where} is not an OpenPGP key: {err}") from err
+    if expected not in found:
+        raise ImageError(
+            f"the repository key {where} has fingerprint {', '.join(found)}, not the pinned "
+            f"gpunode_nvidia_repo_key_fingerprint {expected}; the image build trusts no other key"
+        )
+
+
 def pip_source(recipe: Recipe) -> str:
     """pip's source options: the index or none, find-links, and the plain-http hosts."""
     parts = ["--index-url", recipe.pip_index_url] if recipe.pip_index_url else ["--no-index"]
@@ -107,10 +131,12 @@ def check_values(recipe: Recipe) -> None:
         "base": recipe.base,
         "stack_id": recipe.stack_id,
         "os": recipe.os,
+        "base_kind": recipe.base_kind,
         "cuda": recipe.cuda,
         "nccl": recipe.nccl,
         "gpunode_version": recipe.gpunode_version,
         **{f"apt_packages.{n}": f"{n}={v}" for n, v in recipe.apt_packages.items()},
+        **{f"python_apt.{n}": f"{n}={v}" for n, v in recipe.python_apt.items()},
     }
     if recipe.apt:
         values.update({"apt.uri": recipe.apt.uri, "apt.suite": recipe.apt.suite})
@@ -127,11 +153,13 @@ def render(recipe: Recipe, key: bytes | None = None, templates: Path | None = No
 
     Args:
         recipe: The recipe.
-        key: The repository key's bytes (fetched from ``recipe.apt.key_url`` when None).
+        key: The repository key's bytes (fetched from ``recipe.apt.key_url`` when None);
+            either way checked against ``recipe.apt.fingerprint`` (:func:`check_key`).
         templates: Where the templates are (default ``images/training/``).
 
     Raises:
-        ImageError: The template is missing, the key cannot be fetched or a value would be
+        ImageError: The template is missing, the key cannot be fetched or is not the pinned
+            one, or a value would be
             read as Dockerfile or shell syntax (:func:`check_values`).
     """
     check_values(recipe)
@@ -157,6 +185,7 @@ def render(recipe: Recipe, key: bytes | None = None, templates: Path | None = No
                     "gpunode_nvidia_repo_key_url is not set"
                 )
             key = fetch_key(recipe.apt.key_url)
+        check_key(key, recipe.apt.fingerprint, recipe.apt.key_url or "given")
         # apt reads an armored key only from a file named .asc (apt-secure(8), signed-by).
         key_ext = "asc" if key.lstrip().startswith(b"-----BEGIN PGP") else "gpg"
         files[KEY_FILE] = (key, 0o644)

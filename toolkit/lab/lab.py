@@ -138,7 +138,7 @@ def up(
     say(f"wheels: ready ({_took(started)})")
     say("training image base: checking")
     started = time.monotonic()
-    image_base = ensure_lab_base(client)
+    image_base = ensure_lab_base(repo, client)
     say(
         f"training image base: {image_base.tag} "
         f"({'built' if image_base.built else 'cached'}, {_took(started)})"

@@ -24,9 +24,11 @@ import docker.errors
 from docker.models.containers import Container
 
 from toolkit.errors import LabError
+from toolkit.images.recipe import BASE_KIND_CUDA_RUNTIME
 from toolkit.lab import nccl_wheel, nodes
 from toolkit.lab.proc import run
 from toolkit.lab.repo import RepoInfo
+from toolkit.lab.train_base import PYTHON_PACKAGES
 
 # The CPU build of torch the lab's acceptance all-reduce runs with (gloo backend); pip
 # finds it among the host's local wheels (find-links) with its dependencies.
@@ -170,10 +172,18 @@ def repository_vars(
     server_ip: str, repo: RepoInfo, wheels: Path, image_base: str | None = None
 ) -> dict[str, object]:
     """The repository variables of the inventory (docs/architecture.md) for this server,
-    and the training image's base (the lab's imported Debian 12, pinned by its ID)."""
+    and the training image's base (the lab's imported Debian 12 shaped like NVIDIA's CUDA
+    runtime image, pinned by its ID)."""
     base = f"http://{server_ip}"
     image: dict[str, object] = (
-        {"gpunode_image_base": image_base, "gpunode_image_os": "debian12"} if image_base else {}
+        {
+            "gpunode_image_base": image_base,
+            "gpunode_image_base_kind": BASE_KIND_CUDA_RUNTIME,
+            "gpunode_image_os": "debian12",
+            "gpunode_image_python_packages": dict(PYTHON_PACKAGES),
+        }
+        if image_base
+        else {}
     )
     # Lab nodes are unprivileged containers: Docker inside them cannot raise RLIMIT_MEMLOCK
     # or the stack limit, so the ranks' containers keep only the shared IPC namespace.

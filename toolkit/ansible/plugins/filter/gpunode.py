@@ -86,6 +86,12 @@ def gpunode_persistence_exec_start(unit: str) -> str:
     return persistence_exec_start(str(unit))
 
 
+def gpunode_host_addresses(hosts: Any, hostvars: Mapping[str, Any]) -> list[str]:
+    """The address of each host, sorted: its ``ansible_host``, else its inventory name (the
+    name Ansible connects to when ``ansible_host`` is not set)."""
+    return sorted(str(hostvars[h].get("ansible_host") or h) for h in hosts)
+
+
 class FilterModule:
     """gpunode's filters."""
 
@@ -103,4 +109,5 @@ class FilterModule:
             "gpunode_key_fingerprints": gpunode_key_fingerprints,
             "gpunode_pick_versions": gpunode_pick_versions,
             "gpunode_persistence_exec_start": gpunode_persistence_exec_start,
+            "gpunode_host_addresses": gpunode_host_addresses,
         }
