@@ -387,7 +387,10 @@ def test_slow_data_throttles_uncached_reads_and_clears(lab: Lab) -> None:
     limit = SLOW_DATA_READ_BPS / 1e6
     assert slow < limit * 1.2, f"slow-data: node 2 still reads at {slow:.0f} MB/s"
     assert healthy > 10 * limit and cleared > 10 * limit, (healthy, cleared)
-    assert other > 10 * limit, f"node 1 was slowed too ({other:.0f} MB/s)"
+    # Node 1 under node 2's throttle would read at the limit (slow < 1.2 x limit above); its
+    # own uncached read is the host disk's speed shared with whatever else runs (74 MB/s seen
+    # in a CI run, 10x the limit in others), so 3x the limit tells the two apart.
+    assert other > 3 * limit, f"node 1 was slowed too ({other:.0f} MB/s)"
 
 
 def test_restart_is_a_reboot(lab: Lab) -> None:

@@ -174,8 +174,8 @@ def test_changed_nccl_pin_changes_the_id_and_inspect_reports_two_nccls(
         # The changed recipe has the same stack id, so it took the tag: give it back.
         client = docker_client()
         client.images.remove(other["image_id"], force=True)
-        _drop_image(lab, 0, other["image_id"])
         client.images.get(training_image.image_id).tag(training_image.tag)
+        _drop_image(lab, 1, other["image_id"])
 
 
 @pytest.fixture
