@@ -189,7 +189,7 @@ def test_bench_time_to_verdict(tmp_path: Path) -> None:
     finally:
         if lab_core.lab_state.load(LAB_NAME) is not None:
             lab_core.down(LAB_NAME)
-    print("\ntime to verdict (lab nodes, gloo on CPU, shipped `lab` profile):")
+    print("\ntime to verdict (lab nodes, gloo on CPU, the lab's floors):")
     for label, seconds in figures.items():
         print(f"  {label}: {seconds:.1f}s")
     # The training-shaped checks (issue 13) as the runner timed them: the data set, random

@@ -11,8 +11,8 @@ topology rules, the data disks' file system and mount point.
 What the lab cannot be is listed apart (``LAB_ONLY``), with why: the lab's environment
 variables (nodes share the host's kernel, run no udev and are unprivileged containers), the
 GPU-arithmetic floors (the lab's GPUs are emulated, its all-reduce runs on CPUs: it is judged
-with the shipped ``lab`` profile, through ``hardware.acceptance.profile`` as any group names
-one) and md RAID on a host kernel without md. A real site makes none of these.
+by the lab's floors, toolkit/lab/acceptance.yml, written in as ``lab up`` writes its own
+inventory's) and md RAID on a host kernel without md. A real site makes none of these.
 
 The lab is its own (``$GPUNODE_TEST_LAB-sample``, 2 nodes with 2 sparse data disks each):
 the shared lab carries the lab's default driver (R550) loaded after the earlier modules,
@@ -41,6 +41,7 @@ from toolkit.lab import lab as lab_core
 from toolkit.lab import nodes as lab_nodes
 from toolkit.lab import paths, server
 from toolkit.lab.hardware import NodeHardware
+from toolkit.lab.inventory import lab_profile
 from toolkit.lab.paths import HARDWARE_FILE
 from toolkit.lab.spec import build_spec
 
@@ -83,8 +84,8 @@ LAB_ONLY: dict[str, str] = {
     "group_vars/all/lab.yml": "the lab inventory's own file: nodes share the host's kernel "
     "(kernel log, boot id), run no udev, read DMI from a file; its packages are stand-ins",
     "gpunode_accept_container_options": "lab nodes are unprivileged containers: no memlock",
-    "hardware.acceptance": "profile `lab` in place of the all-reduce, host-to-device and "
-    "memory-bandwidth floors: emulated GPUs, a CPU all-reduce",
+    "hardware.acceptance": "the lab's floors (toolkit/lab/acceptance.yml) in place of the "
+    "all-reduce, host-to-device and memory-bandwidth floors: emulated GPUs, a CPU all-reduce",
     "hardware.data_disks.layout": "btrfs-raid0 where the host kernel has no md",
 }
 GPU_FLOORS = ("allreduce", "min_h2d_gbps", "min_mem_bw_gbps")
@@ -176,10 +177,15 @@ def site_copy(state: Any, dest: Path) -> Path:
     lab_vars = _read(lab_inv / "group_vars/all/lab.yml")
     lab_vars["gpunode_accept_container_options"] = repos["gpunode_accept_container_options"]
     _write(dest / "group_vars/all/lab.yml", lab_vars)
-    acceptance = profile["hardware"]["acceptance"]
-    for floor in GPU_FLOORS:
-        del acceptance[floor]
-    acceptance["profile"] = "lab"
+    # The lab's floors as `lab up` writes them into its own inventory, under the sample's own
+    # keys (a group's keys win over its profile's), less the GPU floors and the profile name.
+    own = {
+        key: value
+        for key, value in profile["hardware"]["acceptance"].items()
+        if key not in GPU_FLOORS and key != "profile"
+    }
+    floors = lab_profile().acceptance.model_dump(mode="json", exclude_unset=True)
+    profile["hardware"]["acceptance"] = {**floors, **own}
     _write(hardware_file, profile)
 
     # disks: serials are per server, so each host gets the group's hardware with its disks
