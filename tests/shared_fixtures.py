@@ -51,7 +51,7 @@ def lab_driver_packages() -> list[str]:
     return names
 
 
-# The training-shaped checks (issue 13) that the lab's floors (toolkit/lab/acceptance.yml) judge on every node.
+# The training-shaped checks (issue 13) that the lab's floors judge on every node.
 TRAINING_CHECKS = frozenset(
     {
         "storage.read_p99",
