@@ -25,7 +25,7 @@ import docker.errors
 
 from toolkit import cert, nodestate, runs
 from toolkit.acceptance import dcgm, executors, nccllog, payload, topology
-from toolkit.acceptance.check import Check, NodeExpectation
+from toolkit.acceptance.check import Check, NodeExpectation, expected_node
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
 from toolkit.acceptance.node_runner.node import DEFAULT_CONTAINER_OPTIONS, container_argv
@@ -484,31 +484,6 @@ def _container_check(info: dict[str, Any] | None, image: str) -> Check:
     )
 
 
-def _expectation(plan: NodePlan) -> NodeExpectation:
-    from toolkit.stack.lock import LOCK_FILE, apply_lock, lock_from_vars, lock_state
-    from toolkit.stack.resolve import resolve
-
-    repo_vars = {k: v for k, v in plan.host.vars.items() if k.startswith("gpunode_")}
-    resolved = resolve(plan.stack, plan.hardware, plan.os_id or "debian12", repo_vars=repo_vars)
-    # Provision installed exactly the group's locked versions: expect those (without a
-    # current lock the requirements stand, e.g. `550.127.05-*`, matched by revision).
-    lock = lock_from_vars(plan.host.vars, f"{LOCK_FILE} of host {plan.host.name}")
-    if lock_state(lock, resolved["stack_id"]) == "current":
-        resolved = apply_lock(resolved, lock)
-    packages: dict[str, str] = {}
-    for section in ("driver", "cuda", "nccl"):
-        packages.update((resolved.get(section) or {}).get("packages") or {})
-    return NodeExpectation(
-        host=plan.host.name,
-        stack_id=resolved["stack_id"],
-        gpu_model=plan.hardware.gpu.model,
-        gpu_count=plan.hardware.gpu.count,
-        driver_version=resolved["driver"]["version"],
-        packages=packages,
-        nccl_version=str(resolved["nccl"]["version"]),
-    )
-
-
 def _stage_node(
     plan: NodePlan, opts: AcceptOptions, progress: Progress, executor: executors.Executor
 ) -> None:
@@ -525,7 +500,9 @@ def _stage_node(
         )
         plan.os_id = os_id_of_release(system.OS_RELEASE.read(facts))
         plan.address = _rendezvous_address(plan.host, system.ADDRESS.read(facts))
-        plan.expect = _expectation(plan)
+        plan.expect, _resolved = expected_node(
+            plan.host, plan.stack, plan.hardware, plan.os_id or "debian12"
+        )
         node.run(f"mkdir -p {REMOTE_DIR} /etc/gpunode", check=True, timeout=60)
         node.put_text(payload.runner_zipapp(), f"{REMOTE_DIR}/{payload.ARCHIVE}", 0o755)
         if opts.engine == "host":

@@ -21,14 +21,14 @@ from typing import Any
 
 from toolkit import nodestate, runs
 from toolkit.acceptance import payload
+from toolkit.acceptance.check import Check, NodeExpectation, expected_node
 from toolkit.acceptance.thresholds import effective
-from toolkit.acceptance.verdict import Check, NodeExpectation, passive_checks
+from toolkit.acceptance.verdict import passive_checks
 from toolkit.check import rules
 from toolkit.errors import ConfigError, RemoteError
 from toolkit.inventory import Host, Inventory, load_inventory
 from toolkit.remote import open_node, parallel
-from toolkit.stack.lock import LOCK_FILE, OS_VARIABLE, apply_lock, lock_from_vars, lock_state
-from toolkit.stack.resolve import resolve
+from toolkit.stack.lock import OS_VARIABLE
 from toolkit.stack.systems import SUPPORTED_OS, os_id_of_release
 
 # Where the probe reads PCIe AER statistics and RDMA ports; the inventory may name other
@@ -153,32 +153,14 @@ def _plan(inventory: Inventory, host: Host) -> _Plan:
     stack, hardware = inventory.host_config(host)
     named = host.vars.get(OS_VARIABLE)
     systems = [named] if isinstance(named, str) else [str(s) for s in named or SUPPORTED_OS]
-    repo_vars = {k: v for k, v in host.vars.items() if k.startswith("gpunode_")}
-    lock = lock_from_vars(host.vars, f"{LOCK_FILE} of host {host.name}")
     expectations = {}
     for system in systems:
         try:
-            resolved = resolve(stack, hardware, system, repo_vars=repo_vars)
+            expectations[system] = expected_node(host, stack, hardware, system)
         except ConfigError:
             if named:
                 raise
             continue  # no OS named: only those the stack resolves for can be the node's
-        if lock_state(lock, resolved["stack_id"]) == "current":
-            resolved = apply_lock(resolved, lock)
-        packages: dict[str, str] = {}
-        for section in ("driver", "cuda", "nccl"):
-            packages.update((resolved.get(section) or {}).get("packages") or {})
-        expectations[system] = (
-            NodeExpectation(
-                host=host.name,
-                stack_id=resolved["stack_id"],
-                gpu_model=hardware.gpu.model,
-                gpu_count=hardware.gpu.count,
-                driver_version=resolved["driver"]["version"],
-                packages=packages,
-            ),
-            resolved,
-        )
     names = sorted({p for e, _ in expectations.values() for p in e.packages})
     units = sorted({u for _, r in expectations.values() for u in required_units(host, r)})
     probe_spec = {
