@@ -35,8 +35,9 @@ def lab_driver_packages() -> list[str]:
     (``IndexEntry.exact_depends``; apt cannot install an older build without them)."""
     from toolkit.lab import catalog
     from toolkit.lab.inventory import DEFAULT_STACK
-    from toolkit.stack import HardwareProfile, Stack, resolve
     from toolkit.stack.aptindex import IndexEntry
+    from toolkit.stack.models import HardwareProfile, Stack
+    from toolkit.stack.resolve import resolve
 
     stack = Stack.model_validate(DEFAULT_STACK)
     hardware = HardwareProfile.model_validate({"gpu": {"model": "H100", "count": 8}})

@@ -29,7 +29,7 @@ HARDWARE = {"gpu": {"model": "H100", "count": 8, "nvswitch": True}}
 
 
 def _lock() -> dict[str, Any]:
-    from toolkit.stack import HardwareProfile, Stack
+    from toolkit.stack.models import HardwareProfile, Stack
 
     return lock_for(Stack.model_validate(STACK), HardwareProfile.model_validate(HARDWARE))
 

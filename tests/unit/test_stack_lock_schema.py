@@ -26,7 +26,6 @@ from test_untrusted_text import assert_clean, run
 
 from toolkit.errors import ConfigError
 from toolkit.images.build import recipe_for
-from toolkit.stack import HardwareProfile, Stack
 from toolkit.stack.debversion import DEB_VERSION_RE, PACKAGE_NAME_RE
 from toolkit.stack.lock import (
     LOCK_KEY,
@@ -36,6 +35,7 @@ from toolkit.stack.lock import (
     parse_lock,
     read_lock,
 )
+from toolkit.stack.models import HardwareProfile, Stack
 from toolkit.stack.targets import load_targets
 
 STACK = Stack.model_validate(BASE["stack"])

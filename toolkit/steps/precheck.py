@@ -12,8 +12,10 @@ from pathlib import Path
 
 from toolkit.errors import StackError
 from toolkit.inventory import load_inventory
-from toolkit.stack import check, models, stack_id
+from toolkit.stack import models
+from toolkit.stack.check import check
 from toolkit.stack.check import security as check_security
+from toolkit.stack.resolve import stack_id
 from toolkit.stack.targets import LockOutcome, check_locks
 
 
