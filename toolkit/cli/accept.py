@@ -8,6 +8,8 @@ from typing import Any
 import click
 from rich.table import Table
 
+from toolkit import runs
+from toolkit.acceptance.nccltests import parse_stream
 from toolkit.cli.options import (
     engine_option,
     executor_option,
@@ -17,7 +19,9 @@ from toolkit.cli.options import (
     sign_key_option,
 )
 from toolkit.cli.output import emit_json, out_console, say, shown
+from toolkit.config import open_regular
 from toolkit.errors import EXIT_FAILED, EXIT_OK, AcceptanceError
+from toolkit.steps.accept import AcceptOptions, run_acceptance
 
 
 @click.group(invoke_without_command=True)
@@ -70,9 +74,6 @@ def accept(
         return
     if inventory is None:
         raise click.UsageError("Missing option '-i' / '--inventory' (or use: accept parse FILE).")
-    from toolkit import runs
-    from toolkit.acceptance.orchestrate import AcceptOptions, run_acceptance
-
     run = run_acceptance(
         AcceptOptions(
             inventory=inventory,
@@ -136,9 +137,6 @@ def parse_cmd(file: Path, allow_truncated: bool, as_json: bool) -> None:
     values, footer OK, every row readable), 1 when not, 2 when the file is not an nccl-tests
     output.
     """
-    from toolkit.acceptance.nccltests import parse_stream
-    from toolkit.config import open_regular
-
     with open_regular(file, "capture") as stream:
         try:
             result = parse_stream(stream, allow_truncated=allow_truncated)
