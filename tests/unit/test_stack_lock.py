@@ -40,7 +40,7 @@ from toolkit.stack.lock import (
     verify_lock,
 )
 from toolkit.stack.resolve import resolve
-from toolkit.stack.targets import check_locks, load_targets, lock_inventory
+from toolkit.targets import check_locks, load_targets, lock_inventory
 
 SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "sample"
 

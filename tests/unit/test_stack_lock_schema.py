@@ -36,7 +36,7 @@ from toolkit.stack.lock import (
     read_lock,
 )
 from toolkit.stack.models import HardwareProfile, Stack
-from toolkit.stack.targets import load_targets
+from toolkit.targets import load_targets
 
 STACK = Stack.model_validate(BASE["stack"])
 HARDWARE = HardwareProfile.model_validate(BASE["hardware"])

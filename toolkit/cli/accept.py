@@ -21,7 +21,6 @@ from toolkit.cli.options import (
 from toolkit.cli.output import emit_json, out_console, say, shown
 from toolkit.config import open_regular
 from toolkit.errors import EXIT_FAILED, EXIT_OK, AcceptanceError
-from toolkit.steps.accept import AcceptOptions, run_acceptance
 
 
 @click.group(invoke_without_command=True)
@@ -74,6 +73,10 @@ def accept(
         return
     if inventory is None:
         raise click.UsageError("Missing option '-i' / '--inventory' (or use: accept parse FILE).")
+    # Imported when a run starts: the step loads Docker's client and Fabric (over a second),
+    # which `gpunode accept --help`, `accept parse` and a refused usage must not wait for.
+    from toolkit.steps.accept import AcceptOptions, run_acceptance
+
     run = run_acceptance(
         AcceptOptions(
             inventory=inventory,

@@ -56,7 +56,9 @@ def check(path: Path, as_json: bool) -> None:
     GPU architecture vs driver flavour, branch and CUDA), each naming both values, the rule
     and its source.
     """
-    from toolkit.stack.targets import load_targets
+    # Imported when the command runs: the targets load the models, the checker and pydantic,
+    # which `gpunode stack --help` must not wait for (test_bench_cli measures it).
+    from toolkit.targets import load_targets
 
     is_inventory, targets = load_targets(path)
     reports = {target.group: target.report() for target in targets}
@@ -134,7 +136,7 @@ def show(
     Packages are printed as `name=version`, ready for `apt-get install`. An incoherent
     stack is still shown, its errors printed on stderr, and exits 2.
     """
-    from toolkit.stack.targets import load_targets
+    from toolkit.targets import load_targets  # the models and pydantic: not for --help
 
     is_inventory, targets = load_targets(path)
     os_list = list(os_ids) or list(SUPPORTED_OS)
@@ -192,7 +194,7 @@ def lock(inventory: Path, limit: str | None, as_json: bool) -> None:
     pinned package for each OS of the group, and writes group_vars/<group>/stack.lock.yml
     (versions, architectures, SHA256s, repositories, stack id) for you to commit.
     """
-    from toolkit.stack.targets import lock_inventory
+    from toolkit.targets import lock_inventory  # the models, pydantic: not for --help
 
     outcomes = lock_inventory(inventory, limit=limit)
     if as_json:

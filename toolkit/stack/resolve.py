@@ -21,6 +21,7 @@ from typing import Any
 from toolkit.config import did_you_mean, parse_yaml
 from toolkit.errors import ConfigError, clip
 from toolkit.stack import systems
+from toolkit.stack.matrix import matrix
 from toolkit.stack.models import HardwareProfile, Stack
 from toolkit.stack.systems import SUPPORTED_OS
 from toolkit.stack.versions import cuda_full, cuda_major_minor, driver_branch, parse_nccl
@@ -71,8 +72,6 @@ def fabric_manager_enabled(stack: Stack, hardware: HardwareProfile) -> bool:
 def imex_enabled(hardware: HardwareProfile) -> bool:
     """Whether the IMEX daemon is installed: a platform whose NVLink domain spans nodes and is
     managed by IMEX, not by Fabric Manager (matrix.yml ``fabric: imex``: GB200/GB300 NVL)."""
-    from toolkit.stack.matrix import matrix  # matrix reads versions that import this module
-
     arch = matrix().architectures[hardware.gpu.info.architecture]
     return arch.fabric is not None and arch.fabric.value == "imex"
 

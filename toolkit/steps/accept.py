@@ -47,7 +47,8 @@ from toolkit.facts import probe, system
 from toolkit.images.build import recipe_for
 from toolkit.images.distribute import push
 from toolkit.images.engine import docker_client
-from toolkit.inventory import Host, Inventory, load_inventory, name_path
+from toolkit.inventory import Host, Inventory, load_inventory
+from toolkit.names import name_path
 from toolkit.progress import Progress
 from toolkit.remote import Node, open_node, parallel
 from toolkit.report import write_reports

@@ -16,7 +16,7 @@ from toolkit.stack import models
 from toolkit.stack.check import check
 from toolkit.stack.check import security as check_security
 from toolkit.stack.resolve import stack_id
-from toolkit.stack.targets import LockOutcome, check_locks
+from toolkit.targets import LockOutcome, check_locks
 
 
 @dataclass
