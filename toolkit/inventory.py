@@ -25,8 +25,9 @@ from typing import Any
 
 from toolkit.config import did_you_mean, load_yaml, validate
 from toolkit.errors import ConfigError, clip
+from toolkit.hardware import HardwareProfile
 from toolkit.names import check_name, name_path
-from toolkit.stack.models import HardwareProfile, Stack
+from toolkit.stack.models import Stack
 
 HOSTS_FILES = ("hosts.yml", "hosts.yaml")
 _VAR_SUFFIXES = ("", ".yml", ".yaml", ".json")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import ConfigError, StackError
+from toolkit.hardware import HardwareProfile, load_stack_file
 from toolkit.inventory import load_inventory
 from toolkit.stack.aptindex import Fetch, fetch_url
 from toolkit.stack.check import Violation, check, has_errors, security
@@ -30,9 +31,7 @@ from toolkit.stack.lock import (
 from toolkit.stack.models import (
     ACCEPTED_RISKS_KEY,
     AcceptedRisk,
-    HardwareProfile,
     Stack,
-    load_stack_file,
     parse_accepted_risks,
 )
 from toolkit.stack.resolve import repository_variables, resolve, stack_id

@@ -25,6 +25,7 @@ from test_stack_support import BASE, lock_for
 from test_untrusted_text import assert_clean, run
 
 from toolkit.errors import ConfigError
+from toolkit.hardware import HardwareProfile
 from toolkit.images.build import recipe_for
 from toolkit.stack.debversion import DEB_VERSION_RE, PACKAGE_NAME_RE
 from toolkit.stack.lock import (
@@ -35,7 +36,7 @@ from toolkit.stack.lock import (
     parse_lock,
     read_lock,
 )
-from toolkit.stack.models import HardwareProfile, Stack
+from toolkit.stack.models import Stack
 from toolkit.targets import load_targets
 
 STACK = Stack.model_validate(BASE["stack"])

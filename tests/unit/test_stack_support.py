@@ -6,8 +6,9 @@ import copy
 from datetime import date
 from typing import Any
 
+from toolkit.hardware import HardwareProfile, StackFile
 from toolkit.stack.check import Violation, check
-from toolkit.stack.models import HardwareProfile, Stack, StackFile
+from toolkit.stack.models import Stack
 
 # The day end-of-life rules are judged on in these tests (R535 and R610 are past their EOL).
 TODAY = date(2026, 11, 29)

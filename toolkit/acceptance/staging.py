@@ -17,11 +17,11 @@ from toolkit.acceptance import dcgm, payload
 from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.node_runner.node import DEFAULT_CONTAINER_OPTIONS
 from toolkit.acceptance.thresholds import AcceptanceSpec, gpu_step, parse_size, sweep_sizes
+from toolkit.disks.spec import DataDisksSpec
 from toolkit.errors import AcceptanceError, ConfigError
 from toolkit.inventory import Host
 from toolkit.progress import Progress
 from toolkit.remote import Node
-from toolkit.stack.models import HardwareProfile
 from toolkit.stack.resolve import check_url
 
 REMOTE_DIR = "/opt/gpunode/accept"
@@ -131,16 +131,15 @@ def ensure_torch(node: Node, host: Host, progress: Progress) -> str:
     return venv_py
 
 
-def data_path(spec: AcceptanceSpec, hardware: HardwareProfile) -> str:
+def data_path(spec: AcceptanceSpec, disks: DataDisksSpec | None) -> str:
     """The data disks' own mount point when the profile has them, else the floor's path."""
-    disks = hardware.data_disks
     return disks.mount_point if disks else spec.data_path
 
 
 def runner_spec(
     host: Host,
     spec: AcceptanceSpec,
-    hardware: HardwareProfile,
+    disks: DataDisksSpec | None,
     expect: NodeExpectation,
     image: str | None,
 ) -> dict[str, Any]:
@@ -157,7 +156,7 @@ def runner_spec(
         "engine": spec.engine,
         "cpu_ranks_per_node": spec.cpu_ranks_per_node,
         "timeout_s": 900,
-        "data_path": data_path(spec, hardware),
+        "data_path": data_path(spec, disks),
         "data_size_bytes": parse_size(spec.data_test_size),
         # The training-shaped checks (node_runner.storage and node_runner.train).
         "storage": {

@@ -386,7 +386,7 @@ def _stage_node(
         node.put_text(payload.runner_zipapp(), f"{REMOTE_DIR}/{payload.ARCHIVE}", 0o755)
         if opts.engine == "host":
             plan.python = ensure_torch(node, plan.host, progress)
-        spec = runner_spec(plan.host, plan.spec, plan.hardware, plan.expect, plan.image)
+        spec = runner_spec(plan.host, plan.spec, plan.hardware.data_disks, plan.expect, plan.image)
         node.put_text(json.dumps(spec, indent=1), f"{REMOTE_DIR}/spec.json")
         progress(f"{name}: running checks")
         runner = shlex.quote(f"{REMOTE_DIR}/{payload.ARCHIVE}")
@@ -504,7 +504,7 @@ def _launch_set(
         if plan.image:
             options = container_options(plan.host)
             argv = container_argv(
-                plan.image, REMOTE_DIR, data_path(plan.spec, plan.hardware), env, options
+                plan.image, REMOTE_DIR, data_path(plan.spec, plan.hardware.data_disks), env, options
             )
             start = shlex.join(argv)
         else:
