@@ -9,7 +9,6 @@ import click
 from rich.table import Table
 
 from toolkit import runs
-from toolkit.acceptance.nccltests import parse_stream
 from toolkit.cli.options import (
     engine_option,
     executor_option,
@@ -19,8 +18,7 @@ from toolkit.cli.options import (
     sign_key_option,
 )
 from toolkit.cli.output import emit_json, out_console, say, shown
-from toolkit.config import open_regular
-from toolkit.errors import EXIT_FAILED, EXIT_OK, AcceptanceError
+from toolkit.errors import EXIT_FAILED, EXIT_OK
 
 
 @click.group(invoke_without_command=True)
@@ -140,13 +138,11 @@ def parse_cmd(file: Path, allow_truncated: bool, as_json: bool) -> None:
     values, footer OK, every row readable), 1 when not, 2 when the file is not an nccl-tests
     output.
     """
-    with open_regular(file, "capture") as stream:
-        try:
-            result = parse_stream(stream, allow_truncated=allow_truncated)
-        except AcceptanceError as err:
-            raise type(err)(f"{file}: {err.message}", err.exit_code) from None
-        except OSError as err:
-            raise AcceptanceError(f"{file}: cannot read: {err.strerror or err}") from None
+    # Imported when a capture is parsed: the parser loads pydantic (its transport rules),
+    # which `gpunode accept --help` must not wait for.
+    from toolkit.acceptance.nccltests import parse_file
+
+    result = parse_file(file, allow_truncated=allow_truncated)
     document = result.to_dict()
     if as_json:
         emit_json(document)
