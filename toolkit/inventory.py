@@ -21,21 +21,18 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from toolkit.config import did_you_mean, load_yaml
+from toolkit.config import did_you_mean, load_yaml, validate
 from toolkit.errors import ConfigError, clip
-
-if TYPE_CHECKING:
-    from toolkit.stack.models import HardwareProfile, Stack
+from toolkit.hardware import HardwareProfile
+from toolkit.names import check_name, name_path
+from toolkit.stack.models import Stack
 
 HOSTS_FILES = ("hosts.yml", "hosts.yaml")
 _VAR_SUFFIXES = ("", ".yml", ".yaml", ".json")
 _GROUP_KEYS = ("hosts", "vars", "children")
 _RANGE_RE = re.compile(r"\[([0-9]{1,9}|[a-z]):([0-9]{1,9}|[a-z])(?::([0-9]{1,9}))?\]")
-# Group and host names: letters, digits, `_`, `.` and `-`, not starting with `.` or `-`, so a
-# name is always one safe path component (host_vars/<host>, nodes/<host>.result.json).
-NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,252}\Z")
 # The most hosts one inventory may name, ranges expanded (`node[0:99][0:99]` is already
 # 10,000): counted across every pattern, so many ranges cannot add up past it, and at every
 # listing (a host listed in two groups counts twice: the work is in the listings).
@@ -413,9 +410,6 @@ class Inventory:
 def _config(
     values: Mapping[str, Any], sources: Mapping[str, str], what: str, path: Path
 ) -> tuple[Stack, HardwareProfile]:
-    from toolkit.config import validate
-    from toolkit.stack.models import HardwareProfile, Stack
-
     missing = [key for key in ("stack", "hardware") if key not in values]
     if missing:
         raise ConfigError(
@@ -530,32 +524,6 @@ def _known_hosts(args: str, where: str) -> str | None:
                     "a known_hosts file"
                 )
     return known_hosts
-
-
-def check_name(name: str, what: str = "host") -> str:
-    """A group or host name checked against :data:`NAME_RE`, so it is safe as a path component.
-
-    Raises:
-        ConfigError: The name breaks the rule; the message shows it (cut short).
-    """
-    if not NAME_RE.match(name):
-        raise ConfigError(
-            f"not a valid {what} name: {clip(name)!r} (letters, digits, '_', '.' and '-', not "
-            "starting with '.' or '-', at most 253 characters)"
-        )
-    return name
-
-
-def name_path(base: Path, name: str, suffix: str = "", what: str = "host") -> Path:
-    """``base/<name><suffix>`` for a group or host name, never anywhere else.
-
-    Every path built from an inventory name goes through here (``host_vars/<host>``, a run's
-    ``nodes/<host>.result.json``).
-
-    Raises:
-        ConfigError: The name is not a valid name (:func:`check_name`).
-    """
-    return base / f"{check_name(name, what)}{suffix}"
 
 
 def var_files(base: Path, name: str) -> list[Path]:

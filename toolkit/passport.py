@@ -39,7 +39,7 @@ from typing import Any
 from toolkit import runs
 from toolkit.config import load_json
 from toolkit.errors import ConfigError
-from toolkit.inventory import name_path
+from toolkit.names import name_path
 from toolkit.report.fleet import RECORD, read_record
 
 CHECK_RECORD = "check.json"  # a passive check's record (toolkit.steps.check writes it)

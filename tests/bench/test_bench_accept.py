@@ -135,11 +135,11 @@ LAB_NAME = "gpunode-bench-accept"
 def test_bench_time_to_verdict(tmp_path: Path) -> None:
     """Time to a verdict on a fresh 2-node lab of its own (unprovisioned: the verdicts are
     not-ready, the work is the same): the first run installs torch on both nodes at once."""
-    from toolkit.acceptance.orchestrate import AcceptOptions, run_acceptance
     from toolkit.inventory import load_inventory
     from toolkit.lab import image as lab_image
     from toolkit.lab import lab as lab_core
     from toolkit.lab.spec import build_spec
+    from toolkit.steps.accept import AcceptOptions, run_acceptance
 
     try:
         lab_image.docker_client()

@@ -25,8 +25,8 @@ from shared_fixtures import lab_driver_packages
 from toolkit.inventory import load_inventory
 from toolkit.lab import lab as lab_core
 from toolkit.lab import runfile
-from toolkit.stack import resolve
 from toolkit.stack.lock import LOCK_KEY, apply_lock, dump_lock, lock_from_vars, parse_lock
+from toolkit.stack.resolve import resolve
 
 pytestmark = pytest.mark.lab
 

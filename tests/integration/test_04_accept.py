@@ -27,10 +27,10 @@ from shared_fixtures import TRAINING_CHECKS
 
 from toolkit import cert
 from toolkit.acceptance.hooks import NodeMark, SlurmHook, local_runner, parse_scontrol_node
-from toolkit.acceptance.orchestrate import AcceptanceRun, AcceptOptions, run_acceptance
 from toolkit.inventory import load_inventory
 from toolkit.remote import open_node
 from toolkit.report.html import LINK_COLOURS, SERIES_COLOUR
+from toolkit.steps.accept import AcceptanceRun, AcceptOptions, run_acceptance
 
 LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test")  # tests/integration/conftest.py
 # The ranks run in the lab group's training image (built once per session).

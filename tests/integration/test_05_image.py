@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 import yaml
 
-from toolkit.acceptance.orchestrate import AcceptOptions, run_acceptance
 from toolkit.images.build import recipe_for
 from toolkit.images.distribute import push
 from toolkit.images.engine import docker_client
@@ -35,6 +34,7 @@ from toolkit.images.normalise import is_volatile
 from toolkit.images.recipe import LABEL_INPUT_DIGEST, LABEL_SOURCE_DATE, LABEL_STACK_ID
 from toolkit.inventory import load_inventory
 from toolkit.lab import nccl_wheel, paths
+from toolkit.steps.accept import AcceptOptions, run_acceptance
 
 GPUNODE = [str(Path(sys.executable).parent / "gpunode")]
 

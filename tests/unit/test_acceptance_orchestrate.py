@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.acceptance import orchestrate as o
 from toolkit.acceptance import payload
+from toolkit.acceptance.multinode import multi_node_vars
+from toolkit.acceptance.staging import rendezvous_address
+from toolkit.acceptance.summary import digest
 from toolkit.errors import ConfigError
 from toolkit.inventory import Host
 from toolkit.stack.systems import os_id_of_release
@@ -29,9 +31,9 @@ def _host(address: str, **vars_: object) -> Host:
 
 
 def test_digest_is_canonical() -> None:
-    assert o.digest({"b": 1, "a": [1, 2]}) == o.digest({"a": [1, 2], "b": 1})
-    assert o.digest({"a": 1}) != o.digest({"a": 2})
-    assert o.digest({}).startswith("sha256:") and len(o.digest({})) == 71
+    assert digest({"b": 1, "a": [1, 2]}) == digest({"a": [1, 2], "b": 1})
+    assert digest({"a": 1}) != digest({"a": 2})
+    assert digest({}).startswith("sha256:") and len(digest({})) == 71
 
 
 @pytest.mark.parametrize(
@@ -59,7 +61,7 @@ def test_os_id(text: str, os_id: str | None) -> None:
 )
 def test_rendezvous_address(address: str, vars_: dict[str, object], expected: str) -> None:
     # 172.20.0.3: the node's own first address, as the facts' ``address`` reads it
-    assert o._rendezvous_address(_host(address, **vars_), "172.20.0.3") == expected
+    assert rendezvous_address(_host(address, **vars_), "172.20.0.3") == expected
 
 
 def test_pip_zip_is_runnable_layout() -> None:
@@ -83,12 +85,12 @@ def test_pip_zip_runs(tmp_path: Path) -> None:
 
 
 def test_multi_node_vars_are_read_and_checked_before_any_node_is_touched() -> None:
-    assert o.multi_node_vars(_host("10.0.0.5")) == (None, None)
+    assert multi_node_vars(_host("10.0.0.5")) == (None, None)
     both = _host("10.0.0.5", gpunode_accept_domain="rack-07", gpunode_accept_max_sets=32)
-    assert o.multi_node_vars(both) == ("rack-07", 32)
-    assert o.multi_node_vars(_host("10.0.0.5", gpunode_accept_domain=7)) == ("7", None)
+    assert multi_node_vars(both) == ("rack-07", 32)
+    assert multi_node_vars(_host("10.0.0.5", gpunode_accept_domain=7)) == ("7", None)
     for bad in (0, -1, True, "8", 2.5):
         with pytest.raises(ConfigError, match="gpunode_accept_max_sets must be a whole number"):
-            o.multi_node_vars(_host("10.0.0.5", gpunode_accept_max_sets=bad))
+            multi_node_vars(_host("10.0.0.5", gpunode_accept_max_sets=bad))
     with pytest.raises(ConfigError, match="gpunode_accept_domain must be a name"):
-        o.multi_node_vars(_host("10.0.0.5", gpunode_accept_domain=["a", "b"]))
+        multi_node_vars(_host("10.0.0.5", gpunode_accept_domain=["a", "b"]))

@@ -39,6 +39,7 @@ from toolkit.acceptance.topology import judge as judge_topology
 from toolkit.acceptance.topology import read_section
 from toolkit.acceptance.verdict import judge
 from toolkit.lab.inventory import lab_profile
+from toolkit.lab.package_spec import nvidia_smi_files
 
 STANDIN = Path(__file__).resolve().parents[2] / "toolkit" / "lab" / "standins" / "nvidia_smi.py"
 
@@ -274,17 +275,13 @@ def _standin(tmp_path: Path, faults: list[str], version: str = "550.127.05") -> 
     hardware = NodeHardware.for_node("H100", 8, True, faults)
     (state / "hardware.json").write_text(hardware.to_json())
     (state / "loaded-driver-version").write_text(version + "\n")
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    text = STANDIN.read_text()
-    for key, value in (
-        ("@VERSION@", version),
-        ("@CUDA_VERSION@", "12.4"),
-        ("@NVML_VERSION@", "12.550"),
-    ):
-        text = text.replace(key, value)
+    for file in nvidia_smi_files(version, "12.4", "12.550"):
+        path = root / file.path.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(file.content)
+    bindir = root / "usr/bin"
     smi = bindir / "nvidia-smi"
-    smi.write_text(f"#!{sys.executable}\n" + text)
+    smi.write_text(f"#!{sys.executable}\n" + smi.read_text())
     smi.chmod(0o755)
     return {"PATH": f"{bindir}:{os.environ['PATH']}", "GPUNODE_LAB_ROOT": str(root)}
 

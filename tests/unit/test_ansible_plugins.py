@@ -29,7 +29,8 @@ HARDWARE = {"gpu": {"model": "H100", "count": 8, "nvswitch": True}}
 
 
 def _lock() -> dict[str, Any]:
-    from toolkit.stack import HardwareProfile, Stack
+    from toolkit.hardware import HardwareProfile
+    from toolkit.stack.models import Stack
 
     return lock_for(Stack.model_validate(STACK), HardwareProfile.model_validate(HARDWARE))
 

@@ -23,8 +23,8 @@ from toolkit.acceptance.thresholds import effective
 from toolkit.acceptance.verdict import NodeExpectation
 from toolkit.check import rules
 from toolkit.inventory import Host, load_inventory
-from toolkit.lab import catalog
 from toolkit.lab.hardware import NodeHardware, aer_files
+from toolkit.lab.package_spec import nvidia_smi_files
 from toolkit.steps import check as flow
 
 V550 = "550.127.05"
@@ -158,14 +158,12 @@ class FakeNodeRoot:
         state.mkdir(parents=True)
         (state / "hardware.json").write_text(hw.to_json())
         (state / "loaded-driver-version").write_text(V550 + "\n")
-        self.bin = root / "bin"
-        self.bin.mkdir()
-        smi = self.bin / "nvidia-smi"
-        script = catalog.render(
-            "nvidia_smi.py", version=V550, cuda_version="12.4", nvml_version="550.127"
-        )
-        smi.write_text(script)
-        smi.chmod(0o755)
+        for file in nvidia_smi_files(V550, "12.4", "550.127"):
+            path = root / file.path.lstrip("/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(file.content)
+            path.chmod(file.mode)
+        self.bin = root / "usr/bin"
         # systemctl is-active: one state a line, in order (systemctl(1)).
         systemctl = self.bin / "systemctl"
         systemctl.write_text('#!/bin/sh\nshift; shift\nfor u in "$@"; do echo active; done\n')

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from test_stack_support import make
 
-from toolkit.stack import resolve
 from toolkit.stack.debversion import satisfies
+from toolkit.stack.resolve import resolve
 
 CAPTURES = Path(__file__).parents[1] / "data/real/cuda-repo"
 NVIDIA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos/{os}/x86_64"

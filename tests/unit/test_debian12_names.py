@@ -12,8 +12,7 @@ import pytest
 from test_stack_support import make
 
 from toolkit.lab import catalog
-from toolkit.stack import resolve
-from toolkit.stack.resolve import naming_rules
+from toolkit.stack.resolve import naming_rules, resolve
 
 REAL = Path(__file__).parents[1] / "data/real"
 

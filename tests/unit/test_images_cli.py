@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from toolkit.acceptance.node_runner.node import DEFAULT_CONTAINER_OPTIONS, container_argv
-from toolkit.acceptance.orchestrate import container_options
+from toolkit.acceptance.staging import container_options
 from toolkit.errors import ConfigError
 from toolkit.inventory import load_inventory
 

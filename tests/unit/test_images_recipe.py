@@ -13,8 +13,8 @@ from test_stack_support import make
 from toolkit.errors import ConfigError, ImageError
 from toolkit.images.recipe import LABEL_INPUT_DIGEST, Recipe, make_recipe
 from toolkit.images.render import render
-from toolkit.stack import resolve
 from toolkit.stack.aptindex import dearmor
+from toolkit.stack.resolve import resolve
 
 # A real public repository key and its fingerprint (NVIDIA's container toolkit key,
 # tests/data/real/SOURCES.md, libnvidia-container): the image's key is checked against the pin.

@@ -8,11 +8,12 @@ import pytest
 import yaml
 
 from toolkit.errors import LabError
+from toolkit.hardware import HardwareProfile
 from toolkit.lab import inventory
 from toolkit.lab.disks import new_disk
 from toolkit.lab.spec import build_spec
 from toolkit.lab.state import NodeState
-from toolkit.stack.models import HardwareProfile, Stack
+from toolkit.stack.models import Stack
 
 REPO_VARS = {
     "gpunode_nvidia_repo_url": "http://10.213.1.2/compute/cuda/repos/debian12/x86_64/",

@@ -35,12 +35,11 @@ class Node:
 
     def install(self, version: str, cuda: str) -> None:
         nvml = ".".join(version.split(".")[:2])
-        script = package_spec.render(
-            "nvidia_smi.py", version=version, cuda_version=cuda, nvml_version=nvml
-        )
+        for file in package_spec.nvidia_smi_files(version, cuda, nvml):
+            path = self.root / file.path.lstrip("/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(file.content)
         self.smi = self.root / "usr/bin/nvidia-smi"
-        self.smi.parent.mkdir(parents=True, exist_ok=True)
-        self.smi.write_text(script)
 
     def hardware(self, hw: NodeHardware) -> NodeHardware:
         (self.state / "hardware.json").write_text(hw.to_json())

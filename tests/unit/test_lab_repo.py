@@ -89,8 +89,8 @@ def test_catalog_has_no_other_packages_and_no_duplicates() -> None:
 def test_catalog_carries_every_name_the_naming_rules_give_debian12() -> None:
     from test_stack_support import make
 
-    from toolkit.stack import resolve
     from toolkit.stack.lock import requirements
+    from toolkit.stack.resolve import resolve
 
     names = {p.name for p in catalog.packages()}
     for version, cuda, nccl in (("550.127.05", "12.4.1", "2.21.5-1+cuda12.4"),

@@ -18,7 +18,6 @@ import pytest
 from shared_fixtures import run_cli
 from test_acceptance_verdict import EXPECT, SPEC, healthy
 
-from toolkit.acceptance import orchestrate
 from toolkit.acceptance.thresholds import AcceptanceSpec
 from toolkit.acceptance.topology import (
     MAX_CPUS,
@@ -29,6 +28,7 @@ from toolkit.acceptance.topology import (
 from toolkit.acceptance.verdict import judge
 from toolkit.config import MAX_YAML_BYTES, MAX_YAML_INT_CHARS, MAX_YAML_NODES
 from toolkit.inventory import MAX_INVENTORY_HOSTS, Host, load_inventory
+from toolkit.steps import accept
 
 REPO = Path(__file__).resolve().parents[2]
 TOPO = (Path(__file__).parent / "data" / "topo" / "h100-sxm-8.txt").read_text()
@@ -291,9 +291,9 @@ def test_a_garbled_topology_fails_its_node_with_the_line(numa: str) -> None:
     assert check.name == "topology.read" and "line 2: NUMA Affinity" in check.message
 
 
-def _plan(name: str, result: Any) -> orchestrate.NodePlan:
+def _plan(name: str, result: Any) -> accept.NodePlan:
     host = Host(name, name, 22, None, None, None, ("all",), {})
-    plan = orchestrate.NodePlan(host, "all", _topology_spec(), None, None, result=result)
+    plan = accept.NodePlan(host, "all", _topology_spec(), None, None, result=result)
     plan.expect = EXPECT
     return plan
 
@@ -307,7 +307,7 @@ def _plan(name: str, result: Any) -> orchestrate.NodePlan:
     ],
 )
 def test_one_nodes_hostile_result_fails_only_that_node(hostile: Any) -> None:
-    good = orchestrate._judge(_plan("good", {**healthy(), "topology": {"raw_output": TOPO}}))
-    bad = orchestrate._judge(_plan("bad", hostile))
+    good = accept._judge(_plan("good", {**healthy(), "topology": {"raw_output": TOPO}}))
+    bad = accept._judge(_plan("bad", hostile))
     assert good.ready, good.reasons()
     assert not bad.ready and bad.reasons()

@@ -37,8 +37,9 @@ from toolkit.acceptance.topology import MAX_NUMA_NODES, TopologyUnreadable, pars
 from toolkit.acceptance.verdict import judge
 from toolkit.config import MAX_YAML_INT_CHARS, MAX_YAML_NODES, load_yaml
 from toolkit.errors import ToolkitError
-from toolkit.inventory import MAX_INVENTORY_HOSTS, NAME_RE, load_inventory
-from toolkit.stack.models import load_stack_file
+from toolkit.hardware import load_stack_file
+from toolkit.inventory import MAX_INVENTORY_HOSTS, load_inventory
+from toolkit.names import NAME_RE
 
 _COMMON = {"deadline": None, "database": None, "suppress_health_check": [HealthCheck.too_slow]}
 settings.register_profile("gpunode-ci", max_examples=60, **_COMMON)

@@ -13,7 +13,7 @@ from xml.etree import ElementTree as ET
 from shared_fixtures import healthy_training
 
 from toolkit.acceptance.node_runner.storage import LATENCY_BUCKETS_MS, latency_histogram
-from toolkit.acceptance.orchestrate import training_summary
+from toolkit.acceptance.summary import training_summary
 from toolkit.acceptance.train_checks import training_checks
 from toolkit.lab.inventory import lab_profile
 from toolkit.report import render_html, render_junit, write_reports

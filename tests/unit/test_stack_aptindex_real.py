@@ -25,7 +25,6 @@ import pytest
 from test_stack_support import make
 
 from toolkit.errors import StackError
-from toolkit.stack import resolve
 from toolkit.stack.aptindex import (
     clearsigned_text,
     gpgv,
@@ -34,6 +33,7 @@ from toolkit.stack.aptindex import (
     read_index,
 )
 from toolkit.stack.lock import LOCK_KEY, lock_document, resolve_lock
+from toolkit.stack.resolve import resolve
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real" / "libnvidia-container"
 SNAPSHOTS = ("8fe04301", "24feed94", "69f4ab79")  # 1.14.0, 1.17.8, 1.20.1

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from toolkit.errors import ConfigError
-from toolkit.stack import lookup_gpu
-from toolkit.stack.catalog import catalog, gpu, normalise
+from toolkit.stack.catalog import catalog, gpu, lookup_gpu, normalise
 from toolkit.stack.matrix import matrix
 
 # (name as written or printed by nvidia-smi, model, architecture, compute capability)

@@ -28,7 +28,6 @@ import yaml
 from test_stack_support import make
 
 from toolkit.errors import ConfigError, StackError
-from toolkit.stack import resolve
 from toolkit.stack.aptindex import IndexEntry, key_fingerprints
 from toolkit.stack.debversion import compare_versions, satisfies
 from toolkit.stack.lock import (
@@ -40,7 +39,8 @@ from toolkit.stack.lock import (
     resolve_lock,
     verify_lock,
 )
-from toolkit.stack.targets import check_locks, load_targets, lock_inventory
+from toolkit.stack.resolve import resolve
+from toolkit.targets import check_locks, load_targets, lock_inventory
 
 SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "sample"
 

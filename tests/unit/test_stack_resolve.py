@@ -9,7 +9,9 @@ import pytest
 from test_stack_support import make
 
 from toolkit.errors import ConfigError
-from toolkit.stack import SUPPORTED_OS, load_stack_file, resolve, stack_id
+from toolkit.hardware import load_stack_file
+from toolkit.stack.resolve import resolve, stack_id
+from toolkit.stack.systems import SUPPORTED_OS
 
 PRE_R580_OPEN = {"driver": {"version": "550.127.05", "flavour": "open"}, "cuda": "12.4.1",
                  "nccl": "2.21.5-1+cuda12.4"}  # fmt: skip

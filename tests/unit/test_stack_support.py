@@ -6,7 +6,9 @@ import copy
 from datetime import date
 from typing import Any
 
-from toolkit.stack import HardwareProfile, Stack, StackFile, Violation, check
+from toolkit.hardware import HardwareProfile, StackFile
+from toolkit.stack.check import Violation, check
+from toolkit.stack.models import Stack
 
 # The day end-of-life rules are judged on in these tests (R535 and R610 are past their EOL).
 TODAY = date(2026, 11, 29)
@@ -58,8 +60,8 @@ def lock_for(
     stack: Stack, hardware: HardwareProfile, os_ids: tuple[str, ...] = ("debian12",)
 ) -> dict[str, Any]:
     """A stack lock (the ``stack_lock`` value) as if every package carried revision ``-1``."""
-    from toolkit.stack import resolve
     from toolkit.stack.lock import requirements
+    from toolkit.stack.resolve import resolve
 
     systems = {}
     for os_id in os_ids:

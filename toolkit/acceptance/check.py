@@ -9,7 +9,7 @@ from typing import Any
 
 from toolkit.inventory import Host
 from toolkit.stack.lock import LOCK_FILE, apply_lock, lock_from_vars, lock_state
-from toolkit.stack.models import HardwareProfile, Stack
+from toolkit.stack.models import Hardware, Stack
 from toolkit.stack.resolve import resolve
 
 
@@ -44,7 +44,7 @@ class NodeExpectation:
 
 
 def expected_node(
-    host: Host, stack: Stack, hardware: HardwareProfile, os_id: str
+    host: Host, stack: Stack, hardware: Hardware, os_id: str
 ) -> tuple[NodeExpectation, dict[str, Any]]:
     """What a node of this stack must be on this OS, and the resolved stack it comes from.
 

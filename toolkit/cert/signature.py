@@ -17,7 +17,7 @@ from typing import Any
 from toolkit.cert.document import FOLDER, SUFFIX, CertError, render
 from toolkit.config import read_regular
 from toolkit.errors import EXIT_USAGE, ConfigError, ToolkitError
-from toolkit.inventory import name_path
+from toolkit.names import name_path
 
 NAMESPACE = "gpunode-cert"  # the signature's namespace (ssh-keygen -Y sign -n)
 SIGN_KEY_VAR = "gpunode_sign_key"  # inventory variable (group all) naming the signing key

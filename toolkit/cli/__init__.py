@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _fail(as_json: bool, kind: str, message: str, exit_code: int) -> NoReturn:
     if as_json:
+        # Only when an error is shown as JSON: rich (under cli.output) stays out of `--help`.
         from toolkit.cli.output import emit_error_json
 
         emit_error_json(kind, message, exit_code)

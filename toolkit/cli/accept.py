@@ -8,6 +8,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from toolkit import runs
 from toolkit.cli.options import (
     engine_option,
     executor_option,
@@ -17,7 +18,7 @@ from toolkit.cli.options import (
     sign_key_option,
 )
 from toolkit.cli.output import emit_json, out_console, say, shown
-from toolkit.errors import EXIT_FAILED, EXIT_OK, AcceptanceError
+from toolkit.errors import EXIT_FAILED, EXIT_OK
 
 
 @click.group(invoke_without_command=True)
@@ -70,8 +71,9 @@ def accept(
         return
     if inventory is None:
         raise click.UsageError("Missing option '-i' / '--inventory' (or use: accept parse FILE).")
-    from toolkit import runs
-    from toolkit.acceptance.orchestrate import AcceptOptions, run_acceptance
+    # Imported when a run starts: the step loads Docker's client and Fabric (over a second),
+    # which `gpunode accept --help`, `accept parse` and a refused usage must not wait for.
+    from toolkit.steps.accept import AcceptOptions, run_acceptance
 
     run = run_acceptance(
         AcceptOptions(
@@ -136,16 +138,11 @@ def parse_cmd(file: Path, allow_truncated: bool, as_json: bool) -> None:
     values, footer OK, every row readable), 1 when not, 2 when the file is not an nccl-tests
     output.
     """
-    from toolkit.acceptance.nccltests import parse_stream
-    from toolkit.config import open_regular
+    # Imported when a capture is parsed: the parser loads pydantic (its transport rules),
+    # which `gpunode accept --help` must not wait for.
+    from toolkit.acceptance.nccltests import parse_file
 
-    with open_regular(file, "capture") as stream:
-        try:
-            result = parse_stream(stream, allow_truncated=allow_truncated)
-        except AcceptanceError as err:
-            raise type(err)(f"{file}: {err.message}", err.exit_code) from None
-        except OSError as err:
-            raise AcceptanceError(f"{file}: cannot read: {err.strerror or err}") from None
+    result = parse_file(file, allow_truncated=allow_truncated)
     document = result.to_dict()
     if as_json:
         emit_json(document)

@@ -41,7 +41,7 @@ def show_cmd(file: Path, as_json: bool) -> None:
     The signer's key fingerprint is shown; use `cert verify` with the provider's public key
     to know who signed it.
     """
-    from toolkit import cert as core
+    from toolkit import cert as core  # when run: the certificate code loads pydantic, --help not
 
     outcome = core.show(file)
     if as_json:
@@ -68,7 +68,7 @@ def verify_cmd(file: Path, key: Path | None, allowed_signers: Path | None, as_js
     Needs only the certificate and the provider's public key. Exit 0 valid, 1 invalid or
     tampered (every reason is named), 2 a file or key that cannot be used.
     """
-    from toolkit import cert as core
+    from toolkit import cert as core  # when run: the certificate code loads pydantic, --help not
 
     outcome = core.verify(file, key=key, allowed_signers=allowed_signers)
     if as_json:
@@ -90,7 +90,7 @@ def compare_cmd(a: Path, b: Path, as_json: bool) -> None:
     cloud disk has no serial) or sharing it shows whole. Exit 0 when identity and installed
     stack agree (only the proof differs), 1 when they do not.
     """
-    from toolkit import cert as core
+    from toolkit import cert as core  # when run: the certificate code loads pydantic, --help not
 
     diffs = core.compare(core.load(a), core.load(b))
     changed = [d for d in diffs if d.section != "proof"]

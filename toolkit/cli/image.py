@@ -47,6 +47,8 @@ def build(inventory: Path, group: str | None, no_cache: bool, as_json: bool) -> 
 
     Prints the image ID and the recipe's input digest.
     """
+    # Imported when the command runs: the image code loads Docker's client (and paramiko),
+    # which `gpunode image --help` must not wait for.
     from toolkit.images.build import build_recipe, recipe_for
 
     recipe = recipe_for(inventory, group)
@@ -81,7 +83,7 @@ def build(inventory: Path, group: str | None, no_cache: bool, as_json: bool) -> 
 @click.pass_context
 def verify(ctx: click.Context, inventory: Path, group: str | None, as_json: bool) -> None:
     """Rebuild the image from scratch without cache and compare the image IDs."""
-    from toolkit.images.build import recipe_for, verify_recipe
+    from toolkit.images.build import recipe_for, verify_recipe  # Docker's client: not for --help
 
     outcome = verify_recipe(recipe_for(inventory, group), progress=say)
     if as_json:
@@ -114,6 +116,8 @@ def inspect(
     ctx: click.Context, image_ref: str, inventory: Path | None, group: str | None, as_json: bool
 ) -> None:
     """Stack id, CUDA and the NCCL the framework really loads, against the stack."""
+    # Imported when the command runs: the image code loads Docker's client (and paramiko),
+    # which `gpunode image --help` must not wait for.
     from toolkit.images.build import recipe_for
     from toolkit.images.inspect import inspect_image
 
@@ -156,6 +160,8 @@ def push(
 
     Nodes that already hold the image's ID are skipped.
     """
+    # Imported when the command runs: the image code loads Docker's client (and paramiko),
+    # which `gpunode image --help` must not wait for.
     from toolkit.images.build import recipe_for
     from toolkit.images.distribute import push as push_image
     from toolkit.inventory import load_inventory

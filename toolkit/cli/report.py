@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from toolkit import runs
 from toolkit.cli.options import compose, inventory_option, json_option, limit_option
 from toolkit.cli.output import emit_json, say
 from toolkit.errors import ConfigError
@@ -27,9 +28,10 @@ def report(inventory: Path, limit: str | None, as_json: bool, out: Path | None) 
     busbw by message size, and each node's history run after run, so a degrading node shows.
     Reads only this machine's runs folder; contacts no node.
     """
-    from toolkit import runs
-    from toolkit.inventory import load_inventory
-    from toolkit.report.fleet import fleet_history, fleet_summary, render_fleet_html
+    # Imported when the report is written: the inventory reader and the report's pages load
+    # pydantic and Jinja2, which `gpunode report --help` must not wait for.
+    from toolkit.inventory import load_inventory  # see above
+    from toolkit.report.fleet import fleet_history, fleet_summary, render_fleet_html  # see above
 
     hosts = [h.name for h in load_inventory(inventory).hosts_for(limit)]
     history = fleet_history(runs.runs_dir(), hosts)

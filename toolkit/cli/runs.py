@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
+from toolkit import runs as core
 from toolkit.cli.options import json_option, yes_option
 from toolkit.cli.output import emit_json, out_console, say, shown
 from toolkit.printable import printable
@@ -26,8 +27,6 @@ def runs() -> None:
 @json_option
 def list_(kind: str | None, as_json: bool) -> None:
     """Show the recorded runs, oldest first."""
-    from toolkit import runs as core
-
     found = core.list_runs(kind=kind)
     if as_json:
         emit_json({"runs_dir": str(core.runs_dir()), "runs": [r.to_dict() for r in found]})
@@ -53,8 +52,6 @@ def list_(kind: str | None, as_json: bool) -> None:
 @json_option
 def prune(kind: str | None, keep: int, yes: bool, as_json: bool) -> None:
     """Remove all but the newest --keep runs of each kind, evidence included."""
-    from toolkit import runs as core
-
     candidates = core.list_runs(kind=kind)
     if not yes and not as_json:
         click.confirm(

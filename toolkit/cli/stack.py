@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.text import Text
@@ -13,10 +13,22 @@ from toolkit.cli.output import emit_json, err_console, out_console, shown
 from toolkit.errors import StackError
 from toolkit.stack.systems import SUPPORTED_OS
 
+if TYPE_CHECKING:
+    from toolkit.targets import Target
+
 _PATH = click.argument(
     "path", type=click.Path(exists=True, dir_okay=True, file_okay=True, path_type=Path)
 )
 _STYLE = {"error": "bold red", "warning": "yellow"}
+
+
+def _load_targets(path: Path) -> tuple[bool, list[Target]]:
+    """``toolkit.targets.load_targets``, imported when a command runs."""
+    # The targets load the models, the checker and pydantic, which `gpunode stack --help`
+    # must not wait for (tests/bench/test_bench_cli.py measures it).
+    from toolkit.targets import load_targets
+
+    return load_targets(path)
 
 
 @click.group(
@@ -56,9 +68,7 @@ def check(path: Path, as_json: bool) -> None:
     GPU architecture vs driver flavour, branch and CUDA), each naming both values, the rule
     and its source.
     """
-    from toolkit.stack.targets import load_targets
-
-    is_inventory, targets = load_targets(path)
+    is_inventory, targets = _load_targets(path)
     reports = {target.group: target.report() for target in targets}
     failed = [group for group, report in reports.items() if not report["ok"]]
     if as_json:
@@ -134,9 +144,7 @@ def show(
     Packages are printed as `name=version`, ready for `apt-get install`. An incoherent
     stack is still shown, its errors printed on stderr, and exits 2.
     """
-    from toolkit.stack.targets import load_targets
-
-    is_inventory, targets = load_targets(path)
+    is_inventory, targets = _load_targets(path)
     os_list = list(os_ids) or list(SUPPORTED_OS)
     documents: dict[str | None, dict[str, Any]] = {}
     for target in targets:
@@ -192,7 +200,7 @@ def lock(inventory: Path, limit: str | None, as_json: bool) -> None:
     pinned package for each OS of the group, and writes group_vars/<group>/stack.lock.yml
     (versions, architectures, SHA256s, repositories, stack id) for you to commit.
     """
-    from toolkit.stack.targets import lock_inventory
+    from toolkit.targets import lock_inventory  # the models, pydantic: not for --help
 
     outcomes = lock_inventory(inventory, limit=limit)
     if as_json:

@@ -26,6 +26,8 @@ from toolkit.images.recipe import DEFAULT_OS, Recipe, make_recipe
 from toolkit.images.render import Context, render
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.progress import Progress
+from toolkit.stack.lock import LOCK_KEY, lock_from_vars
+from toolkit.stack.resolve import resolve
 
 BUILDER = "classic"  # the engine's legacy builder, normalised afterwards
 # The builder's own (unnormalised) results are the layer cache of the next build: the newest
@@ -131,9 +133,6 @@ def recipe_for(inventory_path: Path, group: str | None = None) -> Recipe:
     Raises:
         ConfigError: The inventory, the stack or an image variable is malformed.
     """
-    from toolkit.stack.lock import LOCK_KEY, lock_from_vars
-    from toolkit.stack.resolve import resolve
-
     inventory = load_inventory(inventory_path)
     name = pick_group(inventory, group)
     hosts = inventory.group_hosts(name)

@@ -37,6 +37,7 @@ from toolkit import __version__
 from toolkit.errors import ConfigError, clip
 from toolkit.inventory import inventory_flag
 from toolkit.stack.debversion import DEB_VERSION_RE, MAX_DEB_TOKEN, PACKAGE_NAME_RE
+from toolkit.stack.resolve import check_url
 from toolkit.stack.versions import cuda_major_minor
 
 REPOSITORY = "gpunode-training"
@@ -136,8 +137,6 @@ def _var(values: Mapping[str, Any], key: str, where: str) -> str | None:
 
 
 def _url_var(values: Mapping[str, Any], key: str, where: str) -> str | None:
-    from toolkit.stack.resolve import check_url
-
     value = _var(values, key, where)
     return None if value is None else check_url(value, f"{where}: {key}")
 

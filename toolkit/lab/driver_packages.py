@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from toolkit.lab.package_spec import LIBDIR, FileSpec, PackageSpec, render, script
+from toolkit.lab.package_spec import (
+    LIBDIR,
+    FileSpec,
+    PackageSpec,
+    nvidia_smi_files,
+    render,
+    script,
+)
 from toolkit.stack.catalog import catalog as gpu_catalog
 
 
@@ -330,9 +337,6 @@ def _driver_files(build: _DriverBuild) -> dict[str, tuple[FileSpec, ...]]:
     release = build.release
     v = release.version
     nvml_major_minor = ".".join(v.split(".")[:2])
-    smi = render(
-        "nvidia_smi.py", version=v, cuda_version=release.cuda, nvml_version=nvml_major_minor
-    )
     return {
         "firmware-nvidia-gsp": (
             FileSpec(f"/lib/firmware/nvidia/{v}/gsp_ga10x.bin", build.marker("gsp_ga10x.bin")),
@@ -353,7 +357,7 @@ def _driver_files(build: _DriverBuild) -> dict[str, tuple[FileSpec, ...]]:
             FileSpec(f"{LIBDIR}/libcuda.so.1", link=f"libcuda.so.{v}"),
             FileSpec(f"{LIBDIR}/libcuda.so", link="libcuda.so.1"),
         ),
-        "nvidia-smi": (FileSpec("/usr/bin/nvidia-smi", script(smi), 0o755),),
+        "nvidia-smi": nvidia_smi_files(v, release.cuda, nvml_major_minor),
         "nvidia-persistenced": (
             FileSpec(
                 "/usr/bin/nvidia-persistenced",

@@ -21,6 +21,7 @@ import docker
 from docker.models.containers import Container
 
 from toolkit.errors import ConfigError, LabError
+from toolkit.inventory import load_inventory
 from toolkit.lab import disks as lab_disks
 from toolkit.lab import image as lab_image
 from toolkit.lab import inventory, network, nodes, paths, runfile, server, ssh
@@ -39,7 +40,7 @@ from toolkit.lab.state import DiskState, LabState, NodeState, ServerState
 from toolkit.lab.train_base import ensure_lab_base
 from toolkit.progress import Progress
 from toolkit.stack.lock import OS_VARIABLE
-from toolkit.stack.targets import lock_inventory
+from toolkit.targets import lock_inventory
 
 DEFAULT_NAME = "gpunode"
 # Where the `keyring` fault puts NVIDIA's own sources (see _nvidia_sources_files).
@@ -508,8 +509,6 @@ def set_faults(name: str, ref: str | int, faults: list[str]) -> NodeState:
     container = node_container(name, node.index)
     _apply_faults(container, spec, node, _hardware(spec, node.index, node.boots))
     if "keyring" in faults and state.inventory_dir is not None:
-        from toolkit.inventory import load_inventory
-
         group_vars = load_inventory(state.inventory_dir).groups["all"].vars
         keyring = build_repository(paths.cache_dir() / "repo").public_key
         files = _nvidia_sources_files(

@@ -114,3 +114,21 @@ def source_files() -> list[Path]:
 def script(text: str) -> bytes:
     """A stand-in script's text as a package file's bytes."""
     return text.encode()
+
+
+# Where the nvidia-smi package puts the stand-in's parts (``standins/smi/``): the script,
+# /usr/bin/nvidia-smi, finds them under its folder's sibling lib/.
+SMI_PARTS_DIR = "/usr/lib/gpunode-lab/nvidia-smi/smi"
+
+
+def nvidia_smi_files(version: str, cuda_version: str, nvml_version: str) -> tuple[FileSpec, ...]:
+    """The stand-in nvidia-smi as its package installs it: the script with the driver's
+    versions baked in, and its parts."""
+    smi = render(
+        "nvidia_smi.py", version=version, cuda_version=cuda_version, nvml_version=nvml_version
+    )
+    parts = sorted((STANDINS / "smi").glob("*.py"))
+    return (
+        FileSpec("/usr/bin/nvidia-smi", script(smi), 0o755),
+        *(FileSpec(f"{SMI_PARTS_DIR}/{part.name}", part.read_bytes()) for part in parts),
+    )

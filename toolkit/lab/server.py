@@ -26,6 +26,7 @@ from docker.models.containers import Container
 from toolkit.errors import LabError
 from toolkit.images.recipe import BASE_KIND_CUDA_RUNTIME
 from toolkit.lab import nccl_wheel, nodes
+from toolkit.lab.inventory import DEFAULT_STACK
 from toolkit.lab.proc import run
 from toolkit.lab.repo import RepoInfo
 from toolkit.lab.train_base import PYTHON_PACKAGES
@@ -101,8 +102,6 @@ def requirements_lock(wheels: Path, nccl: str | None = None) -> list[str]:
     whatever the HTTP path in between. Of the NCCL wheels (one per NCCL the lab repository
     carries) only the one at ``nccl`` (default: the lab's default stack's NCCL) is locked.
     """
-    from toolkit.lab.inventory import DEFAULT_STACK
-
     nccl = nccl or str(DEFAULT_STACK["nccl"]).split("-")[0]
     lock = []
     for wheel in sorted(wheels.glob("*.whl")):

@@ -1,38 +1,8 @@
 """The stack: pinned NVIDIA software, hardware profiles, the compatibility matrix.
 
-Public API: the models (:class:`Stack`, :class:`HardwareProfile`, :class:`StackFile`,
-:func:`load_stack_file`), the checker (:func:`check`, :class:`Violation`), :func:`resolve`
-and :func:`stack_id`, and the GPU catalog (:func:`lookup_gpu`).
+Import the submodule that owns a name (``toolkit.stack.models``: the models and
+``load_stack_file``; ``check``: the checker; ``resolve``: ``resolve`` and ``stack_id``;
+``catalog``: the GPU catalogue; ``systems``: the supported OSes). Nothing is re-exported
+here, so that importing one submodule (``cli/stack.py`` reads ``systems`` for ``--help``)
+does not load the others.
 """
-
-from toolkit.stack.catalog import GpuInfo, lookup_gpu
-from toolkit.stack.check import RULES, Violation, check, has_errors
-from toolkit.stack.models import (
-    DriverPin,
-    GpuSpec,
-    HardwareProfile,
-    Stack,
-    StackFile,
-    load_stack_file,
-)
-from toolkit.stack.resolve import canonical, resolve, stack_id
-from toolkit.stack.systems import SUPPORTED_OS
-
-__all__ = [
-    "RULES",
-    "SUPPORTED_OS",
-    "DriverPin",
-    "GpuInfo",
-    "GpuSpec",
-    "HardwareProfile",
-    "Stack",
-    "StackFile",
-    "Violation",
-    "canonical",
-    "check",
-    "has_errors",
-    "load_stack_file",
-    "lookup_gpu",
-    "resolve",
-    "stack_id",
-]

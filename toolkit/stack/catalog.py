@@ -12,7 +12,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from toolkit.config import parse_yaml
+from toolkit.config import did_you_mean, parse_yaml
 from toolkit.errors import ConfigError
 
 _PREFIXES = ("nvidia ", "tesla ")
@@ -148,7 +148,5 @@ def gpu(name: str) -> GpuInfo:
 
 def unknown_gpu_message(name: str) -> str:
     """The message for a GPU name the catalog does not know, with suggestions."""
-    from toolkit.config import did_you_mean
-
     models = [info.model for info in catalog()]
     return f"unknown GPU model {name!r}" + did_you_mean(name.upper(), models)

@@ -14,7 +14,7 @@ from toolkit.stack.matrix import Architecture, CudaRow, Fact, Matrix, Source, ma
 from toolkit.stack.models import (
     ACCEPTED_RISKS_KEY,
     AcceptedRisk,
-    HardwareProfile,
+    Hardware,
     Stack,
     parse_accepted_risks,
 )
@@ -78,7 +78,7 @@ def _unverified(fact: Fact | CudaRow) -> str:
     return "" if fact.verified else " (this minimum is not verified upstream)"
 
 
-def check(stack: Stack, hardware: HardwareProfile, *, today: date | None = None) -> list[Violation]:
+def check(stack: Stack, hardware: Hardware, *, today: date | None = None) -> list[Violation]:
     """Check a stack against the compatibility matrix for the group's hardware.
 
     Args:
@@ -234,7 +234,7 @@ def _cudnn(m: Matrix, stack: Stack) -> list[Violation]:
 
 
 def _fabric_manager(
-    m: Matrix, stack: Stack, hardware: HardwareProfile, arch: Architecture
+    m: Matrix, stack: Stack, hardware: Hardware, arch: Architecture
 ) -> list[Violation]:
     found = []
     gpu = hardware.gpu
@@ -309,7 +309,7 @@ def _fabric_manager(
     return found
 
 
-def _gpu(m: Matrix, stack: Stack, hardware: HardwareProfile, arch: Architecture) -> list[Violation]:
+def _gpu(m: Matrix, stack: Stack, hardware: Hardware, arch: Architecture) -> list[Violation]:
     found = []
     info = hardware.gpu.info
     gpu = f"{hardware.gpu.model} ({arch.name}, compute capability {info.compute_capability})"

@@ -28,7 +28,7 @@ from pydantic import AfterValidator, ConfigDict, model_validator
 
 from toolkit.config import StrictModel, did_you_mean, load_yaml, validate
 from toolkit.errors import ConfigError, StackError, clip
-from toolkit.inventory import NAME_RE, name_path
+from toolkit.names import NAME_RE, name_path
 from toolkit.printable import printable
 from toolkit.stack.aptindex import (
     Fetch,

@@ -1,18 +1,19 @@
-"""The stack and hardware schemas, and the one-file form ``{stack:, hardware:}``."""
+"""The stack schema, the GPUs a group must have, and accepted risks.
+
+The whole hardware profile (GPUs, data disks, acceptance floors) and the one-file form
+``{stack:, hardware:}`` are ``toolkit.hardware``, above this package and acceptance.
+"""
 
 from __future__ import annotations
 
 import re
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, field_validator
 
-from toolkit.acceptance.thresholds import AcceptanceSpec
-from toolkit.config import StrictModel, load_yaml, validate
-from toolkit.disks.spec import DataDisksSpec
-from toolkit.errors import ConfigError
+from toolkit.config import StrictModel, validate
 from toolkit.stack import catalog
 from toolkit.stack.security import Cve
 from toolkit.stack.versions import CUDA_RE, DRIVER_RE, NCCL_RE, PLAIN_RE
@@ -113,12 +114,14 @@ class GpuSpec(StrictModel):
         return catalog.gpu(self.model)
 
 
-class HardwareProfile(StrictModel):
-    """What every node of a group must have: GPUs, data disks, acceptance thresholds."""
+class Hardware(Protocol):
+    """What the stack's rules read of a hardware profile (``toolkit.hardware.HardwareProfile``,
+    which sits above this package): its GPUs."""
 
-    gpu: GpuSpec
-    data_disks: DataDisksSpec | None = None
-    acceptance: AcceptanceSpec | None = None
+    @property
+    def gpu(self) -> GpuSpec:
+        """The GPUs every node of the group must have."""
+        ...
 
 
 # The variable (inventory group vars, or a key of the one-file form) that accepts the risk of
@@ -151,25 +154,3 @@ def parse_accepted_risks(value: Any, source: str | Path) -> tuple[AcceptedRisk, 
     """
     risks = validate(AcceptedRisks, {ACCEPTED_RISKS_KEY: value}, source)
     return tuple(risks.gpunode_accepted_risks)
-
-
-class StackFile(StrictModel):
-    """The one-file form: ``stack:`` and ``hardware:`` (and accepted risks) in one document."""
-
-    stack: Stack
-    hardware: HardwareProfile
-    gpunode_accepted_risks: list[AcceptedRisk] = Field(default_factory=list)
-
-
-def load_stack_file(path: str | Path) -> StackFile:
-    """Read and validate a one-file stack.
-
-    Raises:
-        ConfigError: Bad YAML, not a mapping, a missing or unknown key, or a wrong value;
-            the message names the file and the key path.
-    """
-    data = load_yaml(path)
-    if not isinstance(data, dict):
-        kind = "empty" if data is None else f"a {type(data).__name__}"
-        raise ConfigError(f"{path}: expected a mapping with `stack:` and `hardware:`, got {kind}")
-    return validate(StackFile, data, path)

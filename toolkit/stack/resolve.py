@@ -21,7 +21,8 @@ from typing import Any
 from toolkit.config import did_you_mean, parse_yaml
 from toolkit.errors import ConfigError, clip
 from toolkit.stack import systems
-from toolkit.stack.models import HardwareProfile, Stack
+from toolkit.stack.matrix import matrix
+from toolkit.stack.models import Hardware, Stack
 from toolkit.stack.systems import SUPPORTED_OS
 from toolkit.stack.versions import cuda_full, cuda_major_minor, driver_branch, parse_nccl
 
@@ -63,21 +64,19 @@ def repository_variables() -> tuple[str, ...]:
     )
 
 
-def fabric_manager_enabled(stack: Stack, hardware: HardwareProfile) -> bool:
+def fabric_manager_enabled(stack: Stack, hardware: Hardware) -> bool:
     """Whether Fabric Manager is installed: NVSwitch present, not an IMEX platform, not "none"."""
     return hardware.gpu.nvswitch and not imex_enabled(hardware) and stack.fabric_manager != "none"
 
 
-def imex_enabled(hardware: HardwareProfile) -> bool:
+def imex_enabled(hardware: Hardware) -> bool:
     """Whether the IMEX daemon is installed: a platform whose NVLink domain spans nodes and is
     managed by IMEX, not by Fabric Manager (matrix.yml ``fabric: imex``: GB200/GB300 NVL)."""
-    from toolkit.stack.matrix import matrix  # matrix reads versions that import this module
-
     arch = matrix().architectures[hardware.gpu.info.architecture]
     return arch.fabric is not None and arch.fabric.value == "imex"
 
 
-def nvlsm_version(stack: Stack, hardware: HardwareProfile) -> str | None:
+def nvlsm_version(stack: Stack, hardware: Hardware) -> str | None:
     """NVLSM's pinned version where it is installed: beside Fabric Manager on a GPU whose
     NVSwitch generation needs it (gpus.yml ``nvlsm``); None elsewhere."""
     if stack.nvlsm and fabric_manager_enabled(stack, hardware) and hardware.gpu.info.nvlsm:
@@ -123,7 +122,7 @@ def _fill(entries: list[dict[str, Any]], fields: Mapping[str, Any]) -> dict[str,
     }
 
 
-def _sections(stack: Stack, hardware: HardwareProfile, os_id: str) -> dict[str, Any]:
+def _sections(stack: Stack, hardware: Hardware, os_id: str) -> dict[str, Any]:
     """Each component's version and its packages (name -> requirement) on one OS."""
     family = os_family(os_id)
     driver = stack.driver.version
@@ -201,7 +200,7 @@ def _dcgm(version: str | None, base: dict[str, Any], family: str) -> dict[str, A
     return {"version": version, "packages": _fill(rule["packages"], fields)}
 
 
-def canonical(stack: Stack, hardware: HardwareProfile) -> dict[str, Any]:
+def canonical(stack: Stack, hardware: Hardware) -> dict[str, Any]:
     """The resolved, OS-independent stack that the stack id is a hash of.
 
     Versions are normalised (``12.8`` -> ``12.8.0``); the repositories (a site choice, the
@@ -230,13 +229,13 @@ def canonical(stack: Stack, hardware: HardwareProfile) -> dict[str, Any]:
     }
 
 
-def stack_id(stack: Stack, hardware: HardwareProfile) -> str:
+def stack_id(stack: Stack, hardware: Hardware) -> str:
     """12 hex characters of the SHA-256 of the canonical JSON of :func:`canonical`."""
     text = json.dumps(canonical(stack, hardware), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
-def default_arch(hardware: HardwareProfile) -> str:
+def default_arch(hardware: Hardware) -> str:
     """``sbsa`` for Grace (Arm) systems, else ``x86_64`` (NVIDIA's repository arch names)."""
     return "sbsa" if hardware.gpu.info.architecture in _ARM_ARCHITECTURES else "x86_64"
 
@@ -300,7 +299,7 @@ def repositories(
 
 def resolve(
     stack: Stack,
-    hardware: HardwareProfile,
+    hardware: Hardware,
     os_id: str,
     *,
     arch: str | None = None,

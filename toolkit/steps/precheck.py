@@ -12,9 +12,11 @@ from pathlib import Path
 
 from toolkit.errors import StackError
 from toolkit.inventory import load_inventory
-from toolkit.stack import check, models, stack_id
+from toolkit.stack import models
+from toolkit.stack.check import check
 from toolkit.stack.check import security as check_security
-from toolkit.stack.targets import LockOutcome, check_locks
+from toolkit.stack.resolve import stack_id
+from toolkit.targets import LockOutcome, check_locks
 
 
 @dataclass

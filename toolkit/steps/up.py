@@ -41,7 +41,6 @@ from types import FrameType
 from typing import Any
 
 from toolkit import cert, nodestate, runs
-from toolkit.acceptance.orchestrate import AcceptOptions, run_acceptance
 from toolkit.errors import ToolkitError
 from toolkit.images.build import build_recipe, recipe_for
 from toolkit.images.engine import docker_client, find_image
@@ -50,6 +49,7 @@ from toolkit.images.render import render
 from toolkit.inventory import load_inventory
 from toolkit.progress import Display, Progress
 from toolkit.steps import disks
+from toolkit.steps.accept import AcceptOptions, run_acceptance
 from toolkit.steps.precheck import Precheck, precheck
 from toolkit.steps.provision import converge, read_drift
 

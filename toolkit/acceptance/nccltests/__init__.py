@@ -37,6 +37,7 @@ This file names the package's interface and reads a whole output, text or JSON (
 from __future__ import annotations
 
 from itertools import chain
+from pathlib import Path
 from typing import BinaryIO
 
 from toolkit.acceptance.nccltests.jsondoc import MAX_JSON_BYTES, decode_json, parse_json
@@ -53,6 +54,8 @@ from toolkit.acceptance.nccltests.result import (
     infer_ranks,
 )
 from toolkit.acceptance.nccltests.text import byte_lines, parse_lines, parse_text
+from toolkit.config import open_regular
+from toolkit.errors import AcceptanceError
 
 _CHUNK = 1 << 20
 
@@ -69,6 +72,7 @@ __all__ = [
     "Row",
     "infer_ranks",
     "parse",
+    "parse_file",
     "parse_json",
     "parse_stream",
     "parse_text",
@@ -93,6 +97,23 @@ def parse(text: str, *, allow_truncated: bool = False) -> NcclTestsResult:
     if stripped.startswith("{"):
         return parse_json(decode_json(stripped))
     return parse_text(text, allow_truncated=allow_truncated)
+
+
+def parse_file(path: Path, *, allow_truncated: bool = False) -> NcclTestsResult:
+    """Parse a captured nccl-tests output file (a regular file, read as a stream).
+
+    Raises:
+        AcceptanceError: Not an nccl-tests output (:class:`NotNcclTestsOutput`), or the file
+            cannot be read; the message names the file.
+        ConfigError: Not a regular file.
+    """
+    with open_regular(path, "capture") as stream:
+        try:
+            return parse_stream(stream, allow_truncated=allow_truncated)
+        except AcceptanceError as err:
+            raise type(err)(f"{path}: {err.message}", err.exit_code) from None
+        except OSError as err:
+            raise AcceptanceError(f"{path}: cannot read: {err.strerror or err}") from None
 
 
 def parse_stream(stream: BinaryIO, *, allow_truncated: bool = False) -> NcclTestsResult:

@@ -27,6 +27,7 @@ from toolkit.nodefacts import (
     profile_warnings,
     with_drift,
 )
+from toolkit.stack.catalog import lookup_gpu, lookup_gpu_by_pci_id
 
 
 class ActionModule(ActionBase):
@@ -61,8 +62,6 @@ class ActionModule(ActionBase):
         hardware = self._task.args.get("hardware", task_vars.get("hardware")) or {}
         expected = (hardware.get("gpu") or {}).get("model") if hasattr(hardware, "get") else None
         if expected:
-            from toolkit.stack.catalog import lookup_gpu, lookup_gpu_by_pci_id
-
             facts["gpu_models"] = gpu_model_names(
                 facts["gpus"], lookup_gpu, facts["gpu_pci_ids"], lookup_gpu_by_pci_id
             )

@@ -15,7 +15,13 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 
 from toolkit.ansible.values import plain
+from toolkit.config import validate
 from toolkit.errors import ToolkitError
+from toolkit.hardware import HardwareProfile
+from toolkit.stack.check import check
+from toolkit.stack.lock import LOCK_FILE, LOCK_KEY, apply_lock, lock_from_vars, lock_state
+from toolkit.stack.models import Stack
+from toolkit.stack.resolve import repository_variables, resolve
 from toolkit.stack.systems import UnsupportedOS, os_id
 
 
@@ -81,18 +87,6 @@ class ActionModule(ActionBase):
             return result
 
         try:
-            from toolkit.config import validate
-            from toolkit.stack import check, resolve
-            from toolkit.stack.lock import (
-                LOCK_FILE,
-                LOCK_KEY,
-                apply_lock,
-                lock_from_vars,
-                lock_state,
-            )
-            from toolkit.stack.models import HardwareProfile, Stack
-            from toolkit.stack.resolve import repository_variables
-
             source = f"host vars of {host}"
             stack = validate(Stack, plain(stack_data), source, prefix=("stack",))
             hardware = validate(HardwareProfile, plain(hardware_data), source, prefix=("hardware",))

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import ConfigError, StackError
+from toolkit.hardware import HardwareProfile, load_stack_file
+from toolkit.inventory import load_inventory
 from toolkit.stack.aptindex import Fetch, fetch_url
 from toolkit.stack.check import Violation, check, has_errors, security
 from toolkit.stack.lock import (
@@ -29,9 +31,7 @@ from toolkit.stack.lock import (
 from toolkit.stack.models import (
     ACCEPTED_RISKS_KEY,
     AcceptedRisk,
-    HardwareProfile,
     Stack,
-    load_stack_file,
     parse_accepted_risks,
 )
 from toolkit.stack.resolve import repository_variables, resolve, stack_id
@@ -159,8 +159,6 @@ def load_targets(path: str | Path) -> tuple[bool, list[Target]]:
     """
     path = Path(path)
     if path.is_dir():
-        from toolkit.inventory import load_inventory
-
         inventory = load_inventory(path)
         targets = []
         for group in inventory.stack_groups():
@@ -226,8 +224,6 @@ def _inventory_targets(path: Path, limit: str | None) -> list[Target]:
         raise ConfigError(f"{path}: a stack lock belongs to an inventory directory, not a file")
     if limit is None:
         return targets
-    from toolkit.inventory import load_inventory
-
     groups = {g for host in load_inventory(path).hosts_for(limit) for g in host.groups}
     return [t for t in targets if t.group in groups]
 

@@ -5,12 +5,13 @@ the runner is copied to every node and run there at once; with ``--multi-node`` 
 a ring, of pairs and of re-pairings are launched on all their nodes together. Verdicts are
 given here, written to each node's ``/etc/gpunode/state.json`` (``ready`` only for the stack
 id installed now) with a Prometheus textfile, and the run is recorded under
-``.gpunode/runs/<run-id>/``. Hooks (Slurm, Kubernetes) run last.
+``.gpunode/runs/<run-id>/``. Hooks (Slurm, Kubernetes) run last. What a node is given before
+its runner runs is ``toolkit.acceptance.staging``; what its result says for the reports,
+``toolkit.acceptance.summary``; the multi-node plans, ``toolkit.acceptance.multinode``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 import threading
@@ -19,39 +20,45 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import docker.errors
 
 from toolkit import cert, nodestate, runs
-from toolkit.acceptance import dcgm, executors, nccllog, payload, topology
+from toolkit.acceptance import executors, payload, topology
 from toolkit.acceptance.check import Check, NodeExpectation, expected_node
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
-from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
-from toolkit.acceptance.node_runner.node import DEFAULT_CONTAINER_OPTIONS, container_argv
+from toolkit.acceptance.multinode import MultiNodeReport, multi_node_vars, run_multi_node
+from toolkit.acceptance.node_runner.node import container_argv
 from toolkit.acceptance.perf_checks import normalise_allreduce
-from toolkit.acceptance.thresholds import (
-    AcceptanceSpec,
-    effective,
-    gpu_step,
-    parse_size,
-    sweep_sizes,
+from toolkit.acceptance.staging import (
+    REMOTE_DIR,
+    container_check,
+    container_options,
+    data_path,
+    ensure_torch,
+    rendezvous_address,
+    runner_spec,
 )
+from toolkit.acceptance.summary import digest, largest_row, training_summary, transport_summary
+from toolkit.acceptance.thresholds import AcceptanceSpec, effective, sweep_sizes
 from toolkit.acceptance.verdict import Verdict, judge, not_tested_verdict
 from toolkit.errors import AcceptanceError, ConfigError, RemoteError
 from toolkit.facts import probe, system
-from toolkit.inventory import Host, Inventory, load_inventory, name_path
+from toolkit.images.build import recipe_for
+from toolkit.images.distribute import push
+from toolkit.images.engine import docker_client
+from toolkit.inventory import Host, Inventory, load_inventory
+from toolkit.names import name_path
 from toolkit.progress import Progress
 from toolkit.remote import Node, open_node, parallel
 from toolkit.report import write_reports
 from toolkit.report.prometheus import TEXTFILE_PATH, render_textfile
 from toolkit.stack.check import security_report
+from toolkit.stack.lock import LOCK_FILE, lock_from_vars, lock_path, lock_state
 from toolkit.stack.models import Stack
 from toolkit.stack.systems import os_id_of_release
 
 ENGINES = ("image", "host")
-REMOTE_DIR = "/opt/gpunode/accept"
-VENV = "/opt/gpunode/venv"
 DEFAULT_PORT_BASE = 29500
 
 
@@ -148,7 +155,7 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
     assert verdict is not None
     section = normalise_allreduce((plan.result or {}).get("allreduce"))
     rows = section.get("rows") or []
-    largest = _largest(rows)
+    largest = largest_row(rows)
     state = (plan.result or {}).get("state") or {}
     return {
         "host": plan.host.name,
@@ -176,7 +183,7 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
         # The topology matrix and the pairs that broke a rule (None: no topology section).
         "topology": topology.report((plan.result or {}).get("topology"), plan.spec.topology),
         # What the all-reduce's NCCL log says it ran over (None: no log, as gloo on the CPU).
-        "transport": _transport(plan.result),
+        "transport": transport_summary(plan.result),
         "results_digest": digest(plan.result) if plan.result else None,
         "duration_s": (plan.result or {}).get("duration_s"),
         "error": plan.error,
@@ -189,72 +196,8 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
     }
 
 
-def _transport(result: dict[str, Any] | None) -> dict[str, Any] | None:
-    summary = nccllog.read_section((result or {}).get("allreduce"))
-    return None if summary is None else summary.to_dict()
-
-
 def _security(plan: NodePlan) -> list[dict[str, str]] | None:
     return security_report(plan.stack, plan.host.vars) if isinstance(plan.stack, Stack) else None
-
-
-def training_summary(result: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The training-shaped measurements of one node for the reports: the random reads'
-    latency (with its histogram), the checkpoint round trip, the loop and the scaling curve."""
-    if not result or result.get("storage") is None:
-        return None
-    reads = (result.get("storage") or {}).get("reads") or {}
-    ckpt = result.get("checkpoint") or {}
-    train = result.get("train") or {}
-    return {
-        "reads": {
-            k: reads.get(k)
-            for k in (
-                "cache",
-                "reads",
-                "workers",
-                "min_read_bytes",
-                "max_read_bytes",
-                "p50_ms",
-                "p99_ms",
-                "max_ms",
-                "files_per_s",
-                "mbps",
-                "histogram",
-            )
-        },
-        "checkpoint": {
-            k: ckpt.get(k)
-            for k in (
-                "bytes",
-                "tensors",
-                "write_s",
-                "write_mbps",
-                "restore_s",
-                "restore_mbps",
-                "identical",
-                "fresh_process",
-                "error",
-            )
-        },
-        "loop": train.get("loop"),
-        "scaling": (train.get("scaling") or {}).get("points") or [],
-        "error": (result.get("storage") or {}).get("error") or train.get("error"),
-    }
-
-
-def _largest(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The all-reduce row of the largest message size (the one the floors judge)."""
-    return max(rows, key=lambda r: r["size_bytes"]) if rows else None
-
-
-def digest(document: Any) -> str:
-    """``sha256:<hex>`` of a document's canonical JSON."""
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) -> AcceptanceRun:
@@ -358,35 +301,6 @@ def _by_host(plans: list[NodePlan], host: Host) -> NodePlan:
     return next(p for p in plans if p.host.name == host.name)
 
 
-# Inventory variables of the multi-node plan (host or group vars): a node's topology domain,
-# screened as one group by the adaptive plan, and the most sets run at once.
-DOMAIN_VAR = "gpunode_accept_domain"
-MAX_SETS_VAR = "gpunode_accept_max_sets"
-
-
-def multi_node_vars(host: Host) -> tuple[str | None, int | None]:
-    """The host's topology domain and its bound on sets at once, checked.
-
-    Raises:
-        ConfigError: Either is not what it must be (named: the variable and the rule).
-    """
-    domain = host.vars.get(DOMAIN_VAR)
-    if domain is not None and (not isinstance(domain, str | int) or isinstance(domain, bool)):
-        raise ConfigError(
-            f"host {host.name}: {DOMAIN_VAR} must be a name (its rack or NVLink clique), "
-            f"not {type(domain).__name__}"
-        )
-    max_sets = host.vars.get(MAX_SETS_VAR)
-    if max_sets is not None and (
-        not isinstance(max_sets, int) or isinstance(max_sets, bool) or max_sets < 1
-    ):
-        raise ConfigError(
-            f"host {host.name}: {MAX_SETS_VAR} must be a whole number of at least 1, "
-            f"not {max_sets!r}"
-        )
-    return (None if domain is None else str(domain)), max_sets
-
-
 def _plan(inventory: Inventory, host: Host) -> NodePlan:
     stack, hardware = inventory.host_config(host)
     groups = [g for g in inventory.stack_groups() if g in host.groups]
@@ -415,10 +329,6 @@ def _stage_images(plans: list[NodePlan], opts: AcceptOptions, progress: Progress
         ConfigError: A group has no image settings (gpunode_image_base); --engine host runs
             without an image.
     """
-    from toolkit.images.build import recipe_for
-    from toolkit.images.distribute import push
-    from toolkit.images.engine import docker_client
-
     groups: dict[str, list[NodePlan]] = {}
     for plan in plans:
         groups.setdefault(plan.group, []).append(plan)
@@ -453,37 +363,6 @@ def _stage_images(plans: list[NodePlan], opts: AcceptOptions, progress: Progress
                 plan.image = image_id
 
 
-def container_options(host: Host) -> list[str]:
-    """``docker run`` options for the ranks: ``gpunode_accept_container_options`` or the
-    documented defaults (``node_runner.node.DEFAULT_CONTAINER_OPTIONS``).
-
-    Raises:
-        ConfigError: The variable is not a list of strings.
-    """
-    value = host.vars.get("gpunode_accept_container_options")
-    if value is None:
-        return list(DEFAULT_CONTAINER_OPTIONS)
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(
-            f"host {host.name}: gpunode_accept_container_options must be a list of docker "
-            "run options (strings)"
-        )
-    return list(value)
-
-
-def _container_check(info: dict[str, Any] | None, image: str) -> Check:
-    """Whether the node's container runtime started the image with the GPUs and /data."""
-    info = info or {}
-    if info.get("ok"):
-        return Check("container.start", True, f"ranks ran in {image[:19]}", measured=image)
-    return Check(
-        "container.start",
-        False,
-        f"the container runtime could not run {image[:19]}: {info.get('error') or 'no result'}",
-        measured=image,
-    )
-
-
 def _stage_node(
     plan: NodePlan, opts: AcceptOptions, progress: Progress, executor: executors.Executor
 ) -> None:
@@ -499,15 +378,15 @@ def _stage_node(
             ).stdout
         )
         plan.os_id = os_id_of_release(system.OS_RELEASE.read(facts))
-        plan.address = _rendezvous_address(plan.host, system.ADDRESS.read(facts))
+        plan.address = rendezvous_address(plan.host, system.ADDRESS.read(facts))
         plan.expect, _resolved = expected_node(
             plan.host, plan.stack, plan.hardware, plan.os_id or "debian12"
         )
         node.run(f"mkdir -p {REMOTE_DIR} /etc/gpunode", check=True, timeout=60)
         node.put_text(payload.runner_zipapp(), f"{REMOTE_DIR}/{payload.ARCHIVE}", 0o755)
         if opts.engine == "host":
-            plan.python = _ensure_torch(plan, progress)
-        spec = _runner_spec(plan)
+            plan.python = ensure_torch(node, plan.host, progress)
+        spec = runner_spec(plan.host, plan.spec, plan.hardware.data_disks, plan.expect, plan.image)
         node.put_text(json.dumps(spec, indent=1), f"{REMOTE_DIR}/spec.json")
         progress(f"{name}: running checks")
         runner = shlex.quote(f"{REMOTE_DIR}/{payload.ARCHIVE}")
@@ -524,7 +403,7 @@ def _stage_node(
             raise RemoteError(f"{name}: runner exited {res.returncode}: {res.output[-800:]}")
         plan.result = json.loads(node.get_text(f"{REMOTE_DIR}/result.json"))
         if plan.image is not None:
-            plan.extra.append(_container_check(plan.result.get("container"), plan.image))
+            plan.extra.append(container_check(plan.result.get("container"), plan.image))
         progress(f"{name}: checks done in {plan.result.get('duration_s', 0):.1f}s")
     except executors.NotTested as err:
         plan.not_tested, plan.job = err.reason, err.job
@@ -538,137 +417,6 @@ def _stage_node(
         plan.error = f"internal error on this node: {err!r} (rerun with --debug for details)"
     if plan.expect is None:
         plan.expect = NodeExpectation(host=name, stack_id=None)
-
-
-def _rendezvous_address(host: Host, own: str | None) -> str:
-    """The address other nodes reach this one at (the master of a multi-node set).
-
-    ``gpunode_accept_address`` wins; else the inventory's address, unless it is a loopback
-    (an SSH port forward), in which case the node's first own address (``own``, the facts'
-    ``address``) is the best guess.
-    """
-    explicit = host.vars.get("gpunode_accept_address")
-    if explicit:
-        return str(explicit)
-    if host.address not in ("127.0.0.1", "::1", "localhost"):
-        return host.address
-    return own or host.address
-
-
-def _ensure_torch(plan: NodePlan, progress: Progress) -> str:
-    """The Python to run the runner with: one with torch when it can be had.
-
-    torch is installed into a venv under /opt/gpunode when neither the venv nor the system
-    Python has it, and only from a hashed lock (``gpunode_acceptance_requirements``: lines
-    ``name==version --hash=sha256:...``, installed with ``--require-hashes``) fetched from
-    ``gpunode_pip_find_links`` / ``gpunode_pip_index_url``. Without a lock or a source nothing
-    is installed: the runner runs without torch and the all-reduce check says so.
-    """
-    assert plan.node is not None
-    node = plan.node
-    venv_py = f"{VENV}/bin/python"
-    for python in (venv_py, "python3"):
-        if node.run(f"{python} -c 'import torch'", timeout=120).ok:
-            return python
-    find_links = plan.host.vars.get("gpunode_pip_find_links")
-    index_url = plan.host.vars.get("gpunode_pip_index_url")
-    lock = plan.host.vars.get("gpunode_acceptance_requirements")
-    if not lock or not (find_links or index_url):
-        progress(
-            f"{plan.host.name}: torch missing; installing it needs gpunode_acceptance_requirements"
-            " (a hashed lock) and gpunode_pip_find_links or gpunode_pip_index_url"
-        )
-        return "python3"
-    from toolkit.stack.resolve import check_url
-
-    for key, url in (("gpunode_pip_find_links", find_links), ("gpunode_pip_index_url", index_url)):
-        if url:
-            check_url(str(url), f"host {plan.host.name}: {key}")
-    if isinstance(lock, str) or not all("--hash=sha256:" in str(line) for line in lock):
-        raise AcceptanceError(
-            f"{plan.host.name}: gpunode_acceptance_requirements must be a list of "
-            "'name==version --hash=sha256:<digest>' lines (pip --require-hashes)"
-        )
-    progress(f"{plan.host.name}: installing torch into {VENV} from its hashed lock")
-    node.run(f"test -x {venv_py} || python3 -m venv --without-pip {VENV}", check=True, timeout=300)
-    node.put_text(payload.pip_zip(), f"{REMOTE_DIR}/pip.zip")
-    node.put_text("".join(f"{line}\n" for line in lock), f"{REMOTE_DIR}/requirements.txt")
-    source = []
-    if index_url:
-        source += ["--index-url", shlex.quote(str(index_url))]
-    else:
-        source += ["--no-index"]
-    if find_links:
-        source += ["--find-links", shlex.quote(str(find_links))]
-    for url in (index_url, find_links):
-        # pip ignores plain-http sources unless their host is trusted by name; the hashes,
-        # which came over SSH, are what vouches for the files.
-        parsed = urlsplit(str(url or ""))
-        if parsed.scheme == "http" and parsed.hostname:
-            source += ["--trusted-host", shlex.quote(parsed.hostname)]
-    node.run(
-        f"{venv_py} {REMOTE_DIR}/pip.zip/pip install --no-input --disable-pip-version-check "
-        f"--no-cache-dir --require-hashes --only-binary=:all: {' '.join(source)} "
-        f"-r {REMOTE_DIR}/requirements.txt",
-        check=True,
-        timeout=1800,
-    )
-    return venv_py
-
-
-def _data_path(plan: NodePlan) -> str:
-    """The data disks' own mount point when the profile has them, else the floor's path."""
-    disks = plan.hardware.data_disks
-    return disks.mount_point if disks else plan.spec.data_path
-
-
-def _runner_spec(plan: NodePlan) -> dict[str, Any]:
-    spec = plan.spec
-    assert plan.expect is not None
-    return {
-        "packages": sorted(plan.expect.packages),
-        "kernel_log_command": plan.host.vars.get("gpunode_kernel_log_command"),
-        "dcgm_diag_level": spec.dcgm_diag.level if spec.dcgm_diag else None,
-        "dcgm_timeout_s": dcgm.LEVEL_TIMEOUT_S[spec.dcgm_diag.level] if spec.dcgm_diag else None,
-        "sizes": sweep_sizes(spec),
-        "sweep_factor": spec.sweep_factor,
-        "iters": spec.iters,
-        "warmup_iters": spec.warmup_iters,
-        "engine": spec.engine,
-        "cpu_ranks_per_node": spec.cpu_ranks_per_node,
-        "timeout_s": 900,
-        "data_path": _data_path(plan),
-        "data_size_bytes": parse_size(spec.data_test_size),
-        # The training-shaped checks (node_runner.storage and node_runner.train).
-        "storage": {
-            "files": spec.storage_files,
-            "file_bytes": parse_size(spec.storage_file_size),
-            "reads": spec.storage_reads,
-            "workers": spec.storage_read_workers,
-            "min_read_bytes": parse_size(spec.storage_min_read),
-            "max_read_bytes": parse_size(spec.storage_max_read),
-            "checkpoint_bytes": parse_size(spec.checkpoint_size),
-        },
-        "train": {
-            "steps": spec.train_steps,
-            "batch": spec.train_batch,
-            "sample_bytes": parse_size(spec.train_sample_size),
-            "loader_workers": spec.train_loader_workers,
-            "hidden": spec.train_hidden,
-            "compute_s": spec.train_compute_s,
-            "gpu_step": step.as_spec() if (step := gpu_step(spec)) else None,
-        },
-        "workdir": REMOTE_DIR,
-        "state_file": nodestate.PATH,
-        # Where the machine's DMI strings are read (the runner's default: /sys/class/dmi/id).
-        "dmi_dir": plan.host.vars.get("gpunode_dmi_dir"),
-        "container": (
-            {"image": plan.image, "options": container_options(plan.host)} if plan.image else None
-        ),
-    }
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 def _stage_multi_node(
@@ -755,7 +503,9 @@ def _launch_set(
         )
         if plan.image:
             options = container_options(plan.host)
-            argv = container_argv(plan.image, REMOTE_DIR, _data_path(plan), env, options)
+            argv = container_argv(
+                plan.image, REMOTE_DIR, data_path(plan.spec, plan.hardware.data_disks), env, options
+            )
             start = shlex.join(argv)
         else:
             prefix = (
@@ -806,15 +556,12 @@ def _wrote_data_set(plan: NodePlan) -> bool:
     return bool(storage) and not storage.get("error")
 
 
-# ---------------------------------------------------------------------------------------------
-
-
 def _write_node_state(plan: NodePlan, run_id: str, when: datetime) -> None:
     """state.json and the Prometheus textfile on the node; written last, atomically."""
     assert plan.node is not None and plan.verdict is not None
     node = plan.node
     rows = normalise_allreduce((plan.result or {}).get("allreduce")).get("rows") or []
-    largest = _largest(rows)
+    largest = largest_row(rows)
     state = nodestate.after_acceptance(
         (plan.result or {}).get("state") or nodestate.new(),
         passed=plan.verdict.ready,
@@ -907,8 +654,6 @@ def _certify(run: AcceptanceRun, plan: NodePlan, progress: Progress) -> None:
 
 def _lock_digest(plan: NodePlan, inventory: Path) -> str | None:
     """``sha256:`` of the group's stack lock file when it is current for the stack."""
-    from toolkit.stack.lock import LOCK_FILE, lock_from_vars, lock_path, lock_state
-
     lock = lock_from_vars(plan.host.vars, f"{LOCK_FILE} of host {plan.host.name}")
     path = lock_path(inventory, plan.group)
     if lock is None or plan.expect is None or plan.expect.stack_id is None:

@@ -1,0 +1,76 @@
+"""What one node's acceptance result says, in the shape the reports and the node state read.
+
+Pure functions over the runner's ``result.json`` (a dict): the training-shaped measurements,
+the all-reduce row the floors judge, the transport NCCL's log names, and the digest that names
+a result in the node state and the certificate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from toolkit.acceptance import nccllog
+
+
+def training_summary(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The training-shaped measurements of one node for the reports: the random reads'
+    latency (with its histogram), the checkpoint round trip, the loop and the scaling curve."""
+    if not result or result.get("storage") is None:
+        return None
+    reads = (result.get("storage") or {}).get("reads") or {}
+    ckpt = result.get("checkpoint") or {}
+    train = result.get("train") or {}
+    return {
+        "reads": {
+            k: reads.get(k)
+            for k in (
+                "cache",
+                "reads",
+                "workers",
+                "min_read_bytes",
+                "max_read_bytes",
+                "p50_ms",
+                "p99_ms",
+                "max_ms",
+                "files_per_s",
+                "mbps",
+                "histogram",
+            )
+        },
+        "checkpoint": {
+            k: ckpt.get(k)
+            for k in (
+                "bytes",
+                "tensors",
+                "write_s",
+                "write_mbps",
+                "restore_s",
+                "restore_mbps",
+                "identical",
+                "fresh_process",
+                "error",
+            )
+        },
+        "loop": train.get("loop"),
+        "scaling": (train.get("scaling") or {}).get("points") or [],
+        "error": (result.get("storage") or {}).get("error") or train.get("error"),
+    }
+
+
+def largest_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The all-reduce row of the largest message size (the one the floors judge)."""
+    return max(rows, key=lambda r: r["size_bytes"]) if rows else None
+
+
+def transport_summary(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the all-reduce's NCCL log says it ran over (None: no log, as gloo on the CPU)."""
+    summary = nccllog.read_section((result or {}).get("allreduce"))
+    return None if summary is None else summary.to_dict()
+
+
+def digest(document: Any) -> str:
+    """``sha256:<hex>`` of a document's canonical JSON."""
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
