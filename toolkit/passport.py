@@ -40,7 +40,6 @@ from toolkit import runs
 from toolkit.config import load_json
 from toolkit.errors import ConfigError
 from toolkit.inventory import name_path
-from toolkit.report.fleet import RECORD, read_record
 
 CHECK_RECORD = "check.json"  # a passive check's record (toolkit.steps.check writes it)
 BASELINE_RUNS = 5
@@ -177,10 +176,10 @@ def _weakest(entries: Any, key: str) -> float | None:
 
 
 def _accept_observations(info: runs.RunInfo) -> dict[str, Observation]:
-    path = info.path / RECORD
+    path = info.path / runs.RECORD
     if not os.path.lexists(path):  # a run cut short has no record
         return {}
-    record = read_record(path)
+    record = runs.read_record(path)
     out = {}
     for node in record["nodes"]:
         host = str(node["host"])
@@ -230,12 +229,16 @@ def _check_observations(info: runs.RunInfo) -> dict[str, Observation]:
     return out
 
 
-def fleet_observations(runs_dir: Any = None) -> dict[str, list[Observation]]:
-    """Every node's observations in the recorded runs, oldest first.
+def fleet_observations(
+    runs_dir: Any = None, hosts: Iterable[str] | None = None
+) -> dict[str, list[Observation]]:
+    """Every node's observations in the recorded runs, oldest first; only those of ``hosts``
+    (an inventory's nodes: the fleet a node is compared with) when given.
 
     Raises:
         ConfigError: A run's record is unreadable or malformed (named).
     """
+    wanted = None if hosts is None else set(hosts)
     found: dict[str, list[Observation]] = {}
     for info in runs.list_runs(runs_dir):
         if info.kind == "accept":
@@ -245,7 +248,8 @@ def fleet_observations(runs_dir: Any = None) -> dict[str, list[Observation]]:
         else:
             continue
         for host, obs in seen.items():
-            found.setdefault(host, []).append(obs)
+            if wanted is None or host in wanted:
+                found.setdefault(host, []).append(obs)
     for observations in found.values():
         observations.sort(key=lambda o: o.run_id[:16])  # the id's UTC time, then the kind
     return found
@@ -440,3 +444,17 @@ def passport(
         + _below_fleet(host, fleet, share)
     )
     return Passport(host, observations, flags)
+
+
+def passports(
+    hosts: Iterable[str], runs_dir: Any = None, share: float = DEFAULT_SHARE
+) -> dict[str, Passport]:
+    """Each host's passport, the hosts (an inventory's nodes) being the fleet each one is
+    compared with.
+
+    Raises:
+        ConfigError: A run's record is unreadable or malformed, or ``share`` out of range.
+    """
+    wanted = list(hosts)
+    fleet = fleet_observations(runs_dir, wanted)
+    return {host: passport(host, fleet, share) for host in wanted}
