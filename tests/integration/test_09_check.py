@@ -19,6 +19,7 @@ emulation. In order:
    history`` flags the swap after the restart and names the returned serial with
    `failed-part-returned`, in JSON and in text.
 
+The fixture's acceptance signs a certificate per node: it carries the node's passport.
 The nodes are left not ready; no module after this one needs them ready.
 """
 
@@ -37,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from toolkit import cert
 from toolkit.lab import lab as lab_core
 
 pytestmark = pytest.mark.lab
@@ -82,7 +84,10 @@ def ready(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
     assert [node_state(n)["state"] for n in names] == ["ready", "ready"]
     # `up` skips acceptance on nodes an earlier module left ready: one acceptance run of both
     # nodes in this state folder, so each passport has its figures whatever ran before.
-    proc, took = gpunode(ctx, "accept", "-i", str(inventory), "--limit", ",".join(names))
+    key = tmp_path_factory.mktemp("key") / "provider"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    args = ("accept", "-i", str(inventory), "--limit", ",".join(names), "--sign-key", str(key))
+    proc, took = gpunode(ctx, *args)
     print(f"gpunode accept (the passports' figures): {took:.0f}s")
     assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
     try:
@@ -247,3 +252,10 @@ def test_passport_names_the_serial_of_a_failed_gpu_that_returns(ready: dict[str,
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "failed-part-returned:" in proc.stdout and gpu["serial"] in proc.stdout, proc.stdout
     print(f"\nfailed, swapped, returned, checked and shown: {time.perf_counter() - started:.1f}s")
+    # The fixture's acceptance signed each node's certificate with its passport at issue time.
+    certificate = sorted((ready["state_dir"] / "runs").glob(f"*-accept-*/certs/{node}.cert"))[-1]
+    document = cert.load(certificate)
+    assert document.version == 2 and document.passport is not None
+    assert document.passport.since <= certificate.parent.parent.name
+    seen = {g.serial for g in document.passport.gpus_seen}
+    assert seen == {g["serial"] for g in failing["facts"]["gpus"]}, seen
