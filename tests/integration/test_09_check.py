@@ -252,6 +252,15 @@ def test_passport_names_the_serial_of_a_failed_gpu_that_returns(ready: dict[str,
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "failed-part-returned:" in proc.stdout and gpu["serial"] in proc.stdout, proc.stdout
     print(f"\nfailed, swapped, returned, checked and shown: {time.perf_counter() - started:.1f}s")
+    # The fleet report reads the same passport: the node's flags and its figures' plot.
+    page = ready["state_dir"] / "fleet.html"
+    proc, _took = gpunode(ready, "report", "-i", str(ready["inventory"]), "-o", str(page), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shown = json.loads(proc.stdout)["nodes"][node]["flags"]
+    assert [f for f in shown if f["kind"] == "failed-part-returned"] == flags, shown
+    part = page.read_text().split(f"<h2>{node}</h2>", 1)[1].split("<h2>", 1)[0]
+    assert f"<li><b>failed-part-returned</b>: GPU serial {gpu['serial']} " in part
+    assert "busbw_gbps (GB/s, higher is better)" in part and "<circle " in part
     # The fixture's acceptance signed each node's certificate with its passport at issue time.
     certificate = sorted((ready["state_dir"] / "runs").glob(f"*-accept-*/certs/{node}.cert"))[-1]
     document = cert.load(certificate)
