@@ -40,7 +40,6 @@ from toolkit import runs
 from toolkit.config import load_json
 from toolkit.errors import ConfigError
 from toolkit.names import name_path
-from toolkit.report.fleet import RECORD, read_record
 
 CHECK_RECORD = "check.json"  # a passive check's record (toolkit.steps.check writes it)
 BASELINE_RUNS = 5
@@ -90,6 +89,10 @@ class Observation:
             "failed_slots": self.failed_slots,
             "figures": self.figures,
         }
+
+
+# Every node's observations, oldest first (what fleet_observations reads).
+Fleet = Mapping[str, list[Observation]]
 
 
 @dataclass(frozen=True)
@@ -176,34 +179,42 @@ def _weakest(entries: Any, key: str) -> float | None:
     return min(values) if values else None
 
 
+def accept_observation(
+    run_id: str, started: str | None, node: Mapping[str, Any], result: Mapping[str, Any] | None
+) -> Observation:
+    """One node's observation in an acceptance run: its summary in the run's record and its
+    runner result (None: the run kept none)."""
+    obs = Observation(run_id, "accept", started, node.get("group"))
+    obs.ok = node.get("verdict") == "ready"
+    result = result if isinstance(result, Mapping) else {}
+    _identity(obs, result.get("identity"))
+    obs.gpus = _gpus((result.get("gpus") or {}).get("list") or [])
+    obs.failed_slots = _failed_slots(
+        obs.gpus, (str(f.get("message") or "") for f in node.get("failed_checks") or [])
+    )
+    perf = result.get("gpu_perf") or {}
+    p99 = (((node.get("training") or {}).get("reads")) or {}).get("p99_ms")
+    figures = {
+        "busbw_gbps": node.get("busbw_at_largest_gbps"),
+        "gemm_tflops": _weakest(perf.get("gemm"), "tflops"),
+        "mem_bw_gbps": _weakest(perf.get("mem_bw"), "gbps"),
+        "storage_p99_ms": p99,
+    }
+    obs.figures = {k: float(v) for k, v in figures.items() if isinstance(v, (int, float))}
+    return obs
+
+
 def _accept_observations(info: runs.RunInfo) -> dict[str, Observation]:
-    path = info.path / RECORD
+    path = info.path / runs.RECORD
     if not os.path.lexists(path):  # a run cut short has no record
         return {}
-    record = read_record(path)
+    record = runs.read_record(path)
     out = {}
     for node in record["nodes"]:
         host = str(node["host"])
-        obs = Observation(info.run_id, "accept", record.get("started"), node.get("group"))
-        obs.ok = node.get("verdict") == "ready"
         result_path = name_path(info.path / "nodes", host, ".result.json")
-        result = load_json(result_path, "run record") if result_path.is_file() else {}
-        result = result if isinstance(result, dict) else {}
-        _identity(obs, result.get("identity"))
-        obs.gpus = _gpus((result.get("gpus") or {}).get("list") or [])
-        obs.failed_slots = _failed_slots(
-            obs.gpus, (str(f.get("message") or "") for f in node.get("failed_checks") or [])
-        )
-        perf = result.get("gpu_perf") or {}
-        p99 = (((node.get("training") or {}).get("reads")) or {}).get("p99_ms")
-        figures = {
-            "busbw_gbps": node.get("busbw_at_largest_gbps"),
-            "gemm_tflops": _weakest(perf.get("gemm"), "tflops"),
-            "mem_bw_gbps": _weakest(perf.get("mem_bw"), "gbps"),
-            "storage_p99_ms": p99,
-        }
-        obs.figures = {k: float(v) for k, v in figures.items() if isinstance(v, (int, float))}
-        out[host] = obs
+        result = load_json(result_path, "run record") if result_path.is_file() else None
+        out[host] = accept_observation(info.run_id, record.get("started"), node, result)
     return out
 
 
@@ -230,12 +241,16 @@ def _check_observations(info: runs.RunInfo) -> dict[str, Observation]:
     return out
 
 
-def fleet_observations(runs_dir: Any = None) -> dict[str, list[Observation]]:
-    """Every node's observations in the recorded runs, oldest first.
+def fleet_observations(
+    runs_dir: Any = None, hosts: Iterable[str] | None = None
+) -> dict[str, list[Observation]]:
+    """Every node's observations in the recorded runs, oldest first; only those of ``hosts``
+    (an inventory's nodes: the fleet a node is compared with) when given.
 
     Raises:
         ConfigError: A run's record is unreadable or malformed (named).
     """
+    wanted = None if hosts is None else set(hosts)
     found: dict[str, list[Observation]] = {}
     for info in runs.list_runs(runs_dir):
         if info.kind == "accept":
@@ -245,10 +260,27 @@ def fleet_observations(runs_dir: Any = None) -> dict[str, list[Observation]]:
         else:
             continue
         for host, obs in seen.items():
-            found.setdefault(host, []).append(obs)
+            if wanted is None or host in wanted:
+                found.setdefault(host, []).append(obs)
     for observations in found.values():
         observations.sort(key=lambda o: o.run_id[:16])  # the id's UTC time, then the kind
     return found
+
+
+def with_run(
+    fleet: Mapping[str, list[Observation]],
+    run_id: str,
+    started: str | None,
+    nodes: Iterable[tuple[Mapping[str, Any], Mapping[str, Any] | None]],
+) -> dict[str, list[Observation]]:
+    """The fleet's observations and those of an acceptance run not recorded yet (its nodes'
+    summaries and results): what a certificate is issued with, before the run's record is
+    written."""
+    out = {host: list(observations) for host, observations in fleet.items()}
+    for node, result in nodes:
+        obs = accept_observation(run_id, started, node, result)
+        out.setdefault(str(node["host"]), []).append(obs)
+    return out
 
 
 # --- the flags -------------------------------------------------------------------------------
@@ -440,3 +472,39 @@ def passport(
         + _below_fleet(host, fleet, share)
     )
     return Passport(host, observations, flags)
+
+
+def passports(
+    hosts: Iterable[str], runs_dir: Any = None, share: float = DEFAULT_SHARE
+) -> dict[str, Passport]:
+    """Each host's passport, the hosts (an inventory's nodes) being the fleet each one is
+    compared with.
+
+    Raises:
+        ConfigError: A run's record is unreadable or malformed, or ``share`` out of range.
+    """
+    wanted = list(hosts)
+    fleet = fleet_observations(runs_dir, wanted)
+    return {host: passport(host, fleet, share) for host in wanted}
+
+
+def summary(card: Passport) -> dict[str, Any]:
+    """What a certificate carries of a passport at issue time: how far its history reaches,
+    every GPU (serial and UUID) seen in the node with the first and last run that saw it, and
+    the flags."""
+    seen: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for obs in card.observations:
+        for gpu in obs.gpus:
+            key = (gpu.get("serial"), gpu.get("uuid"))
+            entry = seen.setdefault(
+                key, {"serial": key[0], "uuid": key[1], "first_run": obs.run_id}
+            )
+            entry["last_run"] = obs.run_id
+    return {
+        "observed_runs": len(card.observations),
+        "since": card.observations[0].run_id if card.observations else None,
+        "gpus_seen": sorted(
+            seen.values(), key=lambda g: (g["first_run"], str(g["serial"]), str(g["uuid"]))
+        ),
+        "flags": [f.to_dict() for f in card.flags],
+    }

@@ -11,6 +11,9 @@ never removed by routine runs: it stays until ``gpunode runs prune`` removes it,
 count configured for its own kind (``$GPUNODE_KEEP_EVIDENCE_RUNS``) is exceeded. Folders whose
 name is not a run id (older formats, anything a person put there) are never removed
 automatically.
+
+An acceptance run's record (``run.json``) is read here too, once for its readers: the node
+passport and the fleet report (``read_record``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from toolkit.config import load_json, validate
 from toolkit.errors import ConfigError
 
 # How many runs of one routine kind are kept (the oldest of that kind go first).
@@ -211,3 +218,65 @@ def start_run(kind: str, runs: Path | None = None, now: datetime | None = None) 
         raise ConfigError(f"{run_dir}: cannot create the run folder: {err.strerror}") from None
     rotate(runs, kind)
     return run_dir
+
+
+# --- the acceptance record, as its readers read it --------------------------------------------
+# The fleet report (toolkit.report.fleet) and the node passport (toolkit.passport) read it
+# through read_record. Only the keys they read are checked; a record carries more (acceptance's
+# run summary), kept as they are. Numbers are strict: "fast" is no busbw, 1.5 no size.
+
+RECORD = "run.json"  # an acceptance run's record (toolkit.report.write_reports writes it)
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+
+class _Check(_Entry):
+    name: str
+    ok: bool
+    message: str | None = None
+
+
+class _Failed(_Entry):
+    check: str
+    message: str | None = None
+
+
+class _Row(_Entry):
+    size_bytes: int = Field(ge=0)
+    busbw_gbps: float = Field(ge=0)
+
+
+class _Floor(_Entry):
+    size_bytes: int = Field(ge=0)
+    min_busbw_gbps: float = Field(ge=0)
+
+
+class _Node(_Entry):
+    host: str
+    verdict: str
+    installed_stack_id: str | None = None
+    busbw_at_largest_gbps: float | None = Field(default=None, ge=0)
+    checks: list[_Check] = []
+    failed_checks: list[_Failed] = []
+    allreduce_rows: list[_Row] = []
+    floors: list[_Floor] | None = None
+
+
+class RunRecord(_Entry):
+    """An acceptance run's ``run.json``: the keys the fleet report and the passport read."""
+
+    run_id: str
+    started: str | None = None
+    nodes: list[_Node]
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """One acceptance run's record, checked against :class:`RunRecord`.
+
+    Raises:
+        ConfigError: Not a regular file, too large, not strict JSON, or not a run record
+            (the file, the key path and the rule are named; exit 2).
+    """
+    return validate(RunRecord, load_json(path, "run record"), path).model_dump()

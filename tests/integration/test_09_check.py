@@ -13,8 +13,13 @@ emulation. In order:
 4. node 1's GPU board is replaced (the `swapped-gpu` fault): ``gpunode node history`` flags
    the swap, naming the slot and both serials, beside the acceptance run ``up`` recorded;
 5. node 2 remaps one more row at each restart (the `remap-rising` fault): after three boots,
-   each checked, ``gpunode node history`` flags its rising remaps.
+   each checked, ``gpunode node history`` flags its rising remaps;
+6. node 1's GPU fails (`ecc`), is replaced (`swapped-gpu`, and the lab restarts the node)
+   and comes back in another slot (`returned-gpu`), each state checked: ``gpunode node
+   history`` flags the swap after the restart and names the returned serial with
+   `failed-part-returned`, in JSON and in text.
 
+The fixture's acceptance signs a certificate per node: it carries the node's passport.
 The nodes are left not ready; no module after this one needs them ready.
 """
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from toolkit import cert
 from toolkit.lab import lab as lab_core
 
 pytestmark = pytest.mark.lab
@@ -77,7 +84,10 @@ def ready(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
     assert [node_state(n)["state"] for n in names] == ["ready", "ready"]
     # `up` skips acceptance on nodes an earlier module left ready: one acceptance run of both
     # nodes in this state folder, so each passport has its figures whatever ran before.
-    proc, took = gpunode(ctx, "accept", "-i", str(inventory), "--limit", ",".join(names))
+    key = tmp_path_factory.mktemp("key") / "provider"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    args = ("accept", "-i", str(inventory), "--limit", ",".join(names), "--sign-key", str(key))
+    proc, took = gpunode(ctx, *args)
     print(f"gpunode accept (the passports' figures): {took:.0f}s")
     assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
     try:
@@ -196,3 +206,65 @@ def test_passport_flags_remaps_rising_boot_after_boot(ready: dict[str, Any]) -> 
     flags = [f for f in json.loads(proc.stdout)["flags"] if f["kind"] == "remaps-rising"]
     assert len(flags) == 1, flags
     assert all(f"{n} (run " in flags[0]["message"] for n in readings), flags[0]
+
+
+def test_passport_names_the_serial_of_a_failed_gpu_that_returns(ready: dict[str, Any]) -> None:
+    node = ready["names"][0]
+    started = time.perf_counter()
+    seen = []
+    try:
+        for fault in ("ecc", "swapped-gpu", "returned-gpu"):
+            lab_core.set_faults(LAB, node, [fault])
+            if fault == "swapped-gpu":
+                lab_core.restart_node(LAB, node)  # a board is replaced with the node down
+            proc, doc, _took = check(ready)
+            seen.append((doc["run_id"], doc["nodes"][node]))
+    finally:
+        lab_core.set_faults(LAB, node, [])
+    (failed_run, failing), (gone_run, swapped), (back_run, back) = seen
+    bad = [c["message"] for c in failing["checks"] if c["name"] == "health.ecc" and not c["ok"]]
+    [gpu] = [g for g in failing["facts"]["gpus"] if bad and g["bus_id"] in bad[0]]
+    assert gpu["serial"] not in {g["serial"] for g in swapped["facts"]["gpus"]}
+    [now] = [g for g in back["facts"]["gpus"] if g["serial"] == gpu["serial"]]
+    assert now["uuid"] == gpu["uuid"] and now["bus_id"] != gpu["bus_id"]
+    assert back["ok"], [c for c in back["checks"] if not c["ok"]]  # it passes: only history
+    args = ("node", "history", node, "-i", str(ready["inventory"]))
+    proc, _took = gpunode(ready, *args, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    card = json.loads(proc.stdout)
+    [swap] = [f for f in card["flags"] if f["kind"] == "gpu-swapped" and f["run_id"] == gone_run]
+    [new] = [g for g in swapped["facts"]["gpus"] if g["bus_id"] == gpu["bus_id"]]
+    assert f"slot {gpu['bus_id']}: serial {gpu['serial']} ({gpu['uuid']})" in swap["message"]
+    assert f"serial {new['serial']} ({new['uuid']}) in run {gone_run}" in swap["message"]
+    flags = [f for f in card["flags"] if f["kind"] == "failed-part-returned"]
+    assert [f["run_id"] for f in flags] == [back_run], flags
+    message = flags[0]["message"]
+    assert message.startswith(f"GPU serial {gpu['serial']} (now slot {now['bus_id']}, UUID "), (
+        message
+    )
+    # The serial's first failure in this module's runs, then the first run without it.
+    found = re.search(
+        r"failed on (\S+) in run (\S+), was gone from it in run (\S+), and is back", message
+    )
+    assert found and found[1] == node, message
+    assert found[2] <= failed_run < gone_run and found[2] < found[3] <= gone_run, message
+    proc, _took = gpunode(ready, *args)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "failed-part-returned:" in proc.stdout and gpu["serial"] in proc.stdout, proc.stdout
+    print(f"\nfailed, swapped, returned, checked and shown: {time.perf_counter() - started:.1f}s")
+    # The fleet report reads the same passport: the node's flags and its figures' plot.
+    page = ready["state_dir"] / "fleet.html"
+    proc, _took = gpunode(ready, "report", "-i", str(ready["inventory"]), "-o", str(page), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shown = json.loads(proc.stdout)["nodes"][node]["flags"]
+    assert [f for f in shown if f["kind"] == "failed-part-returned"] == flags, shown
+    part = page.read_text().split(f"<h2>{node}</h2>", 1)[1].split("<h2>", 1)[0]
+    assert f"<li><b>failed-part-returned</b>: GPU serial {gpu['serial']} " in part
+    assert "busbw_gbps (GB/s, higher is better)" in part and "<circle " in part
+    # The fixture's acceptance signed each node's certificate with its passport at issue time.
+    certificate = sorted((ready["state_dir"] / "runs").glob(f"*-accept-*/certs/{node}.cert"))[-1]
+    document = cert.load(certificate)
+    assert document.version == 2 and document.passport is not None
+    assert document.passport.since <= certificate.parent.parent.name
+    seen = {g.serial for g in document.passport.gpus_seen}
+    assert seen == {g["serial"] for g in failing["facts"]["gpus"]}, seen

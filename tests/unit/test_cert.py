@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from toolkit import cert
+from toolkit import cert, passport
 from toolkit.acceptance.thresholds import AcceptanceSpec
 from toolkit.errors import ConfigError
 
@@ -143,6 +143,34 @@ def _spec() -> AcceptanceSpec:
     )
 
 
+# Three acceptance runs of node-1: its GPU 1 fails in the first (XID on its slot), is replaced
+# in the second, and the same board is back in the third (this certificate's run).
+EARLIER = ("20251201T120000Z-accept-abc001", "20251215T120000Z-accept-abc002")
+RETURNED = "1650999999999"
+
+
+def _summary(verdict: str = "ready", failed: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "host": "node-1",
+        "group": "gpu",
+        "verdict": verdict,
+        "busbw_at_largest_gbps": 0.5,
+        "failed_checks": [{"check": "health.xid", "message": m} for m in failed],
+    }
+
+
+def _passport() -> dict[str, Any]:
+    fleet = passport.with_run(
+        {},
+        EARLIER[0],
+        None,
+        [(_summary("not-ready", ("XID 79 on 0000:2a:00",)), _result(RETURNED))],
+    )
+    fleet = passport.with_run(fleet, EARLIER[1], None, [(_summary(), _result())])
+    fleet = passport.with_run(fleet, RUN_ID, None, [(_summary(), _result(RETURNED))])
+    return passport.summary(passport.passport("node-1", fleet))
+
+
 def _document(**overrides: Any) -> dict[str, Any]:
     args: dict[str, Any] = {
         "host": "node-1",
@@ -160,6 +188,7 @@ def _document(**overrides: Any) -> dict[str, Any]:
         "valid_until": "2026-01-02T12:05:00Z",
         "result_file": "nodes/node-1.result.json",
         "result_sha256": DIGEST,
+        "passport": _passport(),
     }
     args.update(overrides)
     return cert.build(**args)
@@ -176,7 +205,7 @@ def _sign_key(private: Path) -> cert.SignKey:
 
 def test_document_holds_identity_installed_and_proof() -> None:
     doc = _document()
-    assert doc["format"] == "gpunode-cert" and doc["version"] == 1 and doc["verdict"] == "ready"
+    assert doc["format"] == "gpunode-cert" and doc["version"] == 2 and doc["verdict"] == "ready"
     ident = doc["identity"]
     assert ident["system"]["product_serial"] == "S123456X"
     assert [g["serial"] for g in ident["gpus"]] == ["1650000000001", "1650123456789"]
@@ -195,6 +224,38 @@ def test_document_holds_identity_installed_and_proof() -> None:
     assert doc["proof"]["result_sha256"] == DIGEST
 
 
+def test_the_certificate_carries_the_node_passport_at_issue_time() -> None:
+    """Its flags (the failed board back, the swap that took it out and the one that brought
+    it back) and every board seen, from runs before this one and this run itself."""
+    card = _document()["passport"]
+    assert card["observed_runs"] == 3 and card["since"] == EARLIER[0]
+    kinds = [f["kind"] for f in card["flags"]]
+    assert kinds == ["gpu-swapped", "gpu-swapped", "failed-part-returned"], card["flags"]
+    [back] = [f for f in card["flags"] if f["kind"] == "failed-part-returned"]
+    assert back["run_id"] == RUN_ID and back["message"].startswith(f"GPU serial {RETURNED} ")
+    assert (
+        f"failed on node-1 in run {EARLIER[0]}, was gone from it in run {EARLIER[1]}"
+        in (back["message"])
+    )
+    seen = {(g["serial"], g["first_run"], g["last_run"]) for g in card["gpus_seen"]}
+    assert (RETURNED, EARLIER[0], RUN_ID) in seen
+    assert ("1650123456789", EARLIER[1], EARLIER[1]) in seen
+    assert ("1650000000001", EARLIER[0], RUN_ID) in seen and len(seen) == 3
+    summary = cert.summary(cert.validate_document(cert.render(_document())))
+    assert summary["passport_flags"] == kinds
+
+
+def test_a_version_1_certificate_without_passport_still_reads() -> None:
+    """Certificates issued before the passport are evidence: they stay valid."""
+    doc = _document()
+    doc.pop("passport")
+    doc["version"] = 1
+    old = cert.validate_document(cert.render(doc))
+    assert old.version == 1 and old.passport is None
+    assert cert.summary(old)["passport_flags"] is None
+    assert cert.compare(old, cert.validate_document(cert.render(_document()))) == []
+
+
 def test_render_is_canonical_and_stable() -> None:
     doc = _document()
     assert cert.render(doc) == cert.render(json.loads(cert.render(doc)))
@@ -205,7 +266,11 @@ def test_render_is_canonical_and_stable() -> None:
     ("change", "named"),
     [
         (lambda d: d.update(verdict="not-ready"), "verdict"),
-        (lambda d: d.update(version=2), "version"),
+        (lambda d: d.update(version=3), "version"),
+        (lambda d: d.update(version=1), "version 2 carries the node passport"),
+        (lambda d: d.pop("passport"), "version 2 carries the node passport"),
+        (lambda d: d["passport"].update(observed_runs=0), "passport.observed_runs"),
+        (lambda d: d["passport"]["flags"][0].update(run_id="yesterday"), "passport.flags"),
         (lambda d: d.update(extra=1), "extra"),
         (lambda d: d["proof"].update(result_sha256="md5:x"), "proof.result_sha256"),
         (lambda d: d["proof"]["checks"][0].update(ok=False), "failed checks"),

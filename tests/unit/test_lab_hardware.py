@@ -209,6 +209,38 @@ def test_fault_swapped_gpu_changes_one_board_serial_and_uuid_only() -> None:
     assert swapped.system == plain.system
 
 
+def test_swapped_gpu_replaces_the_board_the_ecc_fault_fails() -> None:
+    failing = NodeHardware.for_node("H100", 8, True, ["ecc"], seed="n", index=1)
+    swapped = NodeHardware.for_node("H100", 8, True, ["swapped-gpu"], seed="n", index=1)
+    [bad] = [g for g in failing.gpus if g.ecc_uncorrected_volatile]
+    [new] = [g for g in swapped.gpus if g.pci_bus_id == bad.pci_bus_id]
+    assert (new.serial, new.uuid) != (bad.serial, bad.uuid)
+    assert bad.serial not in {g.serial for g in swapped.gpus}
+
+
+def test_returned_gpu_puts_the_failed_board_back_in_another_slot() -> None:
+    """`ecc`, `swapped-gpu`, `returned-gpu`: the failed board's serial and UUID are gone, then
+    back in another slot with its lifetime history; the replacement stays in its slot."""
+    plain = NodeHardware.for_node("H100", 8, True, seed="n", index=1)
+    failing = NodeHardware.for_node("H100", 8, True, ["ecc"], seed="n", index=1)
+    swapped = NodeHardware.for_node("H100", 8, True, ["swapped-gpu"], seed="n", index=1)
+    back = NodeHardware.for_node("H100", 8, True, ["returned-gpu"], seed="n", index=1)
+    [bad] = [g for g in failing.gpus if g.ecc_uncorrected_volatile]
+    [returned] = [g for g in back.gpus if g.serial == bad.serial]
+    assert returned.uuid == bad.uuid and returned.pci_bus_id != bad.pci_bus_id
+    # Its InfoROM's history, nothing since the driver loaded, nothing pending: checks pass.
+    assert returned.ecc_uncorrected_aggregate == bad.ecc_uncorrected_aggregate
+    assert returned.remapped_rows_uncorrectable == 1 and not returned.remapped_rows_pending
+    assert returned.ecc_uncorrected_volatile == 0
+    [replacement] = [g for g in swapped.gpus if g.pci_bus_id == bad.pci_bus_id]
+    [still] = [g for g in back.gpus if g.pci_bus_id == bad.pci_bus_id]
+    assert (still.serial, still.uuid) == (replacement.serial, replacement.uuid)
+    [moved_out] = [g for g in plain.gpus if g.pci_bus_id == returned.pci_bus_id]
+    assert moved_out.serial not in {g.serial for g in back.gpus}
+    changed = [a.pci_bus_id for a, b in zip(plain.gpus, back.gpus, strict=True) if a != b]
+    assert sorted(changed) == sorted([bad.pci_bus_id, returned.pci_bus_id])
+
+
 def test_system_identity_is_stable_per_node_and_differs_between_nodes() -> None:
     one = NodeHardware.for_node("H100", 2, True, seed="lab", index=1).system
     assert one == NodeHardware.for_node("H100", 2, True, seed="lab", index=1).system
@@ -238,6 +270,15 @@ def test_all_faults_together_stay_coherent() -> None:
         (
             {"model": "H100", "count": 1, "nvswitch": True, "faults": ["missing-gpu"]},
             "'missing-gpu' needs at least 2 GPUs",
+        ),
+        (
+            {
+                "model": "H100",
+                "count": 2,
+                "nvswitch": True,
+                "faults": ["missing-gpu", "returned-gpu"],
+            },
+            "'returned-gpu' needs at least 2 GPUs present",
         ),
     ],
 )

@@ -87,10 +87,17 @@ class History:
         (path / "run.json").write_text(json.dumps(record))
         return path.name
 
-    def check(self, host: str, hw: NodeHardware, rows: dict[int, int] | None = None) -> str:
+    def check(
+        self,
+        host: str,
+        hw: NodeHardware,
+        rows: dict[int, int] | None = None,
+        failed: tuple[str, ...] = (),
+    ) -> str:
         path = self._folder("check")
         facts = {"gpus": _gpus(hw, rows), "identity": _identity(hw), "aer": {}, "xids": []}
-        node = {"ok": True, "error": None, "checks": [], "facts": facts}
+        checks = [{"name": "health.ecc", "ok": False, "message": m} for m in failed]
+        node = {"ok": not failed, "error": None, "checks": checks, "facts": facts}
         (path / "check.json").write_text(json.dumps({"run_id": path.name, "nodes": {host: node}}))
         return path.name
 
@@ -166,6 +173,29 @@ def test_a_part_that_failed_on_another_node_is_named_when_it_turns_up_here(tmp_p
     h.accept({"n1": {"hw": HW.model_copy(update={"gpus": gpus})}})
     [message] = _flags(tmp_path, "n1")["failed-part-returned"]
     assert f"GPU serial {bad.serial}" in message and "failed on n2" in message
+
+
+def test_the_labs_failed_swapped_returned_sequence_names_the_serial(tmp_path: Path) -> None:
+    """The lab's faults `ecc`, `swapped-gpu`, `returned-gpu`, each read by a check."""
+    faults = ("ecc", "swapped-gpu", "returned-gpu")
+    lab = {f: NodeHardware.for_node("H100", 8, True, [f], seed="pp", index=1) for f in faults}
+    [bad] = [g for g in lab["ecc"].gpus if g.ecc_uncorrected_volatile]
+    why = f"GPU {bad.index} ({bad.pci_bus_id}): ecc.errors.uncorrected.volatile.total = 2"
+    h = History(tmp_path)
+    failed = h.check("n1", lab["ecc"], failed=(why,))
+    gone = h.check("n1", lab["swapped-gpu"])
+    assert "failed-part-returned" not in _flags(tmp_path, "n1")
+    back = h.check("n1", lab["returned-gpu"])
+    [flag] = [
+        f for f in passport("n1", fleet_observations(tmp_path)).flags
+        if f.kind == "failed-part-returned"
+    ]  # fmt: skip
+    [now] = [g for g in lab["returned-gpu"].gpus if g.serial == bad.serial]
+    assert flag.run_id == back
+    assert flag.message == (
+        f"GPU serial {bad.serial} (now slot {now.pci_bus_id}, UUID {bad.uuid}) failed on n1 "
+        f"in run {failed}, was gone from it in run {gone}, and is back"
+    )
 
 
 def test_remaps_rising_over_three_readings_are_flagged(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from test_report_training import _summary
 
 from toolkit.acceptance.thresholds import AcceptanceSpec, effective
 from toolkit.acceptance.topology import report as topology_report
+from toolkit.passport import passports
 from toolkit.report import render_html
 from toolkit.report.fleet import fleet_history, render_fleet_html
 from toolkit.report.html import FAIL_OUTLINE, LINK_COLOURS, SERIES_COLOUR
@@ -128,7 +129,8 @@ def test_the_fleet_report_fits_the_window_and_reads_as_text(tmp_path: Path) -> N
     runs_dir = tmp_path / "runs"
     _fleet_record(runs_dir, 0, [node])
     page = tmp_path / "fleet.html"
-    page.write_text(render_fleet_html("inventories/lab", fleet_history(runs_dir, ["node-1"])))
+    history = fleet_history(runs_dir, ["node-1"])
+    page.write_text(render_fleet_html("inventories/lab", history, passports(["node-1"], runs_dir)))
 
     shot = browser.render(page, width=1280)
     assert shot.scroll_width <= 1280, f"the page is {shot.scroll_width} px wide in a 1280 window"

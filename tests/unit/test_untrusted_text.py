@@ -25,7 +25,7 @@ from test_hostile_input import FOOTER, HEADER, ROWS
 from test_properties import configured
 from test_stack_support import BASE
 
-from toolkit import cert, cli, runs
+from toolkit import cert, cli, passport, runs
 from toolkit.acceptance.thresholds import AcceptanceSpec
 from toolkit.cli.output import shown
 from toolkit.printable import printable
@@ -145,6 +145,9 @@ def hostile_document(hostname: str, serial: str, product: str, bus: str) -> dict
     }
     spec = AcceptanceSpec.model_validate({"allreduce": []})
     check = {"name": "gpu.count", "ok": True, "message": product, "measured": 1, "floor": None}
+    run_id = "20260101T120000Z-accept-abc123"
+    # The passport holds the same text: the board's serial and UUID among the boards seen.
+    seen = passport.with_run({}, run_id, None, [({"host": "node-1", "verdict": "ready"}, result)])
     return cert.build(
         host="node-1",
         group="gpu",
@@ -155,12 +158,13 @@ def hostile_document(hostname: str, serial: str, product: str, bus: str) -> dict
         stack_id="0123456789ab",
         lock_digest=None,
         image_id=None,
-        run_id="20260101T120000Z-accept-abc123",
+        run_id=run_id,
         started="2026-01-01T12:00:00+00:00",
         finished="2026-01-01T12:05:00+00:00",
         valid_until=None,
         result_file="nodes/node-1.result.json",
         result_sha256="sha256:" + "ab" * 32,
+        passport=passport.summary(passport.passport("node-1", seen)),
     )
 
 

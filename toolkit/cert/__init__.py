@@ -1,7 +1,7 @@
 """Handover certificates: per node, signed evidence that a customer can verify offline.
 
 A certificate is one file, ``<run>/certs/<host>.cert`` (docs/certificates.md): the canonical
-JSON document (``document``: the schema, ``format: gpunode-cert``, ``version: 1``) followed by
+JSON document (``document``: the schema, ``format: gpunode-cert``, ``version: 2``) followed by
 an OpenSSH signature of exactly those bytes (``ssh-keygen -Y sign -n gpunode-cert``) in
 OpenSSH's own armor (``signature``). Only nodes an acceptance run found ready get one: the
 schema allows no other verdict and no failed check, so a certificate cannot say "not ready".

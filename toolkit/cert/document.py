@@ -1,5 +1,6 @@
-"""A certificate's document: its schema (version 1), its canonical bytes, and how one is built
-from an acceptance run's result of a ready node."""
+"""A certificate's document: its schema (version 2; version 1, before the node passport, is
+still read), its canonical bytes, and how one is built from an acceptance run's result of a
+ready node."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from toolkit.config import format_loc
 from toolkit.errors import ToolkitError
 
 FORMAT = "gpunode-cert"
-VERSION = 1
+VERSION = 2  # 2: the node passport at issue time (`passport`); 1 has none
 FOLDER = "certs"  # inside a run folder
 SUFFIX = ".cert"
 SHA256_RE = r"^sha256:[0-9a-f]{64}\Z"
@@ -119,17 +120,46 @@ class Proof(_Model):
     result_sha256: str = Field(pattern=SHA256_RE)
 
 
+class PassportFlag(_Model):
+    """Something the node passport says (toolkit.passport: a GPU swapped, a failed part back,
+    remaps rising, a figure below the node's baseline or the fleet's), and the run it names."""
+
+    kind: str
+    message: str
+    run_id: str = Field(pattern=runs.RUN_ID.pattern)
+
+
+class GpuSeen(_Model):
+    """A GPU board the node has held, and the first and last run that saw it there."""
+
+    serial: str | None
+    uuid: str | None
+    first_run: str = Field(pattern=runs.RUN_ID.pattern)
+    last_run: str = Field(pattern=runs.RUN_ID.pattern)
+
+
+class PassportSummary(_Model):
+    """The node's passport at issue time, this run included: how far it reaches back, every
+    GPU seen in the node, and the flags. Flags inform; they never make a node not ready."""
+
+    observed_runs: int = Field(ge=1)
+    since: str = Field(pattern=runs.RUN_ID.pattern)
+    gpus_seen: list[GpuSeen]
+    flags: list[PassportFlag]
+
+
 class Certificate(_Model):
-    """The document of a certificate (version 1)."""
+    """The document of a certificate (version 2; version 1 has no passport)."""
 
     format: Literal["gpunode-cert"]
-    version: Literal[1]
+    version: Literal[1, 2]
     verdict: Literal["ready"]
     host: str
     group: str
     identity: Identity
     installed: Installed
     proof: Proof
+    passport: PassportSummary | None = None
 
     @model_validator(mode="after")
     def _all_passed(self) -> Certificate:
@@ -138,6 +168,8 @@ class Certificate(_Model):
             raise ValueError(
                 f"a ready certificate cannot carry failed checks ({', '.join(failed)})"
             )
+        if (self.version == 2) != (self.passport is not None):
+            raise ValueError("version 2 carries the node passport (passport), version 1 none")
         return self
 
 
@@ -239,8 +271,10 @@ def build(
     valid_until: str | None,
     result_file: str,
     result_sha256: str,
+    passport: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """The certificate document of one ready node, checked against the schema.
+    """The certificate document of one ready node, checked against the schema; ``passport``
+    is the node's passport at issue time (``toolkit.passport.summary``).
 
     Raises:
         CertError: The node's facts do not make a valid certificate (named).
@@ -308,6 +342,7 @@ def build(
             "result_file": result_file,
             "result_sha256": result_sha256,
         },
+        "passport": dict(passport),
     }
     # The document as it will be read back: JSON types only (a tuple becomes a list).
     document = json.loads(render(document))

@@ -183,6 +183,8 @@ def summary(document: Certificate) -> dict[str, Any]:
         "finished": document.proof.finished,
         "valid_until": document.proof.valid_until,
         "checks": len(document.proof.checks),
+        # Version 1 certificates carry no passport (None); otherwise its flags' kinds.
+        "passport_flags": [f.kind for f in document.passport.flags] if document.passport else None,
     }
 
 

@@ -53,7 +53,7 @@ def history(name: str, inventory: Path, share: float, as_json: bool) -> None:
     hosts = [h.name for h in load_inventory(inventory).hosts_for(None)]
     if name not in hosts:
         raise ConfigError(f"{inventory}: no host {name!r} (hosts: {', '.join(hosts)})")
-    fleet = {h: o for h, o in fleet_observations(runs.runs_dir()).items() if h in hosts}
+    fleet = fleet_observations(runs.runs_dir(), hosts)
     card = passport(name, fleet, share)
     if as_json:
         emit_json(card.to_dict())

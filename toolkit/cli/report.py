@@ -10,6 +10,7 @@ from toolkit import runs
 from toolkit.cli.options import compose, inventory_option, json_option, limit_option
 from toolkit.cli.output import emit_json, say
 from toolkit.errors import ConfigError
+from toolkit.passport import passports
 
 
 @click.command()
@@ -25,7 +26,8 @@ def report(inventory: Path, limit: str | None, as_json: bool, out: Path | None) 
     """Write the fleet's HTML report from the recorded acceptance runs.
 
     One page: the readiness table (each node's latest verdict), every check of that verdict,
-    busbw by message size, and each node's history run after run, so a degrading node shows.
+    busbw by message size, each node's history run after run, and its passport: its flags
+    and a plot of its figures over runs, so a degrading or repaired node shows.
     Reads only this machine's runs folder; contacts no node.
     """
     # Imported when the report is written: the inventory reader and the report's pages load
@@ -35,13 +37,14 @@ def report(inventory: Path, limit: str | None, as_json: bool, out: Path | None) 
 
     hosts = [h.name for h in load_inventory(inventory).hosts_for(limit)]
     history = fleet_history(runs.runs_dir(), hosts)
+    cards = passports(hosts, runs.runs_dir())
     target = out or runs.runs_dir() / "fleet-report.html"
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(render_fleet_html(str(inventory), history), encoding="utf-8")
+        target.write_text(render_fleet_html(str(inventory), history, cards), encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"{target}: cannot write the report: {err.strerror or err}") from None
     if as_json:
-        emit_json({**fleet_summary(history), "report": str(target)})
+        emit_json({**fleet_summary(history, cards), "report": str(target)})
     else:
         say(f"fleet report: {target}")

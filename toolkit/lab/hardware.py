@@ -51,6 +51,7 @@ FaultName = Literal[
     "dcgm-fail",
     "aer",
     "remap-rising",
+    "returned-gpu",
 ]
 
 # Faults the lab can inject. `slow-net` is traffic shaping on the node's interface (done by
@@ -80,7 +81,15 @@ FAULTS: dict[str, str] = {
     "slow-data": "reads of the node's data disks are throttled (blkio), as on a failing disk or a "
     "congested network file system",
     "keyring": "NVIDIA's repositories are already there (cuda-keyring's list, a deb822 source)",
-    "swapped-gpu": ("one GPU board was replaced (a repair): same slot, another serial and UUID"),
+    "swapped-gpu": (
+        "one GPU board was replaced (a repair of the board the `ecc` fault fails): same slot, "
+        "another serial and UUID"
+    ),
+    "returned-gpu": (
+        "the board the `ecc` fault fails, taken out by the `swapped-gpu` repair, is back in "
+        "another slot (its serial and UUID, its lifetime ECC count and remapped row), the "
+        "replacement staying in its own slot: the same broken part back after an RMA"
+    ),
     "runfile-driver": (
         "an NVIDIA driver installed by the .run installer: its files (installer, uninstaller, "
         "log, kernel module, libraries), no package; clearing the fault runs its uninstaller"
@@ -102,6 +111,10 @@ FAULTS: dict[str, str] = {
         "from the moment the fault is set: its AER counters move"
     ),
 }
+# The `ecc` fault's counts (uncorrectable, corrected); `remapped` and `returned-gpu` keep them as
+# the board's lifetime history.
+ECC_FAULT_UNCORRECTED = 2
+ECC_FAULT_CORRECTED = 14
 # The `aer` fault's counts: a link that starts to fail logs both kinds (Linux,
 # Documentation/PCI/pcieaer-howto.rst); any uncorrectable one since the last check is enough
 # to fail `pcie.aer`.
@@ -525,17 +538,34 @@ class NodeHardware(_Strict):
                 gpu["index"] = i
                 gpu["minor_number"] = i
         present = len(gpus)
-        if "swapped-gpu" in fault_list:
-            slot = _pick(seed, index, "swapped-gpu", present)
+        if "swapped-gpu" in fault_list or "returned-gpu" in fault_list:
+            # The repair replaces the board that the `ecc` fault fails, so that a lab can play
+            # "fails, is replaced, comes back": `ecc`, then `swapped-gpu`, then `returned-gpu`.
+            slot = _pick(seed, index, "ecc", present)
+            failed = dict(gpus[slot])
             board = _make_gpu(gpu_model, slot, count, f"{seed}/swapped-gpu", index)
             gpus[slot].update(uuid=board["uuid"], serial=board["serial"])
+            if "returned-gpu" in fault_list:
+                if present < 2:
+                    raise ConfigError("lab fault 'returned-gpu' needs at least 2 GPUs present")
+                others = [i for i in range(present) if i != slot]
+                back = others[_pick(seed, index, "returned-gpu", len(others))]
+                # The board keeps its InfoROM: the lifetime ECC count and the row the repair's
+                # reset activated (as the `remapped` fault), nothing since the driver loaded.
+                gpus[back].update(
+                    uuid=failed["uuid"],
+                    serial=failed["serial"],
+                    ecc_uncorrected_aggregate=ECC_FAULT_UNCORRECTED,
+                    ecc_corrected_aggregate=ECC_FAULT_CORRECTED,
+                    remapped_rows_uncorrectable=1,
+                )
         if "ecc" in fault_list:
             gpu = gpus[_pick(seed, index, "ecc", present)]
             gpu.update(
-                ecc_uncorrected_volatile=2,
-                ecc_uncorrected_aggregate=2,
-                ecc_corrected_volatile=14,
-                ecc_corrected_aggregate=14,
+                ecc_uncorrected_volatile=ECC_FAULT_UNCORRECTED,
+                ecc_uncorrected_aggregate=ECC_FAULT_UNCORRECTED,
+                ecc_corrected_volatile=ECC_FAULT_CORRECTED,
+                ecc_corrected_aggregate=ECC_FAULT_CORRECTED,
                 remapped_rows_uncorrectable=1,
                 remapped_rows_pending=True,
             )
@@ -544,8 +574,8 @@ class NodeHardware(_Strict):
             # since, so nothing counts in the volatile (since the driver loaded) counters.
             gpu = gpus[_pick(seed, index, "remapped", present)]
             gpu.update(
-                ecc_uncorrected_aggregate=2,
-                ecc_corrected_aggregate=14,
+                ecc_uncorrected_aggregate=ECC_FAULT_UNCORRECTED,
+                ecc_corrected_aggregate=ECC_FAULT_CORRECTED,
                 remapped_rows_uncorrectable=1,
             )
         if "remap-failure" in fault_list:

@@ -3,86 +3,26 @@
 ``gpunode report`` reads the acceptance runs kept under the runs folder (``toolkit.runs``:
 they are evidence, never rotated away by routine runs), and renders one self-contained HTML
 page: the readiness table from each node's latest verdict, every check of that verdict (not
-only the failed ones), the busbw-by-size plot of the latest run, and each node's history (its
-busbw at the largest size run after run, with verdict and stack id) so a degrading node
-shows before it fails.
+only the failed ones), the busbw-by-size plot of the latest run, and each node's history (run
+after run, with verdict and stack id) so a degrading node shows before it fails.
+
+Each node's passport (``toolkit.passport``, the one reader of a node's identity and figures
+over time) gives the rest: its flags (a GPU swapped, a failed part back, remaps rising, a
+figure below the node's own baseline or the fleet's) and a plot of its figures run after run.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from toolkit import runs
-from toolkit.config import load_json, validate
-from toolkit.report.html import PLOT_H, PLOT_W, STYLE, render_svg, value_cell
-
-RECORD = "run.json"  # an acceptance run's record (toolkit.report.write_reports writes it)
-
-
-# --- the run record, as this report reads it ------------------------------------------------
-# Only the keys read here are checked; a record carries more (acceptance's run summary), kept
-# as they are. Numbers are strict: "fast" is no busbw, 1.5 no size.
-
-
-class _Entry(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
-
-
-class _Check(_Entry):
-    name: str
-    ok: bool
-    message: str | None = None
-
-
-class _Failed(_Entry):
-    check: str
-    message: str | None = None
-
-
-class _Row(_Entry):
-    size_bytes: int = Field(ge=0)
-    busbw_gbps: float = Field(ge=0)
-
-
-class _Floor(_Entry):
-    size_bytes: int = Field(ge=0)
-    min_busbw_gbps: float = Field(ge=0)
-
-
-class _Node(_Entry):
-    host: str
-    verdict: str
-    installed_stack_id: str | None = None
-    busbw_at_largest_gbps: float | None = Field(default=None, ge=0)
-    checks: list[_Check] = []
-    failed_checks: list[_Failed] = []
-    allreduce_rows: list[_Row] = []
-    floors: list[_Floor] | None = None
-
-
-class RunRecord(_Entry):
-    """An acceptance run's ``run.json``: the keys the fleet report reads."""
-
-    run_id: str
-    started: str | None = None
-    nodes: list[_Node]
-
-
-def read_record(path: Path) -> dict[str, Any]:
-    """One acceptance run's record, checked against :class:`RunRecord`.
-
-    Raises:
-        ConfigError: Not a regular file, too large, not strict JSON, or not a run record
-            (the file, the key path and the rule are named; exit 2).
-    """
-    return validate(RunRecord, load_json(path, "run record"), path).model_dump()
+from toolkit.passport import FIGURES, Passport
+from toolkit.report.html import FLOOR_COLOUR, PLOT_W, SERIES_COLOUR, STYLE, render_svg, value_cell
 
 
 @dataclass
@@ -102,9 +42,9 @@ def _acceptance_summaries(runs_dir: Path) -> Iterable[dict[str, Any]]:
     for info in runs.list_runs(runs_dir):
         if info.kind not in ("accept", None):
             continue
-        path = info.path / RECORD
+        path = info.path / runs.RECORD
         if os.path.lexists(path):  # a run that was cut short has no record
-            yield read_record(path)
+            yield runs.read_record(path)
 
 
 def fleet_history(runs_dir: Path, hosts: Iterable[str]) -> dict[str, NodeHistory]:
@@ -124,12 +64,17 @@ def fleet_history(runs_dir: Path, hosts: Iterable[str]) -> dict[str, NodeHistory
     return history
 
 
-def fleet_summary(history: dict[str, NodeHistory]) -> dict[str, Any]:
-    """JSON-ready data: per node, its latest verdict and its busbw history."""
+def fleet_summary(
+    history: dict[str, NodeHistory], passports: Mapping[str, Passport]
+) -> dict[str, Any]:
+    """JSON-ready data: per node, its latest verdict, its busbw history and its passport's
+    flags."""
     nodes = {}
     for host, node in sorted(history.items()):
         latest = node.latest
+        card = passports.get(host)
         nodes[host] = {
+            "flags": [f.to_dict() for f in card.flags] if card else [],
             "runs": len(node.entries),
             "verdict": latest["verdict"] if latest else None,
             "run_id": latest["run_id"] if latest else None,
@@ -155,57 +100,89 @@ def fleet_summary(history: dict[str, NodeHistory]) -> dict[str, Any]:
     }
 
 
-def render_trend(points: list[tuple[str, float | None, bool]]) -> str:
-    """busbw at the largest size, run after run, as inline SVG (red points: not ready)."""
-    width, height, left, bottom, top_pad = PLOT_W, PLOT_H // 2 + 20, 50, 25, 10
-    inner_w, inner_h = width - left - 10, height - bottom - top_pad
-    values = [v for _l, v, _ok in points if v is not None]
+# The figures plot: one panel per figure the passport records, stacked, runs along x.
+PANEL_H, PANEL_GAP, AXIS_L, AXIS_B = 90, 22, 60, 22
+
+
+def render_figures(card: Passport) -> str:
+    """A node's acceptance figures run after run (the passport's), as inline SVG: one panel
+    per figure with any value, its name, unit and range; a point per run (red: not ready),
+    titled with the run id and the value."""
+    accepted = [o for o in card.observations if o.kind == "accept"]
+    shown = [name for name in FIGURES if any(name in o.figures for o in accepted)]
+    width = PLOT_W
+    inner_w = width - AXIS_L - 10
+    height = max(1, len(shown)) * (PANEL_H + PANEL_GAP) + AXIS_B
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-        'aria-label="busbw at the largest size, run after run">',
-        f'<rect x="{left}" y="{top_pad}" width="{inner_w}" height="{inner_h}" fill="none" '
-        'stroke="#999"/>',
+        f'aria-label="{escape(card.host)}: acceptance figures, run after run">'
     ]
-    if not values:
-        parts.append(f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">no data</text>')
+    if not shown:
+        parts.append(
+            f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">no figures</text>'
+        )
         return "".join(parts) + "</svg>"
-    top = max(values) * 1.1 or 1.0
-    step = inner_w / max(1, len(points) - 1)
+    step = inner_w / max(1, len(accepted) - 1)
+    for panel, name in enumerate(shown):
+        unit, higher = FIGURES[name]
+        top_y = panel * (PANEL_H + PANEL_GAP) + PANEL_GAP
+        values = [o.figures[name] for o in accepted if name in o.figures]
+        low, high = min(values), max(values)
+        pad = (high - low) * 0.1 or abs(high) * 0.1 or 1.0
+        low, high = max(0.0, low - pad), high + pad
 
-    def xy(index: int, value: float) -> tuple[float, float]:
-        return left + index * step, top_pad + inner_h - value / top * inner_h
+        def y(value: float, top_y: float = top_y, low: float = low, high: float = high) -> float:
+            return top_y + PANEL_H - (value - low) / (high - low) * PANEL_H
 
-    line = [xy(i, v) for i, (_l, v, _ok) in enumerate(points) if v is not None]
-    parts.append(
-        '<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="'
-        + " ".join(f"{x:.1f},{y:.1f}" for x, y in line)
-        + '"/>'
-    )
-    for index, (label, value, ok) in enumerate(points):
-        if value is None:
-            continue
-        x, y = xy(index, value)
-        colour = "#1f77b4" if ok else "#d62728"
+        better = "higher is better" if higher else "lower is better"
         parts.append(
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{colour}"><title>{escape(label)}: '
-            f"{value:.3f} GB/s{'' if ok else ' (not ready)'}</title></circle>"
+            f'<text x="{AXIS_L}" y="{top_y - 6}" font-size="11" font-weight="bold">'
+            f"{escape(name)} ({escape(unit)}, {better})</text>"
+            f'<rect x="{AXIS_L}" y="{top_y}" width="{inner_w}" height="{PANEL_H}" fill="none" '
+            'stroke="#999"/>'
         )
-    for frac in (0.0, 0.5, 1.0):
-        value = top / 1.1 * frac
+        for value in (low, high):
+            parts.append(
+                f'<text x="{AXIS_L - 5}" y="{y(value) + 3:.1f}" font-size="10" '
+                f'text-anchor="end">{value:.4g}</text>'
+            )
+        points = [(i, o) for i, o in enumerate(accepted) if name in o.figures]
         parts.append(
-            f'<text x="{left - 5}" y="{xy(0, value)[1] + 3:.1f}" font-size="10" '
-            f'text-anchor="end">{value:.3g}</text>'
+            f'<polyline fill="none" stroke="{SERIES_COLOUR}" stroke-width="2" points="'
+            + " ".join(f"{AXIS_L + i * step:.1f},{y(o.figures[name]):.1f}" for i, o in points)
+            + '"/>'
         )
+        for i, obs in points:
+            value = obs.figures[name]
+            colour = SERIES_COLOUR if obs.ok else FLOOR_COLOUR
+            parts.append(
+                f'<circle cx="{AXIS_L + i * step:.1f}" cy="{y(value):.1f}" r="4" fill="{colour}">'
+                f"<title>{escape(obs.run_id)}: {name} {value:g} {escape(unit)}"
+                f"{'' if obs.ok else ' (not ready)'}</title></circle>"
+            )
     parts.append(
-        f'<text x="{left + inner_w / 2}" y="{height - 5}" font-size="11" text-anchor="middle">'
-        "acceptance runs, oldest first</text>"
+        f'<text x="{AXIS_L + inner_w / 2}" y="{height - 5}" font-size="11" '
+        f'text-anchor="middle">{len(accepted)} acceptance run(s), oldest first</text>'
     )
     return "".join(parts) + "</svg>"
 
 
-def render_fleet_html(inventory: str, history: dict[str, NodeHistory]) -> str:
+def _flags_html(card: Passport | None) -> str:
+    if card is None or not card.flags:
+        return "<p>Passport: no flags.</p>"
+    items = "".join(
+        f"<li><b>{escape(f.kind)}</b>: {escape(f.message)} "
+        f"(run <code>{escape(f.run_id)}</code>)</li>"
+        for f in card.flags
+    )
+    return f"<p>Passport flags:</p><ul class='flags'>{items}</ul>"
+
+
+def render_fleet_html(
+    inventory: str, history: dict[str, NodeHistory], passports: Mapping[str, Passport]
+) -> str:
     """The fleet as one HTML page (no scripts, no external assets)."""
-    summary = fleet_summary(history)
+    summary = fleet_summary(history, passports)
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -213,7 +190,7 @@ def render_fleet_html(inventory: str, history: dict[str, NodeHistory]) -> str:
         f"<h1>gpunode fleet report: <code>{escape(inventory)}</code></h1>",
         "<h2>Readiness (latest acceptance of each node)</h2><table><tr><th>node</th>"
         "<th>verdict</th><th>when</th><th>stack id</th><th>busbw at largest size (GB/s)</th>"
-        "<th>failed checks</th><th>runs</th></tr>",
+        "<th>failed checks</th><th>passport flags</th><th>runs</th></tr>",
     ]
     for host, node in summary["nodes"].items():
         verdict = str(node["verdict"] or "never accepted")
@@ -225,12 +202,14 @@ def render_fleet_html(inventory: str, history: dict[str, NodeHistory]) -> str:
             f"<td>{escape(str(node['stack_id'] or '-'))}</td>"
             f"<td>{'-' if busbw is None else f'{busbw:.3f}'}</td>"
             f"<td>{escape(', '.join(node['failed_checks']) or '-')}</td>"
+            f"<td>{escape(', '.join(sorted({f['kind'] for f in node['flags']})) or '-')}</td>"
             f"<td>{node['runs']}</td></tr>"
         )
     out.append("</table>")
     for host, node in sorted(history.items()):
         latest = node.latest
         out.append(f"<h2>{escape(host)}</h2>")
+        out.append(_flags_html(passports.get(host)))
         if latest is None:
             out.append("<p>No recorded acceptance run.</p>")
             continue
@@ -254,14 +233,13 @@ def render_fleet_html(inventory: str, history: dict[str, NodeHistory]) -> str:
             "<figure><figcaption>busbw by message size (latest run)</figcaption>"
             f"{render_svg(latest.get('allreduce_rows') or [], latest.get('floors'))}</figure>"
         )
-        trend = [
-            (str(e["run_id"]), e.get("busbw_at_largest_gbps"), e.get("verdict") == "ready")
-            for e in node.entries
-        ]
-        out.append(
-            "<figure><figcaption>busbw at the largest size, run after run</figcaption>"
-            f"{render_trend(trend)}</figure></div>"
-        )
+        card = passports.get(host)
+        if card is not None:
+            out.append(
+                "<figure><figcaption>figures, run after run (passport)</figcaption>"
+                f"{render_figures(card)}</figure>"
+            )
+        out.append("</div>")
         out.append(
             "<table><tr><th>run</th><th>when</th><th>verdict</th><th>stack id</th>"
             "<th>busbw (GB/s)</th></tr>"

@@ -23,7 +23,7 @@ from typing import Any
 
 import docker.errors
 
-from toolkit import cert, nodestate, runs
+from toolkit import cert, nodestate, passport, runs
 from toolkit.acceptance import executors, payload, topology
 from toolkit.acceptance.check import Check, NodeExpectation, expected_node
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
@@ -603,12 +603,24 @@ def _record(run: AcceptanceRun, progress: Progress = lambda _m: None) -> None:
             name_path(run.run_dir / "nodes", plan.host.name, ".result.json").write_text(
                 json.dumps(plan.result, indent=1, sort_keys=True) + "\n"
             )
+    # Each certificate carries its node's passport at issue time, this run included.
+    try:
+        fleet: passport.Fleet | ConfigError = passport.with_run(
+            passport.fleet_observations(run.run_dir.parent),
+            run.run_id,
+            run.started,
+            [(_node_summary(p), p.result) for p in run.plans],
+        )
+    except ConfigError as err:  # an earlier run's record is unreadable
+        fleet = err
     for plan in run.plans:
-        _certify(run, plan, progress)
+        _certify(run, plan, progress, fleet)
     write_reports(run.summary(), run.run_dir)
 
 
-def _certify(run: AcceptanceRun, plan: NodePlan, progress: Progress) -> None:
+def _certify(
+    run: AcceptanceRun, plan: NodePlan, progress: Progress, fleet: passport.Fleet | ConfigError
+) -> None:
     """The signed certificate of a node marked ready; a node not ready gets none."""
     if plan.verdict is None or not plan.verdict.ready:
         plan.certificate_note = "not ready: no certificate"
@@ -618,6 +630,9 @@ def _certify(run: AcceptanceRun, plan: NodePlan, progress: Progress) -> None:
         return
     if run.sign_key is None:
         plan.certificate_note = f"no certificate: no --sign-key or {cert.SIGN_KEY_VAR}"
+        return
+    if isinstance(fleet, ConfigError):
+        plan.certificate_note = f"ready, but no passport ({fleet.message}): no certificate"
         return
     assert plan.result is not None and plan.expect is not None
     assert plan.expect.stack_id is not None
@@ -643,6 +658,7 @@ def _certify(run: AcceptanceRun, plan: NodePlan, progress: Progress) -> None:
             valid_until=(plan.state or {}).get("valid_until"),
             result_file=result_file,
             result_sha256=cert.file_sha256(run.run_dir / result_file),
+            passport=passport.summary(passport.passport(plan.host.name, fleet)),
         )
         plan.certificate = cert.write(run.run_dir, plan.host.name, document, run.sign_key)
         progress(f"{plan.host.name}: certificate {plan.certificate}")
