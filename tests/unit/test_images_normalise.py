@@ -3,19 +3,24 @@ and modes kept; the config without per-build fields; volatile paths recognised."
 
 from __future__ import annotations
 
+import hashlib
 import io
 import tarfile
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from toolkit.images.normalise import (
+    ChunkReader,
     FileEntry,
     Normalised,
+    chain_prefixes,
     epoch_iso,
     fix_config,
     is_volatile,
     iter_diff,
+    load_archive,
     rewrite_layer,
 )
 
@@ -157,3 +162,59 @@ def test_diff_names_the_file_and_the_field_that_differ() -> None:
         "layer 1: etc/x: mtime 1 != 2",
         'config.config.Env: ["A=1"] != ["A=2"]',
     ]
+
+
+def test_a_layer_only_hashed_has_the_diff_id_of_the_written_one_and_no_file_hashes() -> None:
+    raw = layer(ENTRIES)
+    written, files, data = rewrite(raw)
+    hashed, bare = rewrite_layer(io.BytesIO(raw), None, EPOCH, hashes=False)
+    assert hashed == written == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert bare["usr/bin/tool"].sha256 is None
+    assert files["usr/bin/tool"].sha256 == hashlib.sha256(b"#!/bin/sh\n").hexdigest()
+    assert {n: (f.kind, f.size, f.mtime) for n, f in bare.items()} == {
+        n: (f.kind, f.size, f.mtime) for n, f in files.items()
+    }
+
+
+def test_the_save_stream_reads_back_as_its_bytes_whatever_the_read_sizes() -> None:
+    data = bytes(range(256)) * 41
+    chunks = ChunkReader(iter([data[:5], b"", data[5:3000], data[3000:]]))
+    assert chunks.read(7) + chunks.read(4096) + chunks.read(-1) == data
+    assert chunks.read(10) == b""
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as out:
+        info = tarfile.TarInfo("000/layer.tar")
+        info.size = len(data)
+        out.addfile(info, io.BytesIO(data))
+    pieces = [archive.getvalue()[i : i + 1000] for i in range(0, len(archive.getvalue()), 1000)]
+    with tarfile.open(fileobj=ChunkReader(iter(pieces)), mode="r|", bufsize=1 << 20) as stream:
+        member = stream.next()
+        assert member is not None
+        handle = stream.extractfile(member)
+        assert handle is not None and handle.read() == data
+
+
+def test_the_load_archive_is_a_tar_of_the_layers_sent_then_config_and_manifest(
+    tmp_path: Path,
+) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.write_bytes(b"x" * 1000)
+    two.write_bytes(b"")
+    stream = b"".join(
+        load_archive(b'{"a":1}', "c.json", b"[]", [("000/layer.tar", one), ("002/layer.tar", two)])
+    )
+    assert len(stream) % tarfile.BLOCKSIZE == 0 and stream.endswith(b"\0" * 1024)
+    with tarfile.open(fileobj=io.BytesIO(stream)) as archive:
+        got = {m.name: archive.extractfile(m).read() for m in archive}  # type: ignore[union-attr]
+    assert list(got) == ["000/layer.tar", "002/layer.tar", "c.json", "manifest.json"]
+    assert got["000/layer.tar"] == b"x" * 1000 and got["002/layer.tar"] == b""
+    assert got["c.json"] == b'{"a":1}' and got["manifest.json"] == b"[]"
+
+
+def test_chain_prefixes_are_every_stack_and_each_of_its_beginnings() -> None:
+    assert chain_prefixes([["a", "b"], ["a", "c", "d"]]) == {
+        ("a",),
+        ("a", "b"),
+        ("a", "c"),
+        ("a", "c", "d"),
+    }

@@ -20,9 +20,15 @@ import docker
 import docker.errors
 
 from toolkit.errors import ConfigError, ImageError
-from toolkit.images.engine import build_lock, docker_client
+from toolkit.images.engine import build_lock, docker_client, find_image
 from toolkit.images.normalise import Normalised, iter_diff, normalise, read_image
-from toolkit.images.recipe import DEFAULT_OS, Recipe, make_recipe
+from toolkit.images.recipe import (
+    DEFAULT_OS,
+    LABEL_SOURCE_DATE,
+    LABEL_VERSION,
+    Recipe,
+    make_recipe,
+)
 from toolkit.images.render import Context, render
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.progress import Progress
@@ -30,8 +36,10 @@ from toolkit.stack.lock import LOCK_KEY, lock_from_vars
 from toolkit.stack.resolve import resolve
 
 BUILDER = "classic"  # the engine's legacy builder, normalised afterwards
-# The builder's own (unnormalised) results are the layer cache of the next build: the newest
-# one per recipe is kept under this name, and only the most recent few recipes.
+# The builder's own (unnormalised) results are the layer cache of the next build, each tagged
+# with the ID of the image normalisation made of it (so one per normalised image, and only the
+# most recent few): the pair tells what each builder layer became, and a later build whose
+# builder layers are the same (cache hits) is not rewritten there (``normalise``'s reuse).
 CACHE_REPOSITORY = "gpunode-training-cache"
 KEEP_CACHES = 3
 # The normalised result of a recipe is found again by its input key (the base's image ID and
@@ -44,6 +52,7 @@ MAX_DIFFERENCES = 200
 # which the engine streams with colour escapes around it.
 _SAID_RE = re.compile(r"^gpunode: .*", re.MULTILINE)
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+_IMAGE_HEX_RE = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass
@@ -61,6 +70,10 @@ class BuildOutcome:
     cached: bool
     volatile: list[str] = field(default_factory=list)
     reused: bool = False  # the recipe's normalised image was found by its input key
+    rewritten_bytes: int = 0  # the layers normalisation rewrote, as tars
+    layers_rewritten: int = 0
+    layers_reused: int = 0  # builder layers normalised before, not rewritten
+    save_seconds: float = 0.0  # of normalise_seconds: the engine's save of the built image
     normalised: Normalised | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,6 +90,9 @@ class BuildOutcome:
             "size_bytes": self.size,
             "no_cache": not self.cached,
             "reused": self.reused,
+            "rewritten_bytes": self.rewritten_bytes,
+            "layers_rewritten": self.layers_rewritten,
+            "layers_reused": self.layers_reused,
             "volatile_files": self.volatile,
             "warnings": list(self.recipe.warnings),
         }
@@ -158,19 +174,21 @@ def build_recipe(
     progress: Progress = lambda _m: None,
     client: docker.DockerClient | None = None,
     workdir: Path | None = None,
+    runner: bytes | None = None,
 ) -> BuildOutcome:
     """Render, build and normalise one recipe; tag the result with the stack id.
 
     An unchanged recipe (same base image, same input digest) is answered with the image its
     last build normalised, unless ``no_cache``. ``record=False`` leaves the result out of
-    that lookup (a rebuild made only to be compared).
+    that lookup (a rebuild made only to be compared). ``runner`` is the acceptance runner the
+    image carries (default: this gpunode's, ``render``).
 
     Raises:
         ImageError: The base is missing, the build failed, or normalisation failed.
     """
     client = client or docker_client()
     started = time.perf_counter()
-    context = render(recipe)
+    context = render(recipe, runner=runner)
     key = _input_key(_require_base(client, recipe.base), context.digest)
     if not no_cache and (found := _built(client, key)) is not None:
         if tag:
@@ -194,8 +212,10 @@ def build_recipe(
         built = time.perf_counter() - started
         progress(f"normalising {raw[:19]}")
         tags = (recipe.tag,) if tag else ()
-        result = normalise(client, raw, recipe.base, recipe.source_date_epoch, tags, workdir)
-        _keep_as_cache(client, raw, context.digest)
+        epoch = recipe.source_date_epoch
+        reuse = normalised_layers(client, recipe)
+        result = normalise(client, raw, recipe.base, epoch, tags, workdir, reuse)
+        _keep_as_cache(client, raw, result.id)
         if record:
             _record_built(client, result.id, key)
     progress(f"image {result.id} ({recipe.tag if tag else 'untagged'})")
@@ -210,6 +230,10 @@ def build_recipe(
         size=result.size,
         cached=not no_cache,
         volatile=result.volatile,
+        rewritten_bytes=result.rewritten_bytes,
+        layers_rewritten=len(result.layers) - result.reused_layers,
+        layers_reused=result.reused_layers,
+        save_seconds=result.save_seconds,
         normalised=result,
     )
 
@@ -261,9 +285,11 @@ def verify_recipe(
         workdir=workdir,
     )
     differences: list[str] = []
-    if rebuilt.image_id != expected and rebuilt.normalised is not None:
-        reference = read_image(client, expected, recipe.base, recipe.source_date_epoch, workdir)
-        differences = list(iter_diff(reference, rebuilt.normalised))
+    if rebuilt.image_id != expected:
+        epoch = recipe.source_date_epoch
+        reference = read_image(client, expected, recipe.base, epoch, workdir)
+        again = read_image(client, rebuilt.image_id, recipe.base, epoch, workdir)
+        differences = list(iter_diff(reference, again))
         _remove(client, rebuilt.image_id)  # untagged: only its differences matter
         if len(differences) > MAX_DIFFERENCES:
             more = len(differences) - MAX_DIFFERENCES
@@ -277,9 +303,36 @@ def _remove(client: docker.DockerClient, image_id: str) -> None:
         client.images.remove(image_id, noprune=False)
 
 
-def _keep_as_cache(client: docker.DockerClient, raw: str, digest: str) -> None:
-    """Keep the builder's result as the cache of this recipe; drop older ones."""
-    tag = digest.split(":", 1)[1][:12]
+def normalised_layers(client: docker.DockerClient, recipe: Recipe) -> dict[str, str]:
+    """What normalisation made of each builder layer kept in the cache (builder diff ID ->
+    normalised diff ID), from the pairs of a builder result and its normalised image that are
+    both still here, made by this gpunode version at the recipe's source date (a layer's
+    rewrite depends only on its bytes, the date and the rewriting code)."""
+    known: dict[str, str] = {}
+    wanted = {
+        LABEL_SOURCE_DATE: str(recipe.source_date_epoch),
+        LABEL_VERSION: recipe.gpunode_version,
+    }
+    for raw in client.images.list(name=CACHE_REPOSITORY):
+        for name in raw.tags:
+            repository, _, tag = name.rpartition(":")
+            if repository != CACHE_REPOSITORY or not _IMAGE_HEX_RE.fullmatch(tag):
+                continue
+            normalised = find_image(client, f"sha256:{tag}")
+            if normalised is None:
+                continue
+            labels = normalised.attrs["Config"].get("Labels") or {}
+            pairs = (raw.attrs["RootFS"]["Layers"], normalised.attrs["RootFS"]["Layers"])
+            if all(labels.get(k) == v for k, v in wanted.items()) and len(pairs[0]) == len(
+                pairs[1]
+            ):
+                known.update(zip(*pairs, strict=True))
+    return known
+
+
+def _keep_as_cache(client: docker.DockerClient, raw: str, normalised: str) -> None:
+    """Keep the builder's result as the cache, named by its normalised image; drop older ones."""
+    tag = normalised.split(":", 1)[1]
     try:
         previous = str(client.images.get(f"{CACHE_REPOSITORY}:{tag}").id)
     except docker.errors.ImageNotFound:

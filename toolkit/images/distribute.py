@@ -35,6 +35,7 @@ import docker.errors
 
 from toolkit.errors import ConfigError, ImageError, RemoteError
 from toolkit.images.engine import docker_client
+from toolkit.images.normalise import chain_prefixes
 from toolkit.images.recipe import REPOSITORY
 from toolkit.inventory import Host
 from toolkit.progress import Progress
@@ -277,17 +278,17 @@ def held_files(layers: list[tuple[str, str]], held: set[tuple[str, ...]]) -> set
 def _held_stacks(node: Node) -> set[tuple[str, ...]]:
     """Every layer stack the node's images have, with each of its prefixes."""
     res = node.run(HELD_LAYERS, timeout=120)
-    held: set[tuple[str, ...]] = set()
     if not res.ok:
-        return held  # nothing known: the whole image is sent
+        return set()  # nothing known: the whole image is sent
+    stacks = []
     for line in res.stdout.splitlines():
         try:
             diffs = json.loads(line)
         except ValueError:
             continue
         if isinstance(diffs, list):
-            held.update(tuple(diffs[: depth + 1]) for depth in range(len(diffs)))
-    return held
+            stacks.append(diffs)
+    return chain_prefixes(stacks)
 
 
 class _Counted:

@@ -2,13 +2,15 @@
 
 The classic builder behind the Python docker SDK ignores ``SOURCE_DATE_EPOCH``: file times in
 the layers are build times, and the config carries the creation time, the build container's
-ID and hostname and the engine's version. This module takes the image apart (``docker save``),
-rewrites every layer the build added (entries sorted by name, hard links pointing at the
-first name of their set, mtimes clamped to the source date, owners, modes, links and
-extended attributes kept), fixes the config's and history's times, drops the per-build
-fields, and loads the result back (``docker load``). The base's layers are left exactly as
-they are: the base is pinned by its digest. The method follows go-containerregistry's
-``mutate.Canonical`` and ``buildah --rewrite-timestamp``.
+ID and hostname and the engine's version. This module streams the image out of the engine
+(``docker save``, each file of it written once), rewrites every layer the build added
+(entries sorted by name, hard links pointing at the first name of their set, mtimes clamped
+to the source date, owners, modes, links and extended attributes kept), fixes the config's
+and history's times, drops the per-build fields, and streams the result back (``docker
+load``) with only the layers whose chain the engine lacks. The base's layers are left exactly
+as they are: the base is pinned by its digest. A builder layer normalised before (the
+builder's cache served it: same bytes, same diff ID) is not rewritten again. The method
+follows go-containerregistry's ``mutate.Canonical`` and ``buildah --rewrite-timestamp``.
 
 The same pass records every file of every layer (type, mode, owner, size, SHA-256), which is
 what ``verify`` compares when two builds differ.
@@ -17,13 +19,13 @@ what ``verify`` compares when two builds differ.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
+import shutil
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,6 +55,7 @@ VOLATILE_FILES = (
     "var/lib/dbus/machine-id",
 )
 CHUNK = 1 << 20
+NUL = b"\0"
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,9 @@ class Normalised:
     seconds: float
     size: int
     volatile: list[str] = field(default_factory=list)
+    rewritten_bytes: int = 0  # the layers rewritten by this normalisation, as tars
+    reused_layers: int = 0  # layers known from an earlier normalisation, not rewritten
+    save_seconds: float = 0.0  # of ``seconds``: the engine's ``docker save``, streamed here
 
 
 def epoch_iso(epoch: int) -> str:
@@ -89,7 +95,7 @@ def epoch_iso(epoch: int) -> str:
 
 
 class _HashingWriter:
-    def __init__(self, target: IO[bytes]) -> None:
+    def __init__(self, target: IO[bytes] | None) -> None:
         self.target = target
         self.hash = hashlib.sha256()
         self.size = 0
@@ -97,7 +103,23 @@ class _HashingWriter:
     def write(self, data: bytes) -> int:
         self.hash.update(data)
         self.size += len(data)
-        return self.target.write(data)
+        return self.target.write(data) if self.target is not None else len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+
+class _HashingReader:
+    """A file's data as tarfile copies it, hashed on the way (one read per file)."""
+
+    def __init__(self, source: IO[bytes]) -> None:
+        self.source = source
+        self.hash = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.source.read(size)
+        self.hash.update(data)
+        return data
 
 
 def is_volatile(name: str) -> bool:
@@ -126,23 +148,16 @@ def _kind(member: tarfile.TarInfo) -> str:
     }.get(member.type, "other")
 
 
-def _file_hash(archive: tarfile.TarFile, member: tarfile.TarInfo) -> str:
-    handle = archive.extractfile(member)
-    digest = hashlib.sha256()
-    if handle is not None:
-        for chunk in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def rewrite_layer(
-    source: IO[bytes], target: IO[bytes], epoch: int
+    source: IO[bytes], target: IO[bytes] | None, epoch: int, *, hashes: bool = True
 ) -> tuple[str, dict[str, FileEntry]]:
     """Rewrite one layer tar canonically; returns its diff ID and its files.
 
     Entries are sorted by name; a set of hard links is written as one regular file under
     the first name of the set and links to it from the others (a link must follow its
-    target); mtimes later than ``epoch`` become ``epoch``; everything else is kept.
+    target); mtimes later than ``epoch`` become ``epoch``; everything else is kept. Each
+    file's data is read once; with ``hashes`` its SHA-256 is taken on the way (what
+    ``verify`` compares), and a ``target`` of None only hashes the rewritten layer.
     """
     with tarfile.open(fileobj=source, mode="r:") as archive:
         members = {m.name: m for m in archive.getmembers()}
@@ -160,8 +175,10 @@ def rewrite_layer(
         first_of = {name: min(group) for group in sets.values() for name in group}
         writer = _HashingWriter(target)
         files: dict[str, FileEntry] = {}
-        stream: Any = writer  # tarfile needs only write()
-        with tarfile.open(fileobj=stream, mode="w|", format=tarfile.PAX_FORMAT) as out:
+        stream: Any = writer  # tarfile needs only write() and tell()
+        # Not the stream mode ("w|"): it re-slices its buffer every 10 KiB of a file's data.
+        with tarfile.open(fileobj=stream, mode="w", format=tarfile.PAX_FORMAT) as out:
+            out.copybufsize = CHUNK  # type: ignore[attr-defined]  # 16 KiB otherwise
             for name in sorted(members):
                 member = members[name]
                 first = first_of.get(name)
@@ -175,9 +192,10 @@ def rewrite_layer(
                     info = _copy(member, name, epoch)
                 digest = None
                 if info.type in (tarfile.REGTYPE, tarfile.AREGTYPE):
-                    handle = archive.extractfile(data_member)
-                    out.addfile(info, handle)
-                    digest = _file_hash(archive, data_member)
+                    handle: Any = archive.extractfile(data_member)
+                    reader = _HashingReader(handle) if hashes else handle
+                    out.addfile(info, reader)
+                    digest = reader.hash.hexdigest() if hashes else None
                 else:
                     out.addfile(info)
                 files[name] = FileEntry(
@@ -238,30 +256,60 @@ def config_bytes(config: dict[str, Any]) -> bytes:
     return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
 
 
+class ChunkReader:
+    """A file-like view of the engine's byte chunks (``docker save``'s stream)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.chunks = chunks
+        self.pending = memoryview(b"")
+
+    def read(self, size: int = -1) -> bytes:
+        parts = []
+        while size != 0:
+            if not self.pending:
+                chunk = next(self.chunks, b"")
+                if not chunk:
+                    break
+                self.pending = memoryview(chunk)
+            taken = self.pending[:size] if size > 0 else self.pending
+            parts.append(bytes(taken))
+            self.pending = self.pending[len(taken) :]
+            size = size - len(taken) if size > 0 else size
+        return b"".join(parts)
+
+
 @dataclass
 class _Saved:
-    folder: Path
+    """A ``docker save`` of one image: its config and its layer tars, bottom first."""
+
     config: dict[str, Any]
     layers: list[Path]
 
 
 def _save(client: docker.DockerClient, image_id: str, folder: Path) -> _Saved:
-    """``docker save`` of one image, unpacked into ``folder``."""
-    archive_path = folder / "image.tar"
+    """``docker save`` of one image, streamed: each file of the archive is written once, the
+    archive itself never (the layers are read again only where they are rewritten)."""
+    names: dict[str, Path] = {}
     try:
-        image = client.images.get(image_id)
-        with archive_path.open("wb") as handle:
-            for chunk in image.save(chunk_size=CHUNK, named=False):
-                handle.write(chunk)
+        stream = ChunkReader(client.api.get_image(image_id, chunk_size=CHUNK))
+        with tarfile.open(fileobj=stream, mode="r|", bufsize=CHUNK) as archive:  # type: ignore[call-overload]
+            for member in archive:
+                if not member.isfile():
+                    continue
+                path = folder / f"member-{len(names)}"
+                with path.open("wb") as out:
+                    shutil.copyfileobj(archive.extractfile(member), out, CHUNK)
+                names[member.name] = path
     except docker.errors.APIError as err:
         raise ImageError(f"cannot save image {image_id}: {err}") from err
-    with tarfile.open(archive_path) as archive:
-        archive.extractall(folder / "x", filter="tar")
-    archive_path.unlink()
-    root = folder / "x"
-    manifest = json.loads((root / "manifest.json").read_text())[0]
-    config = json.loads((root / manifest["Config"]).read_text())
-    return _Saved(folder=root, config=config, layers=[root / p for p in manifest["Layers"]])
+    except tarfile.TarError as err:
+        raise ImageError(f"the engine's save of {image_id} is not a tar: {err}") from err
+    try:
+        manifest = json.loads(names["manifest.json"].read_text())[0]
+        config = json.loads(names[manifest["Config"]].read_text())
+        return _Saved(config=config, layers=[names[p] for p in manifest["Layers"]])
+    except (KeyError, IndexError, ValueError) as err:
+        raise ImageError(f"the engine's save of {image_id} has no usable manifest") from err
 
 
 def _base_counts(client: docker.DockerClient, base: str | None) -> tuple[int, int]:
@@ -276,6 +324,21 @@ def _base_counts(client: docker.DockerClient, base: str | None) -> tuple[int, in
     return len(attrs["RootFS"]["Layers"]), len(history)
 
 
+def chain_prefixes(stacks: Iterable[list[str]]) -> set[tuple[str, ...]]:
+    """Every layer stack (diff IDs, bottom first) with each of its prefixes: a prefix is a
+    chain ID an engine holding those stacks holds."""
+    return {tuple(diffs[: depth + 1]) for diffs in stacks for depth in range(len(diffs))}
+
+
+def local_chains(client: docker.DockerClient) -> set[tuple[str, ...]]:
+    """The layer chains of the images on this engine (every prefix of each image's stack)."""
+    try:
+        images = client.images.list()
+    except docker.errors.APIError as err:
+        raise ImageError(f"cannot list the engine's images: {err}") from err
+    return chain_prefixes(list(image.attrs["RootFS"].get("Layers") or []) for image in images)
+
+
 def read_image(
     client: docker.DockerClient,
     image_id: str,
@@ -283,8 +346,9 @@ def read_image(
     epoch: int,
     workdir: Path | None = None,
 ) -> Normalised:
-    """The files and config of an image, as normalisation sees them (nothing is loaded)."""
-    return _run(client, image_id, base, epoch, workdir, load=False, tags=())
+    """The files (with their SHA-256) and config of an image, as normalisation sees them
+    (nothing is loaded)."""
+    return _run(client, image_id, base, epoch, workdir, load=False, tags=(), reuse={})
 
 
 def normalise(
@@ -294,13 +358,21 @@ def normalise(
     epoch: int,
     tags: tuple[str, ...] = (),
     workdir: Path | None = None,
+    reuse: Mapping[str, str] | None = None,
 ) -> Normalised:
     """Normalise an image and load it back; returns the normalised image's ID and files.
+
+    ``reuse`` maps a builder layer's diff ID to the diff ID normalisation gave it before
+    (a layer's rewrite depends only on its bytes and ``epoch``, and a diff ID is the SHA-256
+    of those bytes); such a layer is not rewritten where this engine holds its chain. The
+    engine is sent only the rewritten layers whose chain it lacks (``docker load`` reads a
+    layer's file only for a missing chain). File hashes are left out (``read_image`` takes
+    them).
 
     Raises:
         ImageError: The engine refused to save or load, or the image is malformed.
     """
-    return _run(client, image_id, base, epoch, workdir, load=True, tags=tags)
+    return _run(client, image_id, base, epoch, workdir, load=True, tags=tags, reuse=reuse or {})
 
 
 def _run(
@@ -312,40 +384,53 @@ def _run(
     *,
     load: bool,
     tags: tuple[str, ...],
+    reuse: Mapping[str, str],
 ) -> Normalised:
     started = time.perf_counter()
     base_layers, base_history = _base_counts(client, base)
+    held = local_chains(client) if load else set()
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpunode-normalise-", dir=workdir) as tmp:
         folder = Path(tmp)
         saved = _save(client, image_id, folder)
-        out_dir = folder / "out"
-        out_dir.mkdir()
-        diff_ids = list(saved.config["rootfs"]["diff_ids"][:base_layers])
-        layer_paths: list[Path] = []
+        save_seconds = time.perf_counter() - started
+        raw_ids = list(saved.config["rootfs"]["diff_ids"])
+        if len(raw_ids) != len(saved.layers):
+            raise ImageError(f"image {image_id}: {len(saved.layers)} layers, {len(raw_ids)} IDs")
+        diff_ids = raw_ids[:base_layers]
+        rewritten: dict[int, Path] = {}
         added: list[dict[str, FileEntry]] = []
         volatile: list[str] = []
-        size = 0
-        for index, layer in enumerate(saved.layers):
-            if index < base_layers:
-                layer_paths.append(layer)
-                size += layer.stat().st_size
+        written = reused = 0
+        for index in range(base_layers, len(raw_ids)):
+            known = reuse.get(raw_ids[index])
+            if known is not None and (*diff_ids, known) in held:
+                diff_ids.append(known)
+                added.append({})  # rewritten and checked when it was first built
+                reused += 1
                 continue
-            target = out_dir / f"layer-{index}.tar"
-            with layer.open("rb") as src, target.open("wb") as dst:
-                diff_id, files = rewrite_layer(src, dst, epoch)
-            layer.unlink()
+            target = folder / f"layer-{index}.tar"
+            with saved.layers[index].open("rb") as src:
+                if load:
+                    with target.open("wb") as dst:
+                        diff_id, files = rewrite_layer(src, dst, epoch, hashes=False)
+                    rewritten[index] = target
+                    written += target.stat().st_size
+                else:
+                    diff_id, files = rewrite_layer(src, None, epoch)
+            saved.layers[index].unlink()  # one copy of a layer at a time
             diff_ids.append(diff_id)
-            layer_paths.append(target)
             added.append(files)
-            size += target.stat().st_size
             volatile += [f"layer {index}: {name}" for name in files if is_volatile(name)]
         config = fix_config(saved.config, diff_ids, base_history, epoch)
         blob = config_bytes(config)
         new_id = "sha256:" + hashlib.sha256(blob).hexdigest()
         if load:
-            _load(client, folder / "load", blob, new_id, layer_paths, tags)
+            missing = {i: p for i, p in rewritten.items() if tuple(diff_ids[: i + 1]) not in held}
+            if any(tuple(diff_ids[: i + 1]) not in held for i in range(base_layers)):
+                raise ImageError(f"the base {base} is not on this engine")
+            _load(client, blob, new_id, len(diff_ids), missing, tags)
     return Normalised(
         id=new_id,
         source_id=image_id,
@@ -353,34 +438,65 @@ def _run(
         layers=added,
         config=config,
         seconds=time.perf_counter() - started,
-        size=size,
+        size=_image_size(client, image_id),
         volatile=volatile,
+        rewritten_bytes=written,
+        reused_layers=reused,
+        save_seconds=save_seconds,
     )
+
+
+def _image_size(client: docker.DockerClient, image_id: str) -> int:
+    """The engine's size of an image (its files, uncompressed)."""
+    try:
+        return int(client.images.get(image_id).attrs.get("Size") or 0)
+    except docker.errors.APIError as err:
+        raise ImageError(f"cannot inspect image {image_id}: {err}") from err
+
+
+def load_archive(
+    config: bytes, config_name: str, manifest: bytes, layers: list[tuple[str, Path]]
+) -> Iterator[bytes]:
+    """A ``docker load`` archive, streamed: each layer file, the config and the manifest, and
+    the end of the archive (the engine reads the manifest after the whole archive)."""
+
+    def header(name: str, size: int) -> bytes:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = size, 0o644
+        return info.tobuf(tarfile.PAX_FORMAT)
+
+    for name, path in layers:
+        size = path.stat().st_size
+        yield header(name, size)
+        with path.open("rb") as handle:
+            yield from iter(lambda: handle.read(CHUNK), b"")
+        yield NUL * (-size % tarfile.BLOCKSIZE)
+    for name, data in ((config_name, config), ("manifest.json", manifest)):
+        yield header(name, len(data)) + data + NUL * (-len(data) % tarfile.BLOCKSIZE)
+    yield NUL * (2 * tarfile.BLOCKSIZE)
 
 
 def _load(
     client: docker.DockerClient,
-    folder: Path,
     blob: bytes,
     new_id: str,
-    layers: list[Path],
+    count: int,
+    missing: dict[int, Path],
     tags: tuple[str, ...],
 ) -> None:
-    folder.mkdir()
+    """Load the normalised image: its config, and the layer files of the chains the engine
+    lacks (it reads a layer's file only for a missing chain)."""
     config_name = f"{new_id.split(':', 1)[1]}.json"
-    names = [f"{i:03d}/layer.tar" for i in range(len(layers))]
+    names = [f"{i:03d}/layer.tar" for i in range(count)]
     manifest = [{"Config": config_name, "RepoTags": list(tags) or None, "Layers": names}]
-    archive_path = folder / "load.tar"
-    with tarfile.open(archive_path, "w", format=tarfile.PAX_FORMAT) as archive:
-        for name, data in ((config_name, blob), ("manifest.json", json.dumps(manifest).encode())):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-        for name, path in zip(names, layers, strict=True):
-            archive.add(str(path), arcname=name, recursive=False)
+    archive = load_archive(
+        blob,
+        config_name,
+        json.dumps(manifest).encode(),
+        [(names[i], path) for i, path in sorted(missing.items())],
+    )
     try:
-        with archive_path.open("rb") as handle:
-            loaded = client.images.load(handle)
+        loaded = client.images.load(archive)
     except docker.errors.APIError as err:
         raise ImageError(f"loading the normalised image back failed: {err}") from err
     ids = {image.id for image in loaded}

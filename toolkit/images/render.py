@@ -148,7 +148,12 @@ def check_values(recipe: Recipe) -> None:
             )
 
 
-def render(recipe: Recipe, key: bytes | None = None, templates: Path | None = None) -> Context:
+def render(
+    recipe: Recipe,
+    key: bytes | None = None,
+    templates: Path | None = None,
+    runner: bytes | None = None,
+) -> Context:
     """The build context of a recipe.
 
     Args:
@@ -156,6 +161,7 @@ def render(recipe: Recipe, key: bytes | None = None, templates: Path | None = No
         key: The repository key's bytes (fetched from ``recipe.apt.key_url`` when None);
             either way checked against ``recipe.apt.fingerprint`` (:func:`check_key`).
         templates: Where the templates are (default ``images/training/``).
+        runner: The acceptance runner the image carries (default: this gpunode's zipapp).
 
     Raises:
         ImageError: The template is missing, the key cannot be fetched or is not the pinned
@@ -175,7 +181,7 @@ def render(recipe: Recipe, key: bytes | None = None, templates: Path | None = No
         template = env.get_template(TEMPLATE)
     except jinja2.TemplateNotFound as err:
         raise ImageError(f"the training image template {folder / TEMPLATE} is missing") from err
-    files: dict[str, tuple[bytes, int]] = {ARCHIVE: (runner_zipapp(), 0o755)}
+    files: dict[str, tuple[bytes, int]] = {ARCHIVE: (runner or runner_zipapp(), 0o755)}
     key_ext = "gpg"
     if recipe.apt and recipe.apt_packages:
         if key is None:
