@@ -212,7 +212,8 @@ def _plan(hw: NodeHardware) -> Any:
         packages={},
     )
     resolved = {"fabric_manager": {"enabled": True}, "imex": {"enabled": False}}
-    return flow._Plan(host, {"debian12": (expect, resolved)}, effective(None), {})
+    expected = rules.Expected(expect, flow.required_units(host, resolved))
+    return flow._Plan(host, {"debian12": expected}, effective(None), {})
 
 
 def _with_debian(probe: dict[str, Any]) -> dict[str, Any]:
@@ -332,10 +333,11 @@ def test_plan_of_the_sample_inventory_asks_for_its_locked_packages_and_units() -
         by_group.setdefault(host.groups[-1], flow._plan(inventory, host))
     sxm = next(p for g, p in by_group.items() if "h100" in g)
     pcie = next(p for g, p in by_group.items() if "l40s" in g)
-    assert list(sxm.expectations) == ["ubuntu2204"]
-    expect, resolved = sxm.expectations["ubuntu2204"]
-    assert expect.driver_version == resolved["driver"]["version"]
+    assert list(sxm.expected) == ["ubuntu2204"]
+    expect = sxm.expected["ubuntu2204"].node
+    assert expect.driver_version and expect.packages
     assert set(expect.packages) <= set(sxm.probe_spec["packages"])
+    assert set(sxm.expected["ubuntu2204"].units) == {"nvidia-fabricmanager", "nvidia-persistenced"}
     assert sxm.probe_spec["units"] == ["nvidia-fabricmanager", "nvidia-persistenced"]
     assert pcie.probe_spec["units"] == ["nvidia-persistenced"]  # no NVSwitch, no FM
     assert sxm.probe_spec["pci_dir"] == "/sys/bus/pci/devices"

@@ -25,7 +25,8 @@ import docker.errors
 
 from toolkit import cert, nodestate, runs
 from toolkit.acceptance import dcgm, executors, nccllog, payload, topology
-from toolkit.acceptance.check import Check, NodeExpectation, expected_node
+from toolkit.acceptance.check import Check, NodeExpectation
+from toolkit.acceptance.expectation import expected_node
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
 from toolkit.acceptance.node_runner.node import DEFAULT_CONTAINER_OPTIONS, container_argv

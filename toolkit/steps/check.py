@@ -21,15 +21,16 @@ from typing import Any
 
 from toolkit import nodestate, runs
 from toolkit.acceptance import payload
-from toolkit.acceptance.check import Check, NodeExpectation, expected_node
-from toolkit.acceptance.thresholds import effective
-from toolkit.acceptance.verdict import passive_checks
+from toolkit.acceptance.check import Check
+from toolkit.acceptance.expectation import expected_node
+from toolkit.acceptance.thresholds import AcceptanceSpec, critical_xids, effective
 from toolkit.check import rules
 from toolkit.errors import ConfigError, RemoteError
 from toolkit.inventory import Host, Inventory, load_inventory
 from toolkit.remote import open_node, parallel
+from toolkit.stack import catalog
 from toolkit.stack.lock import OS_VARIABLE
-from toolkit.stack.systems import SUPPORTED_OS, os_id_of_release
+from toolkit.stack.systems import SUPPORTED_OS
 
 # Where the probe reads PCIe AER statistics and RDMA ports; the inventory may name other
 # folders (the lab does: its nodes share the host's sysfs).
@@ -114,9 +115,14 @@ class CheckRun:
 @dataclass
 class _Plan:
     host: Host
-    expectations: dict[str, tuple[NodeExpectation, dict[str, Any]]]  # per OS id
-    spec: Any
+    expected: dict[str, rules.Expected]  # per OS id
+    spec: AcceptanceSpec
     probe_spec: dict[str, Any]
+
+    @property
+    def compute_nics(self) -> list[str] | None:
+        wanted = self.host.vars.get(COMPUTE_NICS_VAR)
+        return [str(n) for n in wanted] if wanted else None
 
 
 def run_check(
@@ -153,16 +159,17 @@ def _plan(inventory: Inventory, host: Host) -> _Plan:
     stack, hardware = inventory.host_config(host)
     named = host.vars.get(OS_VARIABLE)
     systems = [named] if isinstance(named, str) else [str(s) for s in named or SUPPORTED_OS]
-    expectations = {}
+    expected = {}
     for system in systems:
         try:
-            expectations[system] = expected_node(host, stack, hardware, system)
+            expect, resolved = expected_node(host, stack, hardware, system)
         except ConfigError:
             if named:
                 raise
             continue  # no OS named: only those the stack resolves for can be the node's
-    names = sorted({p for e, _ in expectations.values() for p in e.packages})
-    units = sorted({u for _, r in expectations.values() for u in required_units(host, r)})
+        expected[system] = rules.Expected(expect, required_units(host, resolved))
+    names = sorted({p for e in expected.values() for p in e.node.packages})
+    units = sorted({u for e in expected.values() for u in e.units})
     probe_spec = {
         "packages": names,
         "kernel_log_command": host.vars.get("gpunode_kernel_log_command"),
@@ -172,7 +179,7 @@ def _plan(inventory: Inventory, host: Host) -> _Plan:
         "rdma_dir": str(host.vars.get(RDMA_DIR_VAR) or RDMA_DIR),
         "units": units,
     }
-    return _Plan(host, expectations, effective(hardware.acceptance), probe_spec)
+    return _Plan(host, expected, effective(hardware.acceptance), probe_spec)
 
 
 def required_units(host: Host, resolved: dict[str, Any]) -> dict[str, str]:
@@ -206,37 +213,15 @@ def judge(
     plan: _Plan, probe: dict[str, Any], before: dict[str, Any] | None
 ) -> tuple[list[Check], dict[str, Any]]:
     """The checks of one node's probe, and the baseline the next check starts from."""
-    system = os_id_of_release(probe.get("os_release"))
-    checks: list[Check] = []
-    if system not in plan.expectations:
-        checks.append(
-            Check(
-                "os.supported",
-                False,
-                f"the node runs {system or 'an unsupported OS'}; its group is pinned for "
-                f"{', '.join(plan.expectations)}",
-            )
-        )
-        return checks, {"time": probe.get("started")}
-    expect, resolved = plan.expectations[system]
-    # XIDs since the last check: after its start time, less the lines it already saw (times
-    # are whole seconds, so a line of the second the last check started may be old or new).
-    log = dict(probe.get("kernel_log") or {})
-    events = list(log.get("xid_events") or [])
-    seen = set((before or {}).get("xid_seen") or [])
-    log["xid_events"] = [e for e in events if e.get("line") not in seen]
-    result = {**probe, "kernel_log": log, "xid_since": (before or {}).get("time")}
-    checks += passive_checks(result, expect, plan.spec)
-    listed = (probe.get("gpus") or {}).get("list") or []
-    names = {str(g.get("bus_id") or "")[4:].lower(): f"GPU {g.get('index')}" for g in listed}
-    aer, totals = rules.aer_check(probe.get("aer") or {}, (before or {}).get("aer"), names)
-    checks.append(aer)
-    wanted = plan.host.vars.get(COMPUTE_NICS_VAR)
-    checks.append(rules.rdma_check(probe.get("rdma") or {}, list(wanted) if wanted else None))
-    checks.append(rules.units_check(probe.get("units") or {}, required_units(plan.host, resolved)))
-    started = str(probe.get("started") or "")
-    recent = sorted({str(e.get("line")) for e in events if str(e.get("time") or "~") >= started})
-    return checks, {"time": probe.get("started"), "aer": totals, "xid_seen": recent}
+    return rules.judge(
+        probe,
+        plan.expected,
+        plan.spec,
+        before,
+        compute_nics=plan.compute_nics,
+        xids=critical_xids(),
+        model_of=catalog.model_of,
+    )
 
 
 def passport_facts(probe: dict[str, Any], totals: dict[str, Any] | None) -> dict[str, Any]:
