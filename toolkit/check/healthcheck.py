@@ -50,6 +50,9 @@ from toolkit.stack import gpunames
 PROGRAM_PATH = "/usr/local/sbin/gpunode-healthcheck"
 SETTINGS_PATH = "/etc/gpunode/healthcheck.json"
 SCHEMA = 1
+# The system's command folders, added to whatever PATH slurmd gives the program (nvidia-smi,
+# systemctl, journalctl and scontrol are found through it).
+SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,8 @@ def main(argv: Sequence[str]) -> int:
     failure is acted on, not returned, as slurmd only logs the status), 2 for unusable
     settings."""
     path = argv[0] if argv else SETTINGS_PATH
+    have = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    os.environ["PATH"] = os.pathsep.join(have + [p for p in SYSTEM_PATH if p not in have])
     try:
         with open(path, encoding="utf-8") as handle:
             settings = settings_from(json.load(handle), path)
