@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from test_check import FakeNodeRoot
 
 from toolkit import nodestate
@@ -33,6 +34,7 @@ from toolkit.stack.systems import os_id_of_release
 REAL = Path(__file__).resolve().parents[1] / "data" / "real" / "slurm"
 IDLE = (REAL / "scontrol-show-node-idle.txt").read_text()
 DRAINED_BY_HAND = (REAL / "scontrol-show-node-drained.txt").read_text()  # maintenance window
+ROLE = Path(__file__).resolve().parents[2] / "roles" / "slurm_healthcheck"
 V550 = "550.127.05"
 NODE = "hsl-dev-node-1"
 
@@ -226,6 +228,12 @@ def test_mark(
 
 
 # --- what is installed -------------------------------------------------------------------------
+
+
+def test_the_role_installs_where_the_program_and_slurm_conf_say() -> None:
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert defaults["slurm_healthcheck_program_path"] == healthcheck.PROGRAM_PATH
+    assert defaults["slurm_healthcheck_settings_path"] == healthcheck.SETTINGS_PATH
 
 
 def test_the_settings_file_reads_back_as_written_and_names_the_inventory_s_node() -> None:

@@ -196,8 +196,9 @@ def mark(
 
 def run(settings: Settings, runner: CommandRunner = local_runner) -> Outcome:
     """One health check of this node: probe, judge, write the state, mark Slurm."""
+    text = _read(settings.state_file)
     read = probe.main({**settings.probe, "state_file": settings.state_file})
-    current = read.get("state") or nodestate.new()
+    current = nodestate.parse(text)
     before = current.get("check") if isinstance(current.get("check"), dict) else None
     outcome = Outcome(state_before=current.get("state"))
     outcome.checks, baseline = rules.judge(
@@ -210,10 +211,20 @@ def run(settings: Settings, runner: CommandRunner = local_runner) -> Outcome:
         model_of=settings.model_of,
     )
     outcome.state = nodestate.after_check(current, outcome.failures, baseline)
-    if read.get("state") is not None:  # a node gpunode never wrote to keeps no file
+    # A node gpunode never wrote to keeps no file; a file another writer (a provision, an
+    # acceptance) changed while this check ran is theirs: the next interval judges anew.
+    if text is not None and _read(settings.state_file) == text:
         write_state(settings.state_file, outcome.state)
-    outcome.slurm = mark(settings, outcome.failures, outcome.state, runner)
+        outcome.slurm = mark(settings, outcome.failures, outcome.state, runner)
     return outcome
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return None
 
 
 def write_state(path: str, state: Mapping[str, Any]) -> None:
