@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
+from toolkit import nodestate
 from toolkit.acceptance import memory_health
 from toolkit.acceptance.check import Check, some
 
@@ -170,9 +171,11 @@ def _when(text: Any) -> datetime | None:
 
 def xid_window_start(result: dict[str, Any], spec: HealthSpec) -> tuple[datetime | None, str]:
     """Where the XID window opens, and why: the node's last provision, the last passive check
-    (``xid_since``, set by ``gpunode check``), or the last ``xid_window_h`` hours, whichever
-    is latest; the boot (the log's own start) otherwise."""
-    provisioned = _when((result.get("state") or {}).get("provisioned_at"))
+    (``xid_since``, set by ``gpunode check``), the passive check that turned the node not
+    ready (its state's time, when every reason is a check's), or the last ``xid_window_h``
+    hours, whichever is latest; the boot (the log's own start) otherwise."""
+    state = result.get("state") or {}
+    provisioned = _when(state.get("provisioned_at"))
     now = _when(result.get("started"))
     checked = _when(result.get("xid_since"))
     starts: list[tuple[datetime, str]] = []
@@ -180,6 +183,17 @@ def xid_window_start(result: dict[str, Any], spec: HealthSpec) -> tuple[datetime
         starts.append((provisioned, f"since the last provision ({provisioned.isoformat()})"))
     if checked is not None:
         starts.append((checked, f"since the last check ({checked.isoformat()})"))
+    turned = _when(state.get("time")) if nodestate.held_by_check(state) else None
+    if turned is not None:
+        # The XIDs a passive check already acted on (it turned the node not ready, and Slurm
+        # drained it) are history to a re-acceptance: the node is proven again from there,
+        # not held not-ready for ever by a line the kernel log keeps until the next boot.
+        starts.append(
+            (
+                turned,
+                f"since the passive check that turned the node not ready ({turned.isoformat()})",
+            )
+        )
     if spec.xid_window_h is not None and now is not None:
         starts.append(
             (now - timedelta(hours=spec.xid_window_h), f"within the last {spec.xid_window_h:g} h")

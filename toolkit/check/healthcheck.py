@@ -166,19 +166,6 @@ class Outcome:
         return f"gpunode health check: {state}" + (f": {failed}" if failed else ", clean") + slurm
 
 
-def holds_not_ready(state: Mapping[str, Any]) -> bool:
-    """Whether the node's state is not-ready because of a passive check (its reasons are the
-    check's, ``nodestate.CHECK_PREFIX``): the standing the health check marks in Slurm. A node
-    that is new, provisioned, ready, or not ready for another reason (a failed acceptance, a
-    provision in progress) is acceptance's to mark, so that its re-acceptance can run."""
-    reasons = [str(r) for r in state.get("reason") or []]
-    return (
-        state.get("state") == "not-ready"
-        and bool(reasons)
-        and all(r.startswith(nodestate.CHECK_PREFIX) for r in reasons)
-    )
-
-
 def mark(
     settings: Settings,
     failures: Sequence[str],
@@ -188,7 +175,7 @@ def mark(
     """What Slurm is told after a check: nothing when the check passed or the node is not held
     not-ready by a check; else acceptance's Slurm hook with a not-ready mark, which drains the
     node with gpunode's reason unless someone else drained it."""
-    if not failures or not holds_not_ready(state):
+    if not failures or not nodestate.held_by_check(state):
         return None
     hook = SlurmHook(runner, settings.scontrol)
     return hook.apply(NodeMark(settings.node_name, settings.node_name, False, tuple(failures)))
