@@ -324,7 +324,11 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
             for p in plans
             if p.not_tested is None  # an untested node keeps its mark
         ]
-        actions = [a.to_dict() for a in run_hooks(opts.hooks, marks, opts.hook_runner)]
+        every = {h.name: h for h in inventory.hosts_for(None)}
+        variables = group_all.vars if group_all else {}
+        with executors.slurm_commands(variables, every, opts.hook_runner) as slurm:
+            done = run_hooks(opts.hooks, marks, opts.hook_runner, {"slurm": slurm})
+        actions = [a.to_dict() for a in done]
     run = AcceptanceRun(
         run_id=run_id,
         run_dir=run_dir,
