@@ -118,6 +118,16 @@ def failed(node: dict[str, Any]) -> list[tuple[str, str]]:
     return [(f["check"], f["message"]) for f in node["failed_checks"]]
 
 
+def node_state(index: int) -> dict[str, Any]:
+    return dict(json.loads(lab_core.ssh_run(LAB, index, "cat /etc/gpunode/state.json").stdout))
+
+
+def standing(index: int) -> dict[str, Any]:
+    """The node's state file less the health check's baseline, which slurmd's health check
+    renews every interval (``check``: its time, counters and XIDs seen)."""
+    return {k: v for k, v in node_state(index).items() if k != "check"}
+
+
 def test_lab_runs_slurm_with_every_node(slurm_lab: dict[str, Any]) -> None:
     names = slurm_lab["names"]
     rows = head("sinfo --noheader --Node --format='%N %P %T %c'").split("\n")
@@ -177,7 +187,7 @@ def test_a_drained_node_is_not_tested_and_jobs_run_at_the_lowest_priority(
     slurm_lab: dict[str, Any],
 ) -> None:
     names = slurm_lab["names"]
-    state_before = lab_core.ssh_run(LAB, 3, "cat /etc/gpunode/state.json").stdout
+    state_before = standing(3)
     head(f"scontrol update NodeName={names[2]} State=DRAIN Reason='site maintenance'")
     seen: dict[str, str] = {}
     stop = threading.Event()
@@ -217,7 +227,7 @@ def test_a_drained_node_is_not_tested_and_jobs_run_at_the_lowest_priority(
     ]
     assert drained["job"] is None and drained["not_tested"]
     # Not failed: its state file is the one the earlier run wrote, its drain is untouched.
-    assert lab_core.ssh_run(LAB, 3, "cat /etc/gpunode/state.json").stdout == state_before
+    assert standing(3) == state_before
     assert "Reason=site maintenance" in head(f"scontrol show node {names[2]}")
     # squeue saw the two jobs, at the lowest priority and the highest nice.
     rows = [line.split("|") for line in seen.values()]
@@ -258,10 +268,6 @@ def test_a_job_that_never_starts_is_not_tested_and_cancelled(slurm_lab: dict[str
     )
     assert "Reason=Resources" in node["not_tested"] and node["not_tested"].endswith("cancelled")
     assert "gpunode-accept" not in head("squeue --noheader --format=%j")
-
-
-def node_state(index: int) -> dict[str, Any]:
-    return dict(json.loads(lab_core.ssh_run(LAB, index, "cat /etc/gpunode/state.json").stdout))
 
 
 def test_the_health_check_drains_a_faulty_node_and_up_resumes_it_once_clean(
