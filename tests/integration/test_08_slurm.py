@@ -40,6 +40,7 @@ from typing import Any
 import pytest
 
 from toolkit.acceptance.executors.slurm import MAX_NICE
+from toolkit.acceptance.hooks import parse_scontrol_node
 from toolkit.acceptance.verdict import NOT_TESTED_CHECK
 from toolkit.lab import lab as lab_core
 from toolkit.lab import nodes as lab_nodes
@@ -312,7 +313,8 @@ def test_the_health_check_drains_a_faulty_node_and_up_resumes_it_once_clean(
         assert nodes[first]["ready"] and nodes[first]["state"] == "ready", nodes[first]
         assert accepted["status"] == "done" and "; slurm: resumed (" in accepted["detail"]
         assert node_state(1)["state"] == "ready"
-        assert "State=IDLE " in head(f"scontrol show node {first}")  # resumed, no reason
+        resumed = parse_scontrol_node(head(f"scontrol show node {first}"))
+        assert not resumed.drained and resumed.reason is None, resumed  # resumed, no reason
         # Drained by hand: never resumed, reported with its reason, its state kept.
         left = nodes[third]["stages"]["accept"]
         assert left["status"] == "skipped" and left["detail"] == (
