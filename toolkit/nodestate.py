@@ -258,6 +258,19 @@ def after_check(
     return state
 
 
+def held_by_check(state: Mapping[str, Any]) -> bool:
+    """Whether the node is not ready because of a passive check (every reason is a check's,
+    :data:`CHECK_PREFIX`): the standing the Slurm health check marks, and whose XIDs a
+    re-acceptance takes as already acted on. A node new, provisioned, ready, or not ready for
+    another reason (a failed acceptance, a provision in progress) is not."""
+    reasons = [str(r) for r in state.get("reason") or []]
+    return (
+        state.get("state") == "not-ready"
+        and bool(reasons)
+        and all(r.startswith(CHECK_PREFIX) for r in reasons)
+    )
+
+
 def after_acceptance(
     current: Mapping[str, Any],
     *,

@@ -15,7 +15,14 @@ Debian's packages. Through the real CLI, real SSH, real Ansible and real Slurm, 
    ``scontrol show job`` keeps the finished jobs' priority (sacct needs slurmdbd, which the
    lab does not run);
 4. a job that cannot start (somebody's job holds node 3 whole) is cancelled after the
-   inventory's start timeout and the node comes out not-tested with Slurm's pending reason.
+   inventory's start timeout and the node comes out not-tested with Slurm's pending reason;
+5. gpunode's health check, which provision installed and the lab's slurm.conf runs every
+   interval: nodes 1 and 3 (ready) log a critical XID (the ``xid`` fault), node 3 drained by
+   hand first; within one interval slurmd's health check drains node 1 with gpunode's reason
+   naming the XID and turns both not ready, keeping node 3's own reason; with the faults
+   cleared, ``gpunode up --hook slurm`` re-accepts node 1 (over SSH: Slurm starts no job on a
+   drained node) and resumes it, and leaves node 3 drained, reported not tested with its
+   reason.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from typing import Any
 import pytest
 
 from toolkit.acceptance.executors.slurm import MAX_NICE
+from toolkit.acceptance.hooks import parse_scontrol_node
 from toolkit.acceptance.verdict import NOT_TESTED_CHECK
 from toolkit.lab import lab as lab_core
 from toolkit.lab import nodes as lab_nodes
@@ -111,6 +119,16 @@ def failed(node: dict[str, Any]) -> list[tuple[str, str]]:
     return [(f["check"], f["message"]) for f in node["failed_checks"]]
 
 
+def node_state(index: int) -> dict[str, Any]:
+    return dict(json.loads(lab_core.ssh_run(LAB, index, "cat /etc/gpunode/state.json").stdout))
+
+
+def standing(index: int) -> dict[str, Any]:
+    """The node's state file less the health check's baseline, which slurmd's health check
+    renews every interval (``check``: its time, counters and XIDs seen)."""
+    return {k: v for k, v in node_state(index).items() if k != "check"}
+
+
 def test_lab_runs_slurm_with_every_node(slurm_lab: dict[str, Any]) -> None:
     names = slurm_lab["names"]
     rows = head("sinfo --noheader --Node --format='%N %P %T %c'").split("\n")
@@ -170,7 +188,7 @@ def test_a_drained_node_is_not_tested_and_jobs_run_at_the_lowest_priority(
     slurm_lab: dict[str, Any],
 ) -> None:
     names = slurm_lab["names"]
-    state_before = lab_core.ssh_run(LAB, 3, "cat /etc/gpunode/state.json").stdout
+    state_before = standing(3)
     head(f"scontrol update NodeName={names[2]} State=DRAIN Reason='site maintenance'")
     seen: dict[str, str] = {}
     stop = threading.Event()
@@ -210,7 +228,7 @@ def test_a_drained_node_is_not_tested_and_jobs_run_at_the_lowest_priority(
     ]
     assert drained["job"] is None and drained["not_tested"]
     # Not failed: its state file is the one the earlier run wrote, its drain is untouched.
-    assert lab_core.ssh_run(LAB, 3, "cat /etc/gpunode/state.json").stdout == state_before
+    assert standing(3) == state_before
     assert "Reason=site maintenance" in head(f"scontrol show node {names[2]}")
     # squeue saw the two jobs, at the lowest priority and the highest nice.
     rows = [line.split("|") for line in seen.values()]
@@ -251,3 +269,62 @@ def test_a_job_that_never_starts_is_not_tested_and_cancelled(slurm_lab: dict[str
     )
     assert "Reason=Resources" in node["not_tested"] and node["not_tested"].endswith("cancelled")
     assert "gpunode-accept" not in head("squeue --noheader --format=%j")
+
+
+def test_the_health_check_drains_a_faulty_node_and_up_resumes_it_once_clean(
+    slurm_lab: dict[str, Any],
+) -> None:
+    names = slurm_lab["names"]
+    first, third = names[0], names[2]
+    assert node_state(1)["state"] == node_state(3)["state"] == "ready"
+    assert "gpunode-healthcheck" in lab_core.ssh_run(LAB, 1, "ls /usr/local/sbin").stdout
+    head(f"scontrol update NodeName={third} State=DRAIN Reason='hand: disk swap'")
+    started = time.monotonic()
+    lab_core.set_faults(LAB, 1, ["xid"])
+    lab_core.set_faults(LAB, 3, ["xid"])
+    try:
+        # Within one interval (slurmd runs every node's check at once), plus the check's run.
+        deadline = started + lab_slurm.HEALTHCHECK_INTERVAL_S + 15
+        while "Reason=gpunode:" not in (shown := head(f"scontrol show node {first}")):
+            assert time.monotonic() < deadline, shown
+            time.sleep(1)
+        TIMES["health check drained node 1 after the fault"] = time.monotonic() - started
+        assert "State=IDLE+DRAIN " in shown and "Reason=gpunode: health.xid: " in shown
+        assert "XID 119 on " in shown, shown
+        while node_state(3)["state"] != "not-ready":  # the same round of checks
+            assert time.monotonic() < deadline + 5, node_state(3)
+            time.sleep(1)
+        for index in (1, 3):
+            state = node_state(index)
+            assert state["state"] == "not-ready" and state["reason"][0].startswith(
+                "check: health.xid: "
+            ), state
+        assert "Reason=hand: disk swap " in head(f"scontrol show node {third}")
+        lab_core.set_faults(LAB, 1, [])
+        lab_core.set_faults(LAB, 3, [])
+        proc = gpunode(
+            slurm_lab, "up", "-i", str(slurm_lab["inventory"]), "--yes", "--limit",
+            f"{first},{third}", "--engine", "host", "--hook", "slurm", "--json",
+        )  # fmt: skip
+        code, out, err = finish(proc, "up --hook slurm (re-accept node 1, node 3 drained)")
+        assert code == 1, err[-3000:]  # node 3 stays not ready
+        nodes = json.loads(out)["nodes"]
+        accepted = nodes[first]["stages"]["accept"]
+        assert nodes[first]["ready"] and nodes[first]["state"] == "ready", nodes[first]
+        assert accepted["status"] == "done" and "; slurm: resumed (" in accepted["detail"]
+        assert node_state(1)["state"] == "ready"
+        resumed = parse_scontrol_node(head(f"scontrol show node {first}"))
+        assert not resumed.drained and resumed.reason is None, resumed  # resumed, no reason
+        # Drained by hand: never resumed, reported with its reason, its state kept.
+        left = nodes[third]["stages"]["accept"]
+        assert left["status"] == "skipped" and left["detail"] == (
+            "not tested: Slurm node state IDLE+DRAIN (Reason=hand: disk swap) before the run: "
+            "not submitted"
+        ), left
+        assert node_state(3)["state"] == "not-ready"
+        assert "Reason=hand: disk swap " in head(f"scontrol show node {third}")
+    finally:
+        lab_core.set_faults(LAB, 1, [])
+        lab_core.set_faults(LAB, 3, [])
+        head(f"scontrol update NodeName={third} State=RESUME")
+    TIMES["health check test"] = time.monotonic() - started

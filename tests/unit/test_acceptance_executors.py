@@ -21,6 +21,7 @@ from toolkit.acceptance.executors.slurm import (
     MAX_NICE,
     SlurmExecutor,
     SlurmSettings,
+    drained_by_gpunode,
     exit_status,
     job_record,
     node_unavailable,
@@ -154,6 +155,51 @@ def test_a_drained_node_is_not_tested_and_nothing_is_submitted() -> None:
     with pytest.raises(executors.NotTested, match=r"IDLE\+DRAIN .*maintenance window"):
         _launch(_executor(slurm))
     assert not [c for c in slurm.commands if c[0] == "sbatch"]
+
+
+# The real drained capture with gpunode's reason, as the health check or a hook drains.
+DRAINED_BY_GPUNODE = DRAINED.replace(
+    "Reason=maintenance window", "Reason=gpunode: health.xid: 1 critical XID(s)"
+)
+
+
+class Ssh(Output):
+    """The node's side over SSH: the command it ran, its result."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran: list[str] = []
+
+    def run(self, command: str, timeout: float) -> Any:
+        self.ran.append(command)
+        return type("Res", (), {"returncode": 0, "stdout": "", "stderr": "ran over ssh"})()
+
+
+def test_a_node_gpunode_drained_is_re_accepted_over_ssh_and_nothing_is_submitted() -> None:
+    assert drained_by_gpunode(DRAINED_BY_GPUNODE) == "gpunode: health.xid: 1 critical XID(s)"
+    slurm = Slurm(node=DRAINED_BY_GPUNODE, states=[_job("COMPLETED")])
+    node = Ssh()
+    launch = _launch(_executor(slurm), node)
+    assert node.ran == ["cd /opt/gpunode/accept && python3 run"]
+    assert launch.returncode == 0 and launch.output == "ran over ssh"
+    assert launch.job == {
+        "executor": "slurm",
+        "nodelist": "gpu-2",
+        "ran": "ssh",
+        "drained": "gpunode: health.xid: 1 critical XID(s)",
+    }
+    assert [c[0] for c in slurm.commands] == ["scontrol"]  # shown, never submitted
+
+
+@pytest.mark.parametrize(
+    "state",
+    ["MIXED+DRAIN", "ALLOCATED+DRAIN", "DOWN+DRAIN", "IDLE+DRAIN+NOT_RESPONDING"],
+)
+def test_a_node_gpunode_drained_that_runs_jobs_or_is_down_is_not_tested(state: str) -> None:
+    text = DRAINED_BY_GPUNODE.replace("State=IDLE+DRAIN", f"State={state}")
+    assert drained_by_gpunode(text) is None
+    with pytest.raises(executors.NotTested, match=r"gpunode: health\.xid"):
+        _launch(_executor(Slurm(node=text, states=[_job("COMPLETED")])), Ssh())
 
 
 def test_a_job_that_never_starts_is_cancelled_and_not_tested() -> None:

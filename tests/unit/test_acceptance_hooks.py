@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from toolkit.acceptance import executors
 from toolkit.acceptance.hooks import (
     CommandResult,
     KubernetesHook,
@@ -227,3 +228,17 @@ def test_run_hooks_order_and_unknown_name() -> None:
     ]
     with pytest.raises(AcceptanceError):
         run_hooks(["pbs"], [READY], rec)
+
+
+def test_a_hook_s_own_runner_runs_its_commands_and_the_others_use_the_default() -> None:
+    local, submit_host = Recorder(), Recorder()
+    run_hooks(["kubernetes", "slurm"], [NOT_READY], local, {"slurm": submit_host})
+    assert {c[0] for c in local.commands} == {"kubectl"}
+    assert {c[0] for c in submit_host.commands} == {"scontrol"}
+
+
+def test_slurm_commands_run_here_without_a_submit_host() -> None:
+    # With one, over SSH on it: tests/integration/test_08_slurm.py (the lab's head node).
+    local = Recorder()
+    with executors.slurm_commands({}, {}, local) as runner:
+        assert runner is local

@@ -565,6 +565,25 @@ def test_xid_window_is_the_later_of_provision_and_hours() -> None:
     assert xid_window_start(_xids(), AcceptanceSpec()) == (None, "since boot")
 
 
+def test_xids_a_passive_check_acted_on_are_history_to_a_re_acceptance() -> None:
+    # A check turned the node not ready at 11:30 for the XID of 11:00 (Slurm drained it); the
+    # fault is cleared and acceptance runs again: that XID does not count, a later one does.
+    result = _xids((119, "2025-06-02T11:00:00Z"), provisioned="2025-06-01T00:00:00Z")
+    turned = "2025-06-02T11:30:00+00:00"
+    result["state"] |= {"state": "not-ready", "reason": ["check: health.xid: 1"], "time": turned}
+    start, why = xid_window_start(result, AcceptanceSpec())
+    assert start is not None and start.isoformat() == turned and "passive check" in why
+    check = next(c for c in judge(result, EXPECT, SPEC).checks if c.name == "health.xid")
+    assert check.ok and "not judged: outside the window" in check.message
+    later = _xids((119, "2025-06-02T11:45:00Z"), provisioned="2025-06-01T00:00:00Z")
+    later["state"] |= {"state": "not-ready", "reason": ["check: health.xid: 1"], "time": turned}
+    assert not next(c for c in judge(later, EXPECT, SPEC).checks if c.name == "health.xid").ok
+    # Not ready for acceptance's own reasons: the window stays the provision's.
+    failed = _xids((119, "2025-06-02T11:00:00Z"), provisioned="2025-06-01T00:00:00Z")
+    failed["state"] |= {"state": "not-ready", "reason": ["health.xid: 1"], "time": turned}
+    assert not next(c for c in judge(failed, EXPECT, SPEC).checks if c.name == "health.xid").ok
+
+
 def test_critical_xids_carry_their_sources() -> None:
     table = critical_xids()
     assert {48, 79, 94, 95, 119, 154}.issubset(table) and not {13, 31, 43} & set(table)

@@ -1,6 +1,6 @@
 """``gpunode check``: its rules, its state transition, and its probe run for real.
 
-The probe is the very program a node runs (``flow.program``: the acceptance runner and
+The probe is the very program a node runs (``plan.probe_program``: the acceptance runner and
 ``probe.py`` on the stdin of ``python3 -``), run here against the lab's stand-in ``nvidia-smi``
 (rendered as the repository build renders it, on PATH, reading a temporary root through
 ``GPUNODE_LAB_ROOT``) and the lab's sysfs-shaped AER files: the GPU is the only thing that
@@ -21,7 +21,7 @@ from shared_fixtures import run_cli
 from toolkit import nodestate
 from toolkit.acceptance.thresholds import effective
 from toolkit.acceptance.verdict import NodeExpectation
-from toolkit.check import rules
+from toolkit.check import plan, rules
 from toolkit.inventory import Host, load_inventory
 from toolkit.lab.hardware import NodeHardware, aer_files
 from toolkit.lab.package_spec import nvidia_smi_files
@@ -193,7 +193,11 @@ class FakeNodeRoot:
             "GPUNODE_LAB_ROOT": str(self.root),
         }
         done = subprocess.run(
-            ["python3", "-"], input=flow.program(spec), capture_output=True, env=env, timeout=60
+            ["python3", "-"],
+            input=plan.probe_program(spec),
+            capture_output=True,
+            env=env,
+            timeout=60,
         )
         assert done.returncode == 0, done.stderr.decode()[-2000:]
         return dict(json.loads(done.stdout))
@@ -210,7 +214,8 @@ def _plan(hw: NodeHardware) -> Any:
         packages={},
     )
     resolved = {"fabric_manager": {"enabled": True}, "imex": {"enabled": False}}
-    return flow._Plan(host, {"debian12": (expect, resolved)}, effective(None), {})
+    expected = rules.Expected(expect, plan.required_units(host, resolved))
+    return plan.NodePlan(host, {"debian12": expected}, effective(None), {})
 
 
 def _with_debian(probe: dict[str, Any]) -> dict[str, Any]:
@@ -221,7 +226,7 @@ def test_probe_of_a_clean_node_passes_every_check(tmp_path: Path) -> None:
     hw = NodeHardware.for_node("H100", 8, True, seed="probe", index=1)
     probe = _with_debian(FakeNodeRoot(tmp_path, hw).probe())
     assert probe["gpus"]["ok"] and probe["gpus"]["count"] == 8
-    checks, baseline = flow.judge(_plan(hw), probe, None)
+    checks, baseline = plan.judge(_plan(hw), probe, None)
     failing = {c.name: c.message for c in checks if not c.ok}
     assert failing == {}
     names = [c.name for c in checks]
@@ -253,7 +258,7 @@ def test_probe_of_a_faulty_node_fails_the_faults_check(
     # The baseline of a check taken before the fault (its AER counters all zero).
     base = {"time": "2000-01-01T00:00:00Z", "aer": rules.aer_totals(_aer_devices(clean))}
     probe = _with_debian(FakeNodeRoot(tmp_path, hw).probe())
-    checks, _ = flow.judge(_plan(clean), probe, base)
+    checks, _ = plan.judge(_plan(clean), probe, base)
     assert {c.name for c in checks if not c.ok} == failing, [c for c in checks if not c.ok]
 
 
@@ -262,7 +267,7 @@ def test_xid_before_the_last_check_is_not_counted_again(tmp_path: Path) -> None:
     probe = _with_debian(FakeNodeRoot(tmp_path, hw).probe())
     # The log's lines are 100 s after boot, long before a check taken a second ago.
     later = {"time": probe["started"], "aer": {}}
-    checks, _ = flow.judge(_plan(hw), probe, later)
+    checks, _ = plan.judge(_plan(hw), probe, later)
     xid = next(c for c in checks if c.name == "health.xid")
     assert xid.ok and "since the last check" in xid.message and "not judged" in xid.message
 
@@ -270,18 +275,18 @@ def test_xid_before_the_last_check_is_not_counted_again(tmp_path: Path) -> None:
 def test_an_unsupported_os_fails_before_any_rule(tmp_path: Path) -> None:
     hw = NodeHardware.for_node("H100", 8, True, seed="probe", index=1)
     probe = {"os_release": "ID=fedora\nVERSION_ID=40\n", "started": "x"}
-    [check], _ = flow.judge(_plan(hw), probe, None)
+    [check], _ = plan.judge(_plan(hw), probe, None)
     assert check.name == "os.supported" and not check.ok
 
 
 def test_required_units_follow_the_stack_and_the_driver_option() -> None:
     host = Host("n", "a", 22, None, None, None, (), {"nvidia_driver_persistenced": False})
-    units = flow.required_units(
+    units = plan.required_units(
         host, {"fabric_manager": {"enabled": True}, "imex": {"enabled": True}}
     )
     assert list(units) == ["nvidia-fabricmanager", "nvidia-imex"]
     host = Host("n", "a", 22, None, None, None, (), {})
-    assert list(flow.required_units(host, {})) == ["nvidia-persistenced"]
+    assert list(plan.required_units(host, {})) == ["nvidia-persistenced"]
 
 
 def test_remap_rising_fault_adds_a_row_per_lab_restart() -> None:
@@ -316,7 +321,7 @@ def test_a_driver_upgraded_without_reboot_fails_versions_driver_loaded(tmp_path:
     hw = NodeHardware.for_node("H100", 8, True, seed="probe", index=1)
     root = FakeNodeRoot(tmp_path, hw)
     (tmp_path / "var/lib/gpunode-lab/loaded-driver-version").write_text("550.90.07\n")
-    checks, _ = flow.judge(_plan(hw), _with_debian(root.probe()), None)
+    checks, _ = plan.judge(_plan(hw), _with_debian(root.probe()), None)
     failing = {c.name: c.message for c in checks if not c.ok}
     assert "Driver/library version mismatch" in failing["versions.driver_loaded"]
     assert "gpu.query" in failing  # nvidia-smi lists nothing while NVML cannot start
@@ -327,13 +332,14 @@ def test_plan_of_the_sample_inventory_asks_for_its_locked_packages_and_units() -
     inventory = load_inventory(sample)
     by_group = {}
     for host in inventory.hosts_for(None):
-        by_group.setdefault(host.groups[-1], flow._plan(inventory, host))
+        by_group.setdefault(host.groups[-1], plan.plan_node(inventory, host))
     sxm = next(p for g, p in by_group.items() if "h100" in g)
     pcie = next(p for g, p in by_group.items() if "l40s" in g)
-    assert list(sxm.expectations) == ["ubuntu2204"]
-    expect, resolved = sxm.expectations["ubuntu2204"]
-    assert expect.driver_version == resolved["driver"]["version"]
+    assert list(sxm.expected) == ["ubuntu2204"]
+    expect = sxm.expected["ubuntu2204"].node
+    assert expect.driver_version and expect.packages
     assert set(expect.packages) <= set(sxm.probe_spec["packages"])
+    assert set(sxm.expected["ubuntu2204"].units) == {"nvidia-fabricmanager", "nvidia-persistenced"}
     assert sxm.probe_spec["units"] == ["nvidia-fabricmanager", "nvidia-persistenced"]
     assert pcie.probe_spec["units"] == ["nvidia-persistenced"]  # no NVSwitch, no FM
     assert sxm.probe_spec["pci_dir"] == "/sys/bus/pci/devices"
@@ -346,9 +352,9 @@ def test_an_xid_of_the_second_the_last_check_started_counts_once(tmp_path: Path)
     [event] = probe["kernel_log"]["xid_events"]
     # Logged in the very second a check started (times are whole seconds): new to that check.
     event["time"] = probe["started"]
-    first, baseline = flow.judge(_plan(hw), probe, {"time": probe["started"], "aer": {}})
+    first, baseline = plan.judge(_plan(hw), probe, {"time": probe["started"], "aer": {}})
     assert not next(c for c in first if c.name == "health.xid").ok
     assert baseline["xid_seen"] == [event["line"]]
     # The next check (same log) started in the same second: the line was seen, not new.
-    again, _ = flow.judge(_plan(hw), probe, baseline)
+    again, _ = plan.judge(_plan(hw), probe, baseline)
     assert next(c for c in again if c.name == "health.xid").ok

@@ -41,6 +41,10 @@ def test_conf_names_every_node_with_node_1_as_controller() -> None:
     # nice lowers a job's priority only under the multifactor plugin
     assert "PriorityType=priority/multifactor" in lines
     assert "ProctrackType=proctrack/linuxproc" in lines
+    # gpunode's passive checks as slurmd's health check, at the path the role installs it
+    assert "HealthCheckProgram=/usr/local/sbin/gpunode-healthcheck" in lines
+    assert f"HealthCheckInterval={slurm.HEALTHCHECK_INTERVAL_S}" in lines
+    assert "HealthCheckNodeState=ANY" in lines
     assert (
         f"PartitionName={slurm.PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP" in lines
     )
@@ -62,6 +66,7 @@ def test_inventory_says_acceptance_runs_through_slurm(tmp_path: Path) -> None:
     assert "gpunode_accept_executor: slurm\n" in text
     assert "gpunode_slurm_submit_host: lab-node-1\n" in text
     assert f"gpunode_slurm_license: {slurm.LICENSE}\n" in text
+    assert "gpunode_slurm_healthcheck: true\n" in text
     plain = render(
         spec=build_spec(name="lab", nodes=3, disks=0),
         nodes=NODES,

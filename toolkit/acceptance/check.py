@@ -1,16 +1,14 @@
 """One check of one node, what the inventory says the node must be, and the floor helpers
-every family of checks judges its figures with (``verdict.py`` puts the families together)."""
+every family of checks judges its figures with (``verdict.py`` puts the families together).
+
+Standard library only: the node-side health check ships it (``payload.HEALTHCHECK_MODULES``);
+what a node must be is computed from the inventory by ``expectation.expected_node``."""
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-from toolkit.inventory import Host
-from toolkit.stack.lock import LOCK_FILE, apply_lock, lock_from_vars, lock_state
-from toolkit.stack.models import Hardware, Stack
-from toolkit.stack.resolve import resolve
 
 
 @dataclass(frozen=True)
@@ -41,38 +39,6 @@ class NodeExpectation:
     # package name -> exact apt version, for every pinned package the runner was asked about
     packages: dict[str, str] = field(default_factory=dict)
     nccl_version: str | None = None  # "2.21.5" (without the +cuda build)
-
-
-def expected_node(
-    host: Host, stack: Stack, hardware: Hardware, os_id: str
-) -> tuple[NodeExpectation, dict[str, Any]]:
-    """What a node of this stack must be on this OS, and the resolved stack it comes from.
-
-    Provision installed exactly the group's locked versions: with a current lock those are
-    expected; without one the requirements stand (e.g. ``550.127.05-*``, matched by revision).
-    Acceptance and ``gpunode check`` hold a node to this one expectation.
-
-    Raises:
-        ConfigError: The stack does not resolve for ``os_id``, or the lock is malformed.
-    """
-    repo_vars = {k: v for k, v in host.vars.items() if k.startswith("gpunode_")}
-    resolved = resolve(stack, hardware, os_id, repo_vars=repo_vars)
-    lock = lock_from_vars(host.vars, f"{LOCK_FILE} of host {host.name}")
-    if lock_state(lock, resolved["stack_id"]) == "current":
-        resolved = apply_lock(resolved, lock)
-    packages: dict[str, str] = {}
-    for section in ("driver", "cuda", "nccl"):
-        packages.update((resolved.get(section) or {}).get("packages") or {})
-    expectation = NodeExpectation(
-        host=host.name,
-        stack_id=resolved["stack_id"],
-        gpu_model=hardware.gpu.model,
-        gpu_count=hardware.gpu.count,
-        driver_version=resolved["driver"]["version"],
-        packages=packages,
-        nccl_version=str(resolved["nccl"]["version"]),
-    )
-    return expectation, resolved
 
 
 def floor_check(

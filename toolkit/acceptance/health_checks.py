@@ -1,14 +1,46 @@
 """Checks of a node's health: memory errors (``memory_health.py`` holds the rules), the PCIe
-links, clock throttling and critical XIDs in the kernel log."""
+links, clock throttling and critical XIDs in the kernel log.
+
+Standard library only (the node-side health check ships it): the thresholds come in as any
+object with :class:`HealthSpec`'s fields (``thresholds.AcceptanceSpec`` on the control
+machine) and the critical XIDs' names as a table (``thresholds.critical_xids()``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Protocol
 
+from toolkit import nodestate
 from toolkit.acceptance import memory_health
 from toolkit.acceptance.check import Check, some
-from toolkit.acceptance.thresholds import AcceptanceSpec, critical_xids
+
+
+class HealthSpec(Protocol):
+    """The thresholds these checks read (``thresholds.AcceptanceSpec`` has them all)."""
+
+    @property
+    def check_pcie(self) -> bool: ...
+    @property
+    def check_throttle(self) -> bool: ...
+    @property
+    def pcie_gen(self) -> int | None: ...
+    @property
+    def pcie_width(self) -> int | None: ...
+    @property
+    def critical_xids(self) -> list[int] | None: ...
+    @property
+    def xid_window_h(self) -> float | None: ...
+
+
+class XidInfo(Protocol):
+    """One critical XID's name and NVIDIA's action for it (``thresholds.CriticalXid``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def action(self) -> str: ...
+
 
 # `clocks_throttle_reasons.active` bits that mean the hardware is slowing itself down
 # (nvidia-smi --help-query-gpu: 0x8 HW slowdown, 0x20 SW thermal slowdown, 0x40 HW thermal
@@ -22,8 +54,11 @@ BAD_THROTTLE_BITS = {
 }
 
 
-def health_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
-    """Memory errors, PCIe links and throttling (as the profile asks) and critical XIDs."""
+def health_checks(
+    result: dict[str, Any], spec: HealthSpec, xids: Mapping[int, XidInfo]
+) -> list[Check]:
+    """Memory errors, PCIe links and throttling (as the profile asks) and critical XIDs
+    (``xids``: the shipped critical XIDs by number, ``thresholds.critical_xids()``)."""
     gpus = result.get("gpus") or {}
     listed = gpus.get("list") or []
     checks = []
@@ -49,7 +84,7 @@ def health_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
                     "; ".join(throttled) or "no hardware or thermal slowdown",
                 )
             )
-    checks.append(_xid_check(result, spec))
+    checks.append(_xid_check(result, spec, xids))
     return checks
 
 
@@ -57,7 +92,7 @@ def _link(gen: Any, width: Any) -> str:
     return f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
 
 
-def _pcie_check(listed: list[dict[str, Any]], perf: dict[str, Any], spec: AcceptanceSpec) -> Check:
+def _pcie_check(listed: list[dict[str, Any]], perf: dict[str, Any], spec: HealthSpec) -> Check:
     """Judge each GPU's *maximum* link, and the link sampled under load where one was.
 
     The current link "may be reduced when the GPU is not in use" (nvidia-smi
@@ -134,11 +169,13 @@ def _when(text: Any) -> datetime | None:
     return stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)
 
 
-def xid_window_start(result: dict[str, Any], spec: AcceptanceSpec) -> tuple[datetime | None, str]:
+def xid_window_start(result: dict[str, Any], spec: HealthSpec) -> tuple[datetime | None, str]:
     """Where the XID window opens, and why: the node's last provision, the last passive check
-    (``xid_since``, set by ``gpunode check``), or the last ``xid_window_h`` hours, whichever
-    is latest; the boot (the log's own start) otherwise."""
-    provisioned = _when((result.get("state") or {}).get("provisioned_at"))
+    (``xid_since``, set by ``gpunode check``), the passive check that turned the node not
+    ready (its state's time, when every reason is a check's), or the last ``xid_window_h``
+    hours, whichever is latest; the boot (the log's own start) otherwise."""
+    state = result.get("state") or {}
+    provisioned = _when(state.get("provisioned_at"))
     now = _when(result.get("started"))
     checked = _when(result.get("xid_since"))
     starts: list[tuple[datetime, str]] = []
@@ -146,6 +183,17 @@ def xid_window_start(result: dict[str, Any], spec: AcceptanceSpec) -> tuple[date
         starts.append((provisioned, f"since the last provision ({provisioned.isoformat()})"))
     if checked is not None:
         starts.append((checked, f"since the last check ({checked.isoformat()})"))
+    turned = _when(state.get("time")) if nodestate.held_by_check(state) else None
+    if turned is not None:
+        # The XIDs a passive check already acted on (it turned the node not ready, and Slurm
+        # drained it) are history to a re-acceptance: the node is proven again from there,
+        # not held not-ready for ever by a line the kernel log keeps until the next boot.
+        starts.append(
+            (
+                turned,
+                f"since the passive check that turned the node not ready ({turned.isoformat()})",
+            )
+        )
     if spec.xid_window_h is not None and now is not None:
         starts.append(
             (now - timedelta(hours=spec.xid_window_h), f"within the last {spec.xid_window_h:g} h")
@@ -155,13 +203,12 @@ def xid_window_start(result: dict[str, Any], spec: AcceptanceSpec) -> tuple[date
     return max(starts, key=lambda s: s[0])
 
 
-def _xid_check(result: dict[str, Any], spec: AcceptanceSpec) -> Check:
+def _xid_check(result: dict[str, Any], spec: HealthSpec, named: Mapping[int, XidInfo]) -> Check:
     """Critical XIDs (``xids.yml`` or the profile's list) within the window fail the node;
     every XID of the boot is still shown."""
     log = result.get("kernel_log") or {}
     if not log.get("ok"):
         return Check("health.xid", False, f"kernel log unreadable: {log.get('error')}")
-    named = critical_xids()
     critical = set(spec.critical_xids) if spec.critical_xids is not None else set(named)
     start, window = xid_window_start(result, spec)
     events = list(log.get("xid_events") or [])

@@ -8,14 +8,16 @@
   the taint.
 
 Commands run through a :class:`CommandRunner` (locally by default: ``scontrol``/``kubectl``
-on the control machine, talking to the cluster), so a site can run them elsewhere.
+on the control machine, talking to the cluster), so a site can run them elsewhere: acceptance
+runs Slurm's on the inventory's submit host (``executors.slurm_commands``), and the node-side
+health check (``toolkit.check.healthcheck``) runs this very Slurm hook on the node itself.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -263,9 +265,13 @@ HOOKS: dict[str, type[SlurmHook] | type[KubernetesHook]] = {
 
 
 def run_hooks(
-    names: Sequence[str], marks: Sequence[NodeMark], runner: CommandRunner = local_runner
+    names: Sequence[str],
+    marks: Sequence[NodeMark],
+    runner: CommandRunner = local_runner,
+    runners: Mapping[str, CommandRunner] | None = None,
 ) -> list[HookAction]:
-    """Run the named hooks for every node's verdict.
+    """Run the named hooks for every node's verdict (``runners``: a hook's own runner by its
+    name, such as Slurm's submit host; ``runner`` for the others).
 
     Raises:
         AcceptanceError: An unknown hook name.
@@ -274,7 +280,7 @@ def run_hooks(
     for name in names:
         if name not in HOOKS:
             raise AcceptanceError(f"unknown hook {name!r}; known: {', '.join(sorted(HOOKS))}")
-        hook = HOOKS[name](runner)
+        hook = HOOKS[name]((runners or {}).get(name, runner))
         for mark in marks:
             actions.append(hook.apply(mark))
     return actions

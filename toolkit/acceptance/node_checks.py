@@ -1,18 +1,24 @@
 """Checks of what a node is: its GPUs' count and model, the pinned versions installed and
-loaded, and the stack id its state file names, each against the inventory's expectation."""
+loaded, and the stack id its state file names, each against the inventory's expectation.
+
+Standard library only (the node-side health check ships it): a GPU's model is told by the
+function it is given (``catalog.model_of`` on the control machine)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from toolkit import nodestate
 from toolkit.acceptance.check import Check, NodeExpectation
-from toolkit.stack import catalog
 from toolkit.stack.debversion import satisfies
 
 
-def inventory_checks(result: dict[str, Any], expect: NodeExpectation) -> list[Check]:
-    """The GPUs nvidia-smi lists against the expected count and model."""
+def inventory_checks(
+    result: dict[str, Any], expect: NodeExpectation, model_of: Callable[[str], str | None]
+) -> list[Check]:
+    """The GPUs nvidia-smi lists against the expected count and model (``model_of``: the GPU
+    catalogue's model of a name, None for a name it does not know)."""
     gpus = result.get("gpus") or {}
     if not gpus.get("ok"):
         return [Check("gpu.query", False, f"nvidia-smi failed: {gpus.get('error')}")]
@@ -31,12 +37,8 @@ def inventory_checks(result: dict[str, Any], expect: NodeExpectation) -> list[Ch
             )
         )
     if expect.gpu_model is not None:
-        want = catalog.lookup_gpu(expect.gpu_model)
-        wrong = [
-            g["name"]
-            for g in listed
-            if (catalog.lookup_gpu(str(g.get("name") or "")) or None) != want
-        ]
+        want = model_of(expect.gpu_model)
+        wrong = [g["name"] for g in listed if model_of(str(g.get("name") or "")) != want]
         checks.append(
             Check(
                 "gpu.model",

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.acceptance.check import Check, NodeExpectation
-from toolkit.acceptance.health_checks import health_checks
-from toolkit.acceptance.node_checks import inventory_checks, stack_check, version_checks
+from toolkit.acceptance.node_checks import stack_check
+from toolkit.acceptance.passive import passive_checks
 from toolkit.acceptance.perf_checks import (
     allreduce_checks,
     dcgm_checks,
@@ -20,8 +20,9 @@ from toolkit.acceptance.perf_checks import (
     topology_checks,
     transport_checks,
 )
-from toolkit.acceptance.thresholds import AcceptanceSpec
+from toolkit.acceptance.thresholds import AcceptanceSpec, critical_xids
 from toolkit.acceptance.train_checks import data_checks, training_checks
+from toolkit.stack import catalog
 
 READY = "ready"
 NOT_READY = "not-ready"
@@ -73,20 +74,6 @@ class Verdict:
         }
 
 
-def passive_checks(
-    result: dict[str, Any], expect: NodeExpectation, spec: AcceptanceSpec
-) -> list[Check]:
-    """The checks of a runner-shaped result that read counters and versions only (no load):
-    the GPU count and model, pinned/installed/loaded versions, memory errors, PCIe maximum
-    link, throttling and XIDs. ``gpunode check`` judges its probe with these, so a passive
-    check and acceptance hold a node to the very same rules."""
-    return (
-        inventory_checks(result, expect)
-        + version_checks(result, expect)
-        + health_checks(result, spec)
-    )
-
-
 def not_tested_verdict(host: str, reason: str) -> Verdict:
     """The outcome of a node the executor could not test: one failed check saying why."""
     return Verdict(host, [Check(NOT_TESTED_CHECK, False, reason)], tested=False)
@@ -117,9 +104,7 @@ def judge(
         checks.append(Check("runner", False, runner_error or "the runner produced no result"))
         checks.extend(extra or [])
         return Verdict(expect.host, checks)
-    checks += inventory_checks(result, expect)
-    checks += version_checks(result, expect)
-    checks += health_checks(result, spec)
+    checks += passive_checks(result, expect, spec, xids=critical_xids(), model_of=catalog.model_of)
     checks += allreduce_checks(result.get("allreduce"), spec.allreduce)
     checks += transport_checks(result.get("allreduce"), spec.transport)
     checks += gpu_perf_checks(result, spec)

@@ -1,7 +1,7 @@
 """The node side of ``gpunode check``: every passive signal of one node, read in one go.
 
 Shipped with the acceptance runner's modules in one Python program on the stdin of one SSH
-command (``toolkit.steps.check.program``, ``payload.inline_program``); standard library only
+command (``toolkit.check.plan.probe_program``, ``payload.inline_program``); standard library only
 besides the runner and the facts' parsers shipped with it. It reads through the runner's own
 functions (GPUs and their memory counters from
 ``nvidia-smi``, versions, the kernel log's XIDs, the state file, the machine's identity), so a

@@ -1,8 +1,11 @@
-"""The passive checks' own rules: PCIe AER deltas, RDMA port states and required units.
+"""The passive checks' own rules (PCIe AER deltas, RDMA port states, required units) and
+:func:`judge`, which holds one probe (``probe.main``) to every passive rule.
 
-Pure, on the control machine, each rule with its source. What acceptance already judges
-(GPU count and model, versions, memory errors, PCIe maximum link, throttling, XIDs) is judged
-by ``toolkit.acceptance.verdict.passive_checks``, not here: one rule, one owner.
+Pure, each rule with its source; standard library only, so the node-side health check
+(``healthcheck``) ships it and judges on the node exactly as ``gpunode check`` judges on the
+control machine. What acceptance already judges (GPU count and model, versions, memory
+errors, PCIe maximum link, throttling, XIDs) is judged by
+``toolkit.acceptance.passive.passive_checks``, not here: one rule, one owner.
 
 Counters that only grow while the machine runs (AER statistics) are judged as deltas since
 the last check, whose readings the node's state keeps (``nodestate.after_check``). A reading
@@ -12,10 +15,14 @@ is then the delta, as a counter counts from zero.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.acceptance.verdict import Check
+from toolkit.acceptance.check import Check, NodeExpectation
+from toolkit.acceptance.health_checks import HealthSpec, XidInfo
+from toolkit.acceptance.passive import passive_checks
+from toolkit.stack.systems import os_id_of_release
 
 # Linux, Documentation/ABI/testing/sysfs-bus-pci-devices-aer_stats: each file lists one
 # counter a line ("Receiver Error 2"; names may hold spaces) and ends with its total:
@@ -160,3 +167,65 @@ def units_check(states: Mapping[str, str], required: Mapping[str, str]) -> Check
     ]
     message = "; ".join(bad) if bad else f"active: {', '.join(required)}"
     return Check("services.active", not bad, f"{message} (systemctl is-active)")
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a node must be on one OS: the expectation and the units that must be active
+    (unit -> why)."""
+
+    node: NodeExpectation
+    units: dict[str, str] = field(default_factory=dict)
+
+
+def judge(
+    probe: Mapping[str, Any],
+    expected: Mapping[str, Expected],
+    spec: HealthSpec,
+    before: Mapping[str, Any] | None,
+    *,
+    compute_nics: list[str] | None,
+    xids: Mapping[int, XidInfo],
+    model_of: Callable[[str], str | None],
+) -> tuple[list[Check], dict[str, Any]]:
+    """The checks of one node's probe, and the baseline the next check starts from.
+
+    Args:
+        probe: What ``probe.main`` read.
+        expected: What the node must be, per OS id it may run (its OS is read by the probe).
+        spec: The thresholds in force.
+        before: The last check's baseline (the state's ``check``), None before the first.
+        compute_nics: The RDMA devices that carry training traffic (None: every port).
+        xids: The critical XIDs by number.
+        model_of: A GPU name's model in the catalogue.
+    """
+    system = os_id_of_release(probe.get("os_release"))
+    checks: list[Check] = []
+    if system is None or system not in expected:
+        checks.append(
+            Check(
+                "os.supported",
+                False,
+                f"the node runs {system or 'an unsupported OS'}; its group is pinned for "
+                f"{', '.join(expected)}",
+            )
+        )
+        return checks, {"time": probe.get("started")}
+    want = expected[system]
+    # XIDs since the last check: after its start time, less the lines it already saw (times
+    # are whole seconds, so a line of the second the last check started may be old or new).
+    log = dict(probe.get("kernel_log") or {})
+    events = list(log.get("xid_events") or [])
+    seen = set((before or {}).get("xid_seen") or [])
+    log["xid_events"] = [e for e in events if e.get("line") not in seen]
+    result = {**probe, "kernel_log": log, "xid_since": (before or {}).get("time")}
+    checks += passive_checks(result, want.node, spec, xids=xids, model_of=model_of)
+    listed = (probe.get("gpus") or {}).get("list") or []
+    names = {str(g.get("bus_id") or "")[4:].lower(): f"GPU {g.get('index')}" for g in listed}
+    aer, totals = aer_check(probe.get("aer") or {}, (before or {}).get("aer"), names)
+    checks.append(aer)
+    checks.append(rdma_check(probe.get("rdma") or {}, compute_nics))
+    checks.append(units_check(probe.get("units") or {}, want.units))
+    started = str(probe.get("started") or "")
+    recent = sorted({str(e.get("line")) for e in events if str(e.get("time") or "~") >= started})
+    return checks, {"time": probe.get("started"), "aer": totals, "xid_seen": recent}

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from docker.models.containers import Container
 
+from toolkit.check.healthcheck import PROGRAM_PATH
 from toolkit.errors import LabError
 from toolkit.lab import nodes
 from toolkit.lab.state import NodeState
@@ -39,6 +40,10 @@ PARTITION = "gpunode"
 LICENSE = "gpunode_checks"
 LICENSE_COUNT = 2  # acceptance jobs at once in a lab (of its 3 nodes in the tests: one waits)
 SLURM_USER = "slurm"
+# slurmd runs gpunode's health check (toolkit/check/healthcheck.py, installed by the
+# slurm_healthcheck role when provision runs) this often, in seconds: short, so that a test
+# sees a fault drained within one interval; a site's usual value is minutes.
+HEALTHCHECK_INTERVAL_S = 15
 # The hardware fields of `slurmd -C` that slurm.conf's NodeName line takes.
 HARDWARE_FIELDS = (
     "CPUs",
@@ -111,6 +116,12 @@ def render_conf(cluster: str, node_states: Sequence[NodeState], hardware: dict[s
         "SlurmdTimeout=60",
         "MinJobAge=600",
         f"Licenses={LICENSE}:{LICENSE_COUNT}",
+        # gpunode's passive checks as slurmd's health check, on nodes in any state
+        # (slurm.conf(5): HealthCheckProgram runs as root every HealthCheckInterval seconds;
+        # until provision installs it there is nothing to run and slurmd logs that).
+        f"HealthCheckProgram={PROGRAM_PATH}",
+        f"HealthCheckInterval={HEALTHCHECK_INTERVAL_S}",
+        "HealthCheckNodeState=ANY",
         *(f"NodeName={n.name} NodeAddr={n.ip} {spec} State=UNKNOWN" for n in ordered),
         f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
     ]
@@ -119,10 +130,12 @@ def render_conf(cluster: str, node_states: Sequence[NodeState], hardware: dict[s
 
 def inventory_vars(node_states: Sequence[NodeState]) -> dict[str, object]:
     """The inventory's word on the lab's Slurm: acceptance runs through it, submitted on the
-    head node, in the lab's partition, one license per job."""
+    head node, in the lab's partition, one license per job; provision installs gpunode's
+    health check for slurmd."""
     head = min(node_states, key=lambda n: n.index)
     return {
         "gpunode_accept_executor": "slurm",
+        "gpunode_slurm_healthcheck": True,
         "gpunode_slurm_submit_host": head.name,
         "gpunode_slurm_partition": PARTITION,
         "gpunode_slurm_license": LICENSE,

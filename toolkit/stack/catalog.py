@@ -6,7 +6,6 @@ The data lives in ``gpus.yml`` next to this module; it is the one list of GPU mo
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
@@ -14,8 +13,8 @@ from typing import Any
 
 from toolkit.config import did_you_mean, parse_yaml
 from toolkit.errors import ConfigError
-
-_PREFIXES = ("nvidia ", "tesla ")
+from toolkit.stack import gpunames
+from toolkit.stack.gpunames import normalise
 
 
 @dataclass(frozen=True)
@@ -51,15 +50,6 @@ class GpuInfo:
                 return board
         known = ", ".join(b.name for b in self.boards) or "none"
         raise ConfigError(f"toolkit/stack/gpus.yml: {self.model} has no board {name!r} ({known})")
-
-
-def normalise(name: str) -> str:
-    """Fold case and spacing, and drop the vendor prefix nvidia-smi may print."""
-    text = re.sub(r"\s+", " ", name.strip().casefold())
-    for prefix in _PREFIXES:
-        if text.startswith(prefix):
-            text = text[len(prefix) :]
-    return text
 
 
 @lru_cache(maxsize=1)
@@ -106,6 +96,18 @@ def _index() -> dict[str, GpuInfo]:
     return index
 
 
+def model_index() -> dict[str, str]:
+    """Every name of the catalogue (normalised) -> its model: what a node-side check that
+    cannot read ``gpus.yml`` finds names in (``gpunames.find``)."""
+    return {name: info.model for name, info in _index().items()}
+
+
+def model_of(name: str) -> str | None:
+    """The catalogue's model of a GPU name (``NVIDIA H100 80GB HBM3`` -> ``H100``), or None."""
+    info = lookup_gpu(name)
+    return info.model if info else None
+
+
 def lookup_gpu(name: str) -> GpuInfo | None:
     """Find a GPU by short name (``H100``) or nvidia-smi name (``NVIDIA H100 80GB HBM3``).
 
@@ -115,14 +117,7 @@ def lookup_gpu(name: str) -> GpuInfo | None:
     Returns:
         The catalog entry, or ``None`` when the name is unknown.
     """
-    key = normalise(name)
-    if not key:
-        return None
-    index = _index()
-    if key in index:
-        return index[key]
-    first = re.split(r"[\s\-]", key, maxsplit=1)[0]
-    return index.get(first)
+    return gpunames.find(_index(), name)
 
 
 def lookup_gpu_by_pci_id(device_id: str) -> GpuInfo | None:

@@ -25,7 +25,8 @@ import docker.errors
 
 from toolkit import cert, nodestate, passport, runs
 from toolkit.acceptance import executors, payload, topology
-from toolkit.acceptance.check import Check, NodeExpectation, expected_node
+from toolkit.acceptance.check import Check, NodeExpectation
+from toolkit.acceptance.expectation import expected_node
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, multi_node_vars, run_multi_node
 from toolkit.acceptance.node_runner.node import container_argv
@@ -266,7 +267,11 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
             for p in plans
             if p.not_tested is None  # an untested node keeps its mark
         ]
-        actions = [a.to_dict() for a in run_hooks(opts.hooks, marks, opts.hook_runner)]
+        every = {h.name: h for h in inventory.hosts_for(None)}
+        variables = group_all.vars if group_all else {}
+        with executors.slurm_commands(variables, every, opts.hook_runner) as slurm:
+            done = run_hooks(opts.hooks, marks, opts.hook_runner, {"slurm": slurm})
+        actions = [a.to_dict() for a in done]
     run = AcceptanceRun(
         run_id=run_id,
         run_dir=run_dir,

@@ -20,31 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from toolkit import nodestate, runs
-from toolkit.acceptance import payload
-from toolkit.acceptance.check import Check, NodeExpectation, expected_node
-from toolkit.acceptance.thresholds import effective
-from toolkit.acceptance.verdict import passive_checks
-from toolkit.check import rules
+from toolkit.acceptance.check import Check
+from toolkit.check import plan
 from toolkit.errors import ConfigError, RemoteError
-from toolkit.inventory import Host, Inventory, load_inventory
+from toolkit.inventory import load_inventory
 from toolkit.remote import open_node, parallel
-from toolkit.stack.lock import OS_VARIABLE
-from toolkit.stack.systems import SUPPORTED_OS, os_id_of_release
 
-# Where the probe reads PCIe AER statistics and RDMA ports; the inventory may name other
-# folders (the lab does: its nodes share the host's sysfs).
-PCI_DIR = "/sys/bus/pci/devices"
-RDMA_DIR = "/sys/class/infiniband"
-PCI_DIR_VAR = "gpunode_pci_dir"
-RDMA_DIR_VAR = "gpunode_rdma_dir"
-# The RDMA devices that carry training traffic (``[mlx5_0, ...]``); unset: every port.
-COMPUTE_NICS_VAR = "gpunode_compute_nics"
 PROBE_TIMEOUT_S = 120
-# What the roles name the units (roles/*/defaults/main.yml): persistenced is enabled unless
-# `nvidia_driver_persistenced` is off, Fabric Manager and IMEX where the stack has them.
-PERSISTENCED_UNIT = "nvidia-persistenced"
-FABRIC_MANAGER_UNIT = "nvidia-fabricmanager"
-IMEX_UNIT = "nvidia-imex"
 
 
 @dataclass
@@ -111,14 +93,6 @@ class CheckRun:
         }
 
 
-@dataclass
-class _Plan:
-    host: Host
-    expectations: dict[str, tuple[NodeExpectation, dict[str, Any]]]  # per OS id
-    spec: Any
-    probe_spec: dict[str, Any]
-
-
 def run_check(
     inventory_dir: Path, limit: str | None = None, runs_dir: Path | None = None
 ) -> CheckRun:
@@ -133,7 +107,7 @@ def run_check(
     hosts = inventory.hosts_for(limit)
     if not hosts:
         raise ConfigError(f"{inventory_dir}: no hosts match {limit or 'all'!r}")
-    plans = {h.name: _plan(inventory, h) for h in hosts}
+    plans = {h.name: plan.plan_node(inventory, h) for h in hosts}
     now = datetime.now(timezone.utc)
     run_dir = runs.start_run("check", runs_dir, now)
     results = parallel(hosts, lambda h: _check_node(plans[h.name], run_dir.name))
@@ -146,97 +120,6 @@ def run_check(
     run = CheckRun(run_dir.name, run_dir, nodes, time.perf_counter() - started)
     (run_dir / "check.json").write_text(json.dumps(run.to_dict(), indent=1, sort_keys=True) + "\n")
     return run
-
-
-def _plan(inventory: Inventory, host: Host) -> _Plan:
-    """What one node must be, for each OS it may run (its OS is read in the same command)."""
-    stack, hardware = inventory.host_config(host)
-    named = host.vars.get(OS_VARIABLE)
-    systems = [named] if isinstance(named, str) else [str(s) for s in named or SUPPORTED_OS]
-    expectations = {}
-    for system in systems:
-        try:
-            expectations[system] = expected_node(host, stack, hardware, system)
-        except ConfigError:
-            if named:
-                raise
-            continue  # no OS named: only those the stack resolves for can be the node's
-    names = sorted({p for e, _ in expectations.values() for p in e.packages})
-    units = sorted({u for _, r in expectations.values() for u in required_units(host, r)})
-    probe_spec = {
-        "packages": names,
-        "kernel_log_command": host.vars.get("gpunode_kernel_log_command"),
-        "state_file": nodestate.PATH,
-        "dmi_dir": host.vars.get("gpunode_dmi_dir"),
-        "pci_dir": str(host.vars.get(PCI_DIR_VAR) or PCI_DIR),
-        "rdma_dir": str(host.vars.get(RDMA_DIR_VAR) or RDMA_DIR),
-        "units": units,
-    }
-    return _Plan(host, expectations, effective(hardware.acceptance), probe_spec)
-
-
-def required_units(host: Host, resolved: dict[str, Any]) -> dict[str, str]:
-    """The units that must be active on a node of this resolved stack, with why."""
-    units = {}
-    if host.vars.get("nvidia_driver_persistenced", True):
-        units[PERSISTENCED_UNIT] = "nvidia_driver_persistenced"
-    if (resolved.get("fabric_manager") or {}).get("enabled"):
-        name = str(host.vars.get("fabric_manager_service") or FABRIC_MANAGER_UNIT)
-        units[name] = "Fabric Manager: the GPUs sit on NVSwitches"
-    if (resolved.get("imex") or {}).get("enabled"):
-        units[IMEX_UNIT] = "IMEX: the stack enables it"
-    return units
-
-
-# The probe's module, shipped with the runner (standard library and the runner only).
-PROBE_MODULE = "toolkit.check.probe"
-
-
-def program(spec: dict[str, Any]) -> bytes:
-    """The one Python program the node runs: the runner's modules and the probe, carried in
-    it (``payload.inline_program``), then the probe, its result as JSON on stdout."""
-    main = (
-        "from toolkit.check import probe\n"
-        f"json.dump(probe.main(json.loads({json.dumps(spec)!r})), sys.stdout)\n"
-    )
-    return payload.inline_program(main, shipped=(PROBE_MODULE,))
-
-
-def judge(
-    plan: _Plan, probe: dict[str, Any], before: dict[str, Any] | None
-) -> tuple[list[Check], dict[str, Any]]:
-    """The checks of one node's probe, and the baseline the next check starts from."""
-    system = os_id_of_release(probe.get("os_release"))
-    checks: list[Check] = []
-    if system not in plan.expectations:
-        checks.append(
-            Check(
-                "os.supported",
-                False,
-                f"the node runs {system or 'an unsupported OS'}; its group is pinned for "
-                f"{', '.join(plan.expectations)}",
-            )
-        )
-        return checks, {"time": probe.get("started")}
-    expect, resolved = plan.expectations[system]
-    # XIDs since the last check: after its start time, less the lines it already saw (times
-    # are whole seconds, so a line of the second the last check started may be old or new).
-    log = dict(probe.get("kernel_log") or {})
-    events = list(log.get("xid_events") or [])
-    seen = set((before or {}).get("xid_seen") or [])
-    log["xid_events"] = [e for e in events if e.get("line") not in seen]
-    result = {**probe, "kernel_log": log, "xid_since": (before or {}).get("time")}
-    checks += passive_checks(result, expect, plan.spec)
-    listed = (probe.get("gpus") or {}).get("list") or []
-    names = {str(g.get("bus_id") or "")[4:].lower(): f"GPU {g.get('index')}" for g in listed}
-    aer, totals = rules.aer_check(probe.get("aer") or {}, (before or {}).get("aer"), names)
-    checks.append(aer)
-    wanted = plan.host.vars.get(COMPUTE_NICS_VAR)
-    checks.append(rules.rdma_check(probe.get("rdma") or {}, list(wanted) if wanted else None))
-    checks.append(rules.units_check(probe.get("units") or {}, required_units(plan.host, resolved)))
-    started = str(probe.get("started") or "")
-    recent = sorted({str(e.get("line")) for e in events if str(e.get("time") or "~") >= started})
-    return checks, {"time": probe.get("started"), "aer": totals, "xid_seen": recent}
 
 
 def passport_facts(probe: dict[str, Any], totals: dict[str, Any] | None) -> dict[str, Any]:
@@ -259,25 +142,27 @@ def passport_facts(probe: dict[str, Any], totals: dict[str, Any] | None) -> dict
     return {"gpus": gpus, "identity": probe.get("identity"), "aer": totals, "xids": xids}
 
 
-def _check_node(plan: _Plan, run_id: str) -> NodeCheck:
+def _check_node(node_plan: plan.NodePlan, run_id: str) -> NodeCheck:
     started = time.perf_counter()
-    outcome = NodeCheck(plan.host.name)
-    node = open_node(plan.host)
+    outcome = NodeCheck(node_plan.host.name)
+    node = open_node(node_plan.host)
     try:
-        res = node.run_with_input("python3 -", [program(plan.probe_spec)], timeout=PROBE_TIMEOUT_S)
+        res = node.run_with_input(
+            "python3 -", [plan.probe_program(node_plan.probe_spec)], timeout=PROBE_TIMEOUT_S
+        )
         if not res.ok:
             raise RemoteError(
-                f"{plan.host.name}: the check's probe exited {res.returncode}: "
+                f"{node_plan.host.name}: the check's probe exited {res.returncode}: "
                 f"{(res.stderr or res.stdout).strip()[-500:]}"
             )
         try:
             probe = json.loads(res.stdout)
         except ValueError as err:
-            raise RemoteError(f"{plan.host.name}: the probe printed no JSON: {err}") from None
+            raise RemoteError(f"{node_plan.host.name}: the probe printed no JSON: {err}") from None
         current = probe.get("state") or nodestate.new()
         outcome.state_before = current.get("state")
         before = current.get("check") if isinstance(current.get("check"), dict) else None
-        outcome.checks, baseline = judge(plan, probe, before)
+        outcome.checks, baseline = plan.judge(node_plan, probe, before)
         outcome.facts = passport_facts(probe, baseline.get("aer"))
         failures = [f"{c.name}: {c.message}" for c in outcome.checks if not c.ok]
         state = nodestate.after_check(current, failures, baseline, run_id=run_id)

@@ -486,4 +486,8 @@ def _accept(
         else:
             failed = [f"{c['check']}: {c['message']}" for c in summary.get("failed_checks") or []]
             detail = "; ".join(failed) or str(summary.get("error") or summary["verdict"])
+        # What the scheduler was told (resumed, drained, or left: drained by someone else).
+        for action in run.hook_actions:
+            if action["node"] == summary["host"]:
+                detail += f"; {action['hook']}: {action['action']} ({action['detail']})"
         node.stages["accept"] = StageResult("done" if node.ready else "failed", detail, spent)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from toolkit.acceptance.executors.base import (
@@ -21,11 +22,20 @@ from toolkit.acceptance.executors.slurm import (
     local_submit,
     settings_from,
 )
+from toolkit.acceptance.hooks import CommandRunner
 from toolkit.errors import ConfigError
 from toolkit.inventory import Host
 from toolkit.remote import open_node
 
-__all__ = ["EXECUTORS", "EXECUTOR_VAR", "Executor", "Launch", "NotTested", "select"]
+__all__ = [
+    "EXECUTORS",
+    "EXECUTOR_VAR",
+    "Executor",
+    "Launch",
+    "NotTested",
+    "select",
+    "slurm_commands",
+]
 
 
 def select(asked: str | None, variables: Mapping[str, Any], hosts: Mapping[str, Host]) -> Executor:
@@ -48,3 +58,25 @@ def select(asked: str | None, variables: Mapping[str, Any], hosts: Mapping[str, 
         host = hosts[submit_host]
         return SlurmExecutor(settings, lambda: NodeRunner(open_node(host)))
     return SshExecutor()
+
+
+@contextmanager
+def slurm_commands(
+    variables: Mapping[str, Any], hosts: Mapping[str, Host], default: CommandRunner
+) -> Iterator[CommandRunner]:
+    """Where Slurm's commands run, for the Slurm hook as for the executor: on the inventory's
+    ``gpunode_slurm_submit_host`` over SSH (a login node; the lab's head node), else through
+    ``default`` (this machine). The connection is closed on leaving.
+
+    Raises:
+        ConfigError: A Slurm setting breaks its rule.
+    """
+    submit_host = settings_from(variables, hosts).submit_host
+    if submit_host is None:
+        yield default
+        return
+    runner = NodeRunner(open_node(hosts[submit_host]))
+    try:
+        yield runner
+    finally:
+        runner.close()

@@ -11,7 +11,11 @@ an inventory host: a login node) or on this machine when there is none.
 
 Every way a job can fail to test its node is a per-node outcome, never a hang:
 
-- the node is down, drained or failing before the run: not submitted, *not tested*;
+- the node is down, drained or failing before the run: not submitted, *not tested*; except a
+  node gpunode drained itself (its drain reason starts with ``gpunode:``, the health check's
+  or a hook's) that runs nothing (``IDLE+DRAIN``): Slurm starts no job on a drained node, and
+  this one is drained precisely until gpunode proves it again, so its re-acceptance runs over
+  SSH on the node (its job record says so) and a ready verdict lets the hook resume it;
 - the job is still pending after ``gpunode_slurm_start_timeout_s``: cancelled, *not tested*
   with Slurm's pending reason (ReqNodeNotAvail, Licenses, Resources, Priority...);
 - preempted, cancelled by someone else, node failure, boot failure: *not tested*;
@@ -37,6 +41,7 @@ from typing import Any
 
 from toolkit.acceptance.executors.base import SLURM, Launch, NotTested
 from toolkit.acceptance.hooks import (
+    REASON_PREFIX,
     CommandResult,
     CommandRunner,
     local_runner,
@@ -116,6 +121,19 @@ def node_unavailable(scontrol_node: str) -> str | None:
     if not any(flag.startswith(UNAVAILABLE) for flag in flags):
         return None
     return f"Slurm node state {node.state}" + (f" (Reason={node.reason})" if node.reason else "")
+
+
+def drained_by_gpunode(scontrol_node: str) -> str | None:
+    """gpunode's drain reason when the node is drained by gpunode and runs nothing (state
+    ``IDLE+DRAIN``), else None.
+
+    Raises:
+        AcceptanceError: The output has no ``State=`` field.
+    """
+    node = parse_scontrol_node(scontrol_node)
+    flags = set(node.state.upper().split("+"))
+    ours = (node.reason or "").startswith(REASON_PREFIX)
+    return node.reason if ours and flags == {"IDLE", "DRAIN"} else None
 
 
 def exit_status(exit_code: str) -> int:
@@ -205,7 +223,13 @@ class SlurmExecutor:
     ) -> Launch:
         """Submit the runner as a job on the host's Slurm node and wait for it."""
         slurm_node = str(host.vars.get("gpunode_scheduler_node_name") or host.name)
-        why = node_unavailable(self._checked(["scontrol", "show", "node", slurm_node]))
+        shown = self._checked(["scontrol", "show", "node", slurm_node])
+        ours = drained_by_gpunode(shown)
+        if ours is not None:
+            res = node.run(f"cd {workdir} && {command}", timeout=timeout_s)
+            record = {"executor": SLURM, "nodelist": slurm_node, "ran": "ssh", "drained": ours}
+            return Launch(res.returncode, res.stderr or res.stdout, record)
+        why = node_unavailable(shown)
         if why:
             raise NotTested(f"{why} before the run: not submitted")
         job_name = f"{JOB_PREFIX}-{host.name}"
