@@ -88,7 +88,7 @@ def test_help_lists_the_lab_commands(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_every_fault_is_listed_by_both_helps(capsys: pytest.CaptureFixture[str]) -> None:
     """`lab fault --help` explains, and `lab up --help` names, every fault of the one registry."""
-    from toolkit.lab.hardware import FAULTS
+    from toolkit.lab.faults import FAULTS
 
     _code, fault_help, _err = _run(capsys, "fault", "--help")
     _code, up_help, _err = _run(capsys, "up", "--help")

@@ -8,7 +8,8 @@ import re
 import pytest
 
 from toolkit.errors import ConfigError
-from toolkit.lab.hardware import FAULTS, GPU_MODELS, SCHEMA_VERSION, NodeHardware
+from toolkit.lab.faults import FAULTS
+from toolkit.lab.hardware import GPU_MODELS, SCHEMA_VERSION, NodeHardware
 
 # (model, nvswitch, name, memory MiB, power W, PCIe gen, max SM clock, NVLinks)
 MODELS = [

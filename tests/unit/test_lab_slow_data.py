@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from toolkit.lab import lab, nodes
-from toolkit.lab.hardware import FAULTS, NodeHardware
+from toolkit.lab.faults import FAULTS
+from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.package_spec import render
 from toolkit.lab.spec import SLOW_DATA_READ_BPS, SLOW_DATA_READ_IOPS, build_spec
 from toolkit.lab.state import NodeState

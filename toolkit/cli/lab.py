@@ -16,7 +16,8 @@ from toolkit.cli.output import emit_json, out_console, say
 from toolkit.errors import ConfigError
 from toolkit.lab import lab as lab_core
 from toolkit.lab import nodes as lab_nodes
-from toolkit.lab.spec import FAULTS, build_spec, parse_fault, parse_size
+from toolkit.lab.faults import FAULTS
+from toolkit.lab.spec import build_spec, parse_fault, parse_size
 
 name_option = click.option(
     "--name",

@@ -2,7 +2,7 @@
 
 The lab writes this file into every node; the stand-in ``nvidia-smi`` (shipped by the
 stand-in ``nvidia-smi`` package, stdlib only) reads it back. The JSON layout is
-therefore a contract between this module and ``toolkit/lab/standins/nvidia_smi.py``:
+therefore a contract between this module and ``toolkit/lab/standins/smi/``:
 ``NodeHardware.model_dump(mode="json")`` is exactly what the script reads, and
 ``schema_version`` changes whenever a field's meaning does.
 
@@ -23,6 +23,21 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from toolkit.errors import ConfigError
+from toolkit.lab.faults import (
+    AER_FAULT_CORRECTABLE,
+    AER_FAULT_NONFATAL,
+    DCGM_FAILING_PLUGIN,
+    DEGRADED_PCIE_GEN,
+    DEGRADED_PCIE_WIDTH,
+    ECC_FAULT_CORRECTED,
+    ECC_FAULT_UNCORRECTED,
+    FAULTS,
+    IDLE_PCIE_GEN,
+    KERNEL_LOG_FAULTS,
+    REMAP_FAILURE_ROWS,
+    XID154_MESSAGE,
+    XID_MESSAGE,
+)
 from toolkit.stack import catalog as gpu_catalog
 from toolkit.stack.matrix import matrix
 
@@ -53,105 +68,6 @@ FaultName = Literal[
     "remap-rising",
     "returned-gpu",
 ]
-
-# Faults the lab can inject. `slow-net` is traffic shaping on the node's interface (done by
-# the lab's container code), so it is accepted here but leaves no trace in the GPU file.
-FAULTS: dict[str, str] = {
-    "missing-gpu": "one GPU is absent from the bus (the node reports count - 1 GPUs)",
-    "ecc": "one GPU has uncorrectable ECC errors and a pending row remap",
-    "remapped": (
-        "one GPU had an uncorrectable ECC error long ago, remapped and reset since: lifetime "
-        "counts above 0, nothing since the driver loaded, nothing pending (a node stays ready)"
-    ),
-    "remap-failure": (
-        "one GPU's row remapping failed (a bank out of spare rows): NVIDIA's RMA condition"
-    ),
-    "xid": "one GPU has an XID event in the kernel log",
-    "old-xid": (
-        "one GPU has an XID event in the kernel log from before the acceptance window "
-        "(logged when the fault is set or at boot; acceptance later must not count it)"
-    ),
-    "xid154": (
-        "one GPU logs XID 154 (its recovery action changed to GPU Reset Required) and "
-        "nvidia-smi reports its recovery action as Reset"
-    ),
-    "pcie": "one GPU's PCIe link trained at Gen3 x8: its root port caps it below the card's max",
-    "pcie-idle": "every GPU lowers its PCIe link to Gen1 while idle and runs at its max under load",
-    "slow-net": "the node's network interface is shaped to a slow link (real traffic shaping)",
-    "slow-data": "reads of the node's data disks are throttled (blkio), as on a failing disk or a "
-    "congested network file system",
-    "keyring": "NVIDIA's repositories are already there (cuda-keyring's list, a deb822 source)",
-    "swapped-gpu": (
-        "one GPU board was replaced (a repair of the board the `ecc` fault fails): same slot, "
-        "another serial and UUID"
-    ),
-    "returned-gpu": (
-        "the board the `ecc` fault fails, taken out by the `swapped-gpu` repair, is back in "
-        "another slot (its serial and UUID, its lifetime ECC count and remapped row), the "
-        "replacement staying in its own slot: the same broken part back after an RMA"
-    ),
-    "runfile-driver": (
-        "an NVIDIA driver installed by the .run installer: its files (installer, uninstaller, "
-        "log, kernel module, libraries), no package; clearing the fault runs its uninstaller"
-    ),
-    "topo": (
-        "one pair of GPUs on the same NUMA node reads SYS in `nvidia-smi topo -m` (their "
-        "NVLinks, if any, down): the path crosses the sockets"
-    ),
-    "dcgm-fail": (
-        "one GPU fails DCGM's memory plugin (`dcgmi diag`: faulty memory elements found), "
-        "every other plugin and GPU passes"
-    ),
-    "remap-rising": (
-        "one GPU remaps one more row (a correctable error) at every restart of the node by the "
-        "lab (`gpunode lab restart`): its remapped rows rise boot after boot, each run passing"
-    ),
-    "aer": (
-        "one GPU's PCIe link logs uncorrectable non-fatal AER errors (and correctable ones) "
-        "from the moment the fault is set: its AER counters move"
-    ),
-}
-# The `ecc` fault's counts (uncorrectable, corrected); `remapped` and `returned-gpu` keep them as
-# the board's lifetime history.
-ECC_FAULT_UNCORRECTED = 2
-ECC_FAULT_CORRECTED = 14
-# The `aer` fault's counts: a link that starts to fail logs both kinds (Linux,
-# Documentation/PCI/pcieaer-howto.rst); any uncorrectable one since the last check is enough
-# to fail `pcie.aer`.
-AER_FAULT_NONFATAL = 2
-AER_FAULT_CORRECTABLE = 41
-# The plugin the `dcgm-fail` fault fails (the stand-in dcgmi, toolkit/lab/standins/dcgmi.py).
-DCGM_FAILING_PLUGIN = "memory"
-
-# The link a `pcie` fault leaves: a real downtrained slot (a riser or retimer problem); the
-# root port's maximum is what `pcie.link.gen.hostmax` reports and `gen.max` follows it.
-DEGRADED_PCIE_GEN = 3
-DEGRADED_PCIE_WIDTH = 8
-# The link an idle GPU drops to (`pcie-idle`): nvidia-smi --help-query-gpu says of
-# pcie.link.gen.current "These may be reduced when the GPU is not in use", and idle H100/A100
-# nodes show Gen1 (2.5 GT/s) at full width in public `nvidia-smi -q`/`lspci -vv` captures.
-IDLE_PCIE_GEN = 1
-
-# XID 119: "GSP RPC timeout", one of the XIDs that health checkers (Azure NHC's
-# `check_gpu_xid`, NVIDIA's XID catalogue https://docs.nvidia.com/deploy/xid-errors/) treat as
-# a node fault. The message is the driver's own wording.
-XID_CODE = 119
-XID_MESSAGE = (
-    "Timeout after 6s of waiting for RPC response from GPU{index} GSP! "
-    "Expected function 76 (GSP_RM_CONTROL) (0x20800a4c 0x4)."
-)
-# XID 154 (`xid154`): NVIDIA's Xid catalog gives its text as "GPU recovery action changed from
-# 0x0 (None) to 0x2 (Node Reboot Required)", the values being None, Drain P2P, Drain and
-# Reset, GPU Reset Required and Node Reboot Required; nvidia-smi -q then reports "GPU
-# Recovery Action : Reset" (public captures of R565+ drivers, tests/data/real/SOURCES.md).
-XID154_MESSAGE = "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
-# Faults whose event the lab writes into the node's kernel log, and the XID each one logs.
-KERNEL_LOG_FAULTS: dict[str, int] = {"xid": XID_CODE, "old-xid": XID_CODE, "xid154": 154}
-# The `remap-failure` fault: a bank with 8 rows remapped for uncorrectable errors is one of
-# the row-remapping failure conditions of NVIDIA's RMA policy (NVIDIA GPU Memory Error
-# Management, "RMA Policy Thresholds for Row-Remapping", as quoted in awslabs/
-# awsome-distributed-ai PR #1190).
-REMAP_FAILURE_ROWS = 8
 
 
 class GpuModel(BaseModel):

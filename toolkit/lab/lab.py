@@ -27,7 +27,8 @@ from toolkit.lab import image as lab_image
 from toolkit.lab import inventory, network, nodes, paths, runfile, server, ssh
 from toolkit.lab import slurm as lab_slurm
 from toolkit.lab import state as lab_state
-from toolkit.lab.hardware import KERNEL_LOG_FAULTS, NodeHardware, aer_files
+from toolkit.lab.faults import KERNEL_LOG_FAULTS
+from toolkit.lab.hardware import NodeHardware, aer_files
 from toolkit.lab.repo import build_repository
 from toolkit.lab.spec import (
     SLOW_DATA_READ_BPS,

@@ -14,7 +14,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from toolkit.config import StrictModel
 from toolkit.errors import ConfigError, clip
-from toolkit.lab.hardware import FAULTS, GPU_MODELS
+from toolkit.lab.faults import FAULTS
+from toolkit.lab.hardware import GPU_MODELS
 
 # The `slow-data` fault's read limits per data disk (blkio.throttle.read_bps_device and
 # read_iops_device): a disk in trouble, two orders of magnitude below the lab's healthy loop
