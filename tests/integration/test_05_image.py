@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from toolkit.images.build import recipe_for
+from toolkit.images.build import KEEP_CACHES, _prune, recipe_for
 from toolkit.images.distribute import push
 from toolkit.images.engine import docker_client
 from toolkit.images.normalise import is_volatile
@@ -126,6 +127,38 @@ def test_unchanged_recipe_is_reused_not_built_again(lab: Any, training_image: An
     assert outcome["normalise_seconds"] == 0
     text = _gpunode("image", "build", "-i", str(lab.inventory))
     assert text.returncode == 0 and "reused" in text.stdout, text.stdout + text.stderr
+
+
+def _tiny_image(client: Any, content: bytes) -> str:
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as archive:
+        member = tarfile.TarInfo("content")
+        member.size = len(content)
+        archive.addfile(member, io.BytesIO(content))
+    answer = json.loads(client.api.import_image_from_data(data.getvalue()).splitlines()[-1])
+    return str(answer["status"])
+
+
+@pytest.mark.lab
+def test_the_recipe_recorded_last_is_kept_though_its_image_is_dated_oldest() -> None:
+    # A normalised image is dated at its recipe's source date, so the one just recorded can be
+    # the oldest by creation date; keeping the newest by that date dropped it at once (CI: the
+    # image benchmark's unchanged recipe was not found). Recency is when it was last named.
+    client = docker_client()
+    repository = "gpunode-test-prune"
+    oldest = _tiny_image(client, b"dated first, named last")
+    others = [_tiny_image(client, f"dated later {n}".encode()) for n in range(KEEP_CACHES)]
+    try:
+        for n, image in enumerate([*others, oldest]):
+            client.images.get(image).tag(repository, f"recipe-{n}")
+            _prune(client, repository)
+        held = {image.id for image in client.images.list(name=repository)}
+        assert oldest in held and others[0] not in held, (oldest, others, held)
+        assert len(held) == KEEP_CACHES
+    finally:
+        for image in [*others, oldest]:
+            with contextlib.suppress(Exception):
+                client.images.remove(image, force=True)
 
 
 @pytest.mark.lab

@@ -13,6 +13,7 @@ import hashlib
 import re
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -244,10 +245,13 @@ def _input_key(base_id: str, digest: str) -> str:
 
 
 def _built(client: docker.DockerClient, key: str) -> Any:
+    """The normalised image recorded under ``key``, named again so that it counts as recent."""
     try:
-        return client.images.get(f"{BUILT_REPOSITORY}:{key}")
+        found = client.images.get(f"{BUILT_REPOSITORY}:{key}")
     except docker.errors.ImageNotFound:
         return None
+    found.tag(BUILT_REPOSITORY, key)
+    return found
 
 
 def _record_built(client: docker.DockerClient, image_id: str, key: str) -> None:
@@ -344,18 +348,28 @@ def _keep_as_cache(client: docker.DockerClient, raw: str, normalised: str) -> No
 
 
 def _prune(client: docker.DockerClient, repository: str) -> None:
-    """Keep the newest ``KEEP_CACHES`` images of a gpunode repository; untag the rest."""
-    kept = sorted(
-        client.images.list(name=repository),
-        key=lambda image: str(image.attrs.get("Created", "")),
-        reverse=True,
-    )
+    """Keep the ``KEEP_CACHES`` images of a gpunode repository named most recently; untag the
+    rest. Recency is the engine's last tag time, not the image's creation date: a normalised
+    image is dated at its recipe's source date, so the one just recorded can be the oldest."""
+    kept = sorted(client.images.list(name=repository), key=_last_named, reverse=True)
     for old in kept[KEEP_CACHES:]:
         for name in old.tags:
             if name.startswith(f"{repository}:"):
                 with contextlib.suppress(docker.errors.APIError):
                     client.images.remove(name, noprune=True)
         _remove(client, str(old.id))
+
+
+def _last_named(image: Any) -> datetime:
+    """When the engine last gave ``image`` a name (``Metadata.LastTagTime``; Docker Engine API
+    ``ImageInspect``), else its creation date; never named nor dated sorts first."""
+    metadata = image.attrs.get("Metadata") or {}
+    for text in (metadata.get("LastTagTime"), image.attrs.get("Created")):
+        with contextlib.suppress(TypeError, ValueError):
+            stamp = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+            if stamp.year > 1:  # the engine's zero time: never tagged
+                return stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)
+    return datetime.min.replace(tzinfo=timezone.utc)
 
 
 def _require_base(client: docker.DockerClient, base: str) -> str:
