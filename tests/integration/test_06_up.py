@@ -16,7 +16,9 @@ and real Ansible. In order:
    printed as a ratio of the first;
 5. once node 2's fault is cleared, ``up`` re-accepts it: both nodes end ready, node 1 reached
    as the lab's default login (the cloud image's sudo user), node 2 as root (the inventory
-   says ``ansible_user: root`` for it), so both ways of logging in are proven end to end.
+   says ``ansible_user: root`` for it), so both ways of logging in are proven end to end;
+6. ``up`` on the two ready nodes skips every stage; its time is printed beside ``ansible -m
+   setup`` on the same nodes.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from toolkit.ansible.runner import run_module
 from toolkit.lab import lab as lab_core
 from toolkit.lab import nodes as lab_nodes
 from toolkit.lab.spec import build_spec
@@ -217,3 +220,27 @@ def test_a_sudo_login_and_a_root_login_both_end_ready(up_lab: dict[str, Any]) ->
         assert state["state"] == "ready"
         owner = lab_core.ssh_run(LAB, node, "stat -c %U /etc/gpunode/state.json").stdout
         assert owner.strip() == "root"
+
+
+def test_up_on_two_ready_nodes_is_one_look(up_lab: dict[str, Any]) -> None:
+    # Both nodes ready (the test above): `up` decides everything from one look at each node.
+    # Printed beside `ansible -m setup` on the same nodes, measured in the same minute (the
+    # cost of looking at the nodes once); the ratio is the figure, not an assertion.
+    names = ",".join(up_lab["names"])
+    start = time.monotonic()
+    proc = gpunode(up_lab, "up", "-i", str(up_lab["inventory"]), "--yes", "--json")
+    up_seconds = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    nodes = json.loads(proc.stdout)["nodes"]
+    for node in up_lab["names"]:
+        stages = nodes[node]["stages"]
+        assert nodes[node]["ready"], stages
+        assert all(stages[s]["status"] == "skipped" for s in ("disks", "provision", "accept"))
+    start = time.monotonic()
+    setup = run_module("ansible.builtin.setup", up_lab["inventory"], limit=names)
+    setup_seconds = time.monotonic() - start
+    assert setup.ok and len(setup.results) == 2
+    print(
+        f"\nup on 2 ready nodes: {up_seconds:.1f} s (gpunode CLI), ansible -m setup "
+        f"{setup_seconds:.1f} s, up/setup {up_seconds / setup_seconds:.2f}x"
+    )
