@@ -1,9 +1,10 @@
 """The hardware profile: what every node of a group must have, and the one-file stack.
 
 The GPUs (``stack.models.GpuSpec``), the data disks (``disks.spec``) and the acceptance
-floors (``acceptance.thresholds``) in one schema, the ``hardware:`` of an inventory group or
-of a one-file stack. It sits above the three packages it puts together, so that none of them
-reads another's schema (``stack`` checks a profile through ``stack.models.Hardware``).
+floors (``floors.AcceptanceSpec``) in one schema, the ``hardware:`` of an inventory group or
+of a one-file stack. It sits above the three schemas it puts together, so that none of them
+reads another's (``stack`` checks a profile through ``stack.models.Hardware``), and below
+the inventory reader, so nothing that reads hosts is beneath it.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from pathlib import Path
 
 from pydantic import Field
 
-from toolkit.acceptance.thresholds import AcceptanceSpec
 from toolkit.config import StrictModel, load_yaml, validate
 from toolkit.disks.spec import DataDisksSpec
 from toolkit.errors import ConfigError
+from toolkit.floors import AcceptanceSpec
 from toolkit.stack.models import AcceptedRisk, GpuSpec, Stack
 
 

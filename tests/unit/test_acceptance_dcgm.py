@@ -18,10 +18,10 @@ from test_properties import configured
 
 from toolkit.acceptance import dcgm
 from toolkit.acceptance.check import NodeExpectation
-from toolkit.acceptance.dcgm import DcgmDiagSpec, DcgmUnreadable, parse_diag
+from toolkit.acceptance.dcgm import DcgmUnreadable, parse_diag
 from toolkit.acceptance.node_runner.facts import query_dcgm
-from toolkit.acceptance.thresholds import AcceptanceSpec
 from toolkit.acceptance.verdict import judge
+from toolkit.floors import AcceptanceSpec, DcgmDiagSpec
 from toolkit.lab import paths
 from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.inventory import lab_profile

@@ -32,8 +32,8 @@ from toolkit.acceptance.node_runner.collective import (
     run_nccl_tests,
 )
 from toolkit.acceptance.perf_checks import transport_checks
-from toolkit.acceptance.thresholds import AcceptanceSpec, shipped_profile
 from toolkit.acceptance.verdict import judge
+from toolkit.floors import AcceptanceSpec, TransportSpec, shipped_profile
 from toolkit.lab.inventory import lab_profile
 from toolkit.report import render_html, render_junit
 
@@ -150,7 +150,7 @@ def test_one_plain_network_connection_means_no_gpudirect_rdma() -> None:
     )
     s = nccllog.parse_log(lines)
     assert s.network_kind == "ib" and s.gpudirect_rdma is False
-    finding = nccllog.judge(s, nccllog.TransportSpec(gpudirect_rdma="required"))[0]
+    finding = nccllog.judge(s, TransportSpec(gpudirect_rdma="required"))[0]
     assert finding.ok is False and "NET/IBext_v8/1" in finding.message
 
 
@@ -351,8 +351,8 @@ def test_random_lines_never_crash_the_parser(lines: list[str]) -> None:
     doc = summary.to_dict()
     assert doc["lines"] >= 0 and isinstance(summary.describe(), str)
     for rules in (
-        nccllog.TransportSpec(network="ib", gpudirect_rdma="required", nvls="required"),
-        nccllog.TransportSpec(network="socket"),
+        TransportSpec(network="ib", gpudirect_rdma="required", nvls="required"),
+        TransportSpec(network="socket"),
     ):
         for finding in nccllog.judge(summary, rules):
             assert finding.ok in (True, False, None) and finding.message

@@ -34,10 +34,10 @@ from toolkit.acceptance.node_runner.facts import (
 from toolkit.acceptance.node_runner.gpu import link_under_load
 from toolkit.acceptance.node_runner.storage import data_throughput
 from toolkit.acceptance.node_runner.train import prepare_loop
-from toolkit.acceptance.thresholds import AcceptanceSpec
 from toolkit.acceptance.topology import judge as judge_topology
 from toolkit.acceptance.topology import read_section
 from toolkit.acceptance.verdict import judge
+from toolkit.floors import AcceptanceSpec
 from toolkit.lab.inventory import lab_profile
 from toolkit.lab.package_spec import nvidia_smi_files
 

@@ -11,21 +11,20 @@ import pytest
 
 from toolkit.acceptance import train_checks
 from toolkit.acceptance.nccltests import parse
-from toolkit.acceptance.thresholds import (
+from toolkit.acceptance.thresholds import effective, sweep_sizes
+from toolkit.config import validate
+from toolkit.errors import ConfigError
+from toolkit.floors import (
     MEASURED_FLOORS,
     AcceptanceSpec,
     BusbwFloor,
     build_profile,
-    effective,
     floor_factors,
     format_size,
     parse_size,
     shipped_profile,
     shipped_profiles,
-    sweep_sizes,
 )
-from toolkit.config import validate
-from toolkit.errors import ConfigError
 from toolkit.lab.inventory import lab_profile
 
 REAL = ("h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "l40s-pcie")
@@ -111,7 +110,7 @@ def test_every_shipped_profile_validates_and_has_sources(name: str) -> None:
     assert all(f.source for f in floors)
 
 
-# (profile, all-reduce list, size, the measured busbw written in profiles.yml)
+# (profile, all-reduce list, size, the measured busbw written in floors.yml)
 BUSBW_MEASURED = [
     ("h100-sxm-8", "allreduce", 16 << 30, 483.05),
     ("h200-sxm-8", "allreduce", 8 << 30, 479.98),
@@ -132,7 +131,7 @@ def test_busbw_floors_are_the_factor_times_the_measured_figure(
     assert floor.source and f"{factor} x {measured} GB/s measured" in floor.source
 
 
-# (profile, key, measured figure written in profiles.yml); a key absent here is not judged.
+# (profile, key, measured figure written in floors.yml); a key absent here is not judged.
 MEASURED = [
     ("h100-sxm-8", "min_gemm_tflops", 783.66),
     ("h100-sxm-8", "min_mem_bw_gbps", 2900),
@@ -304,7 +303,7 @@ def _azure_nhc_h2d(column: str) -> float:
     return float(_cells(text, "check_gpu_bandwidth")[header.index(column)].split()[0])
 
 
-# Each measured figure of profiles.yml, read from the public artefact it cites.
+# Each measured figure of floors.yml, read from the public artefact it cites.
 ARTEFACT_FIGURES = {
     ("h100-sxm-8", "min_gemm_tflops"): lambda: _torch_bf16("NVIDIA H100 80GB HBM3"),
     ("h100-sxm-8", "min_mem_bw_gbps"): lambda: _azure("ND_H100_v5", "Copy") * 1000,
@@ -444,7 +443,7 @@ def test_the_profiles_file_names_no_datasheet_peak_as_measured() -> None:
     for name, key, measured in MEASURED:
         if key in peaks[name]:
             assert measured < peaks[name][key], f"{name}.{key}"
-    raw = Path(__file__).resolve().parents[2] / "toolkit" / "acceptance" / "profiles.yml"
+    raw = Path(__file__).resolve().parents[2] / "toolkit" / "floors.yml"
     assert "datasheet peak" not in raw.read_text().split("profiles:", 1)[1]
 
 

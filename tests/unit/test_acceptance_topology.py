@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.acceptance.thresholds import AcceptanceSpec, shipped_profile
 from toolkit.acceptance.topology import (
-    TopologySpec,
     TopologyUnreadable,
     describe_rule,
     judge,
@@ -21,6 +19,7 @@ from toolkit.acceptance.topology import (
 )
 from toolkit.config import validate
 from toolkit.errors import ConfigError
+from toolkit.floors import AcceptanceSpec, TopologySpec, shipped_profile
 
 DATA = Path(__file__).parent / "data" / "topo"
 H100 = (DATA / "h100-sxm-8.txt").read_text()

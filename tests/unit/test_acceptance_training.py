@@ -28,10 +28,11 @@ from toolkit.acceptance.node_runner.storage import (
     read_plan,
 )
 from toolkit.acceptance.node_runner.train import sample_utilisation, scaling_points
-from toolkit.acceptance.thresholds import AcceptanceSpec, effective
+from toolkit.acceptance.thresholds import effective
 from toolkit.acceptance.train_checks import training_checks
 from toolkit.config import validate
 from toolkit.errors import ConfigError
+from toolkit.floors import AcceptanceSpec
 from toolkit.lab.inventory import lab_profile
 
 RUNNER = Path(nr.__file__)
@@ -285,7 +286,7 @@ def test_bad_training_settings_are_refused_naming_key_and_rule(
 
 
 def test_every_real_profile_sets_the_training_floors_with_sources() -> None:
-    from toolkit.acceptance.thresholds import shipped_profile
+    from toolkit.floors import shipped_profile
     from toolkit.lab.inventory import lab_profile
 
     for name in ("h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "l40s-pcie"):
@@ -334,7 +335,8 @@ def test_the_gpu_step_is_sized_from_each_profiles_gemm_floor() -> None:
     """Per profile: the storage loop's compute (emulated, from DLIO) and the GPU step (bf16
     GEMMs sized from the GEMM floor in force); its time at the floor is computed, the time it
     takes on the node is measured there (the loop's ``gpu_step.measured_s``)."""
-    from toolkit.acceptance.thresholds import GPU_STEP_MIN_S, gpu_step, shipped_profile
+    from toolkit.acceptance.thresholds import GPU_STEP_MIN_S, gpu_step
+    from toolkit.floors import shipped_profile
 
     print("\nprofile       emulated compute/step  GPU step (bf16 GEMMs)   floor TFLOP/s  at floor")
     for name in ("h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "l40s-pcie", "lab"):

@@ -1,10 +1,11 @@
-"""The import structure of ``toolkit``, read from its source (an AST walk, nothing imported).
+"""The structure of ``toolkit``, read from its source (an AST walk, nothing imported).
 
-Floors (docs/architecture.md): a package never imports one above it and two packages never
-import each other; nothing outside the lab and its CLI imports the lab. The package pairs that
-still import each other are listed below with what unties them (issue 24); the list may only
-shrink, and so may the count of function-level ``toolkit`` imports (each hides an arrow), each
-of which says why it is there in a comment on its line or just above its block of imports.
+Floors (docs/architecture.md, whose picture this reads): a module imports only from its own
+floor or below, so no two packages reach each other through any chain of imports; nothing
+outside the lab and its CLI imports the lab, and nothing but the CLI imports the steps. The
+count of function-level ``toolkit`` imports (each hides an arrow) may only shrink, and each
+says why it is there in a comment on its line or just above its block of imports. No file is
+over about 800 lines without saying why on its first line.
 """
 
 from __future__ import annotations
@@ -16,13 +17,6 @@ from pathlib import Path
 TOOLKIT = Path(__file__).resolve().parents[2] / "toolkit"
 LAB_DOORS = {"toolkit/lab", "toolkit/cli/lab.py"}
 
-# Two-way package pairs not yet untied, each with the arrow that runs the wrong way: none left
-# (issue 24 untied acceptance-images, acceptance-report, acceptance-stack and inventory-stack).
-KNOWN_TWO_WAY: set[tuple[str, str]] = set()
-# Longer cycles: the packages that reach each other through a chain of imports. One knot is
-# left: toolkit.hardware reads acceptance.thresholds (the profile's floors), and acceptance's
-# flows read inventories (hosts, over remote), which read hardware profiles. It may only shrink.
-KNOWN_KNOT = {"acceptance", "hardware", "inventory", "remote"}
 # Function-level imports of toolkit modules: 88 when this test was written, 46 since the steps
 # got their own floor (toolkit/steps imports at module level; cli/up keeps `up --help` light),
 # 31 since toolkit.stack re-exports nothing and acceptance's flow is toolkit/steps/accept.py,
@@ -87,15 +81,10 @@ def _graph() -> tuple[dict[str, set[str]], list[str], list[str]]:
     return edges, lab_importers, function_level
 
 
-def test_no_new_two_way_package_imports_and_nothing_outside_the_lab_imports_it() -> None:
-    edges, lab_importers, function_level = _graph()
-    two_way = {tuple(sorted((a, b))) for a in edges for b in edges[a] if a in edges.get(b, ())}
-    print(f"\ntwo-way package pairs: {len(two_way)}; function-level toolkit imports: "
-          f"{len(function_level)}")  # fmt: skip
+def test_nothing_outside_the_lab_imports_it_and_function_level_imports_say_why() -> None:
+    _edges, lab_importers, function_level = _graph()
+    print(f"\nfunction-level toolkit imports: {len(function_level)}")
     assert lab_importers == [], f"imports of toolkit.lab outside the lab: {lab_importers}"
-    assert two_way <= KNOWN_TWO_WAY, f"new two-way package imports: {two_way - KNOWN_TWO_WAY}"
-    untied = KNOWN_TWO_WAY - two_way
-    assert not untied, f"untied, take them off KNOWN_TWO_WAY: {untied}"
     assert len(function_level) <= MAX_FUNCTION_LEVEL_IMPORTS, function_level
     unexplained = [where for where in function_level if where.endswith("(no comment)")]
     assert unexplained == [], f"function-level imports without a comment saying why: {unexplained}"
@@ -133,12 +122,12 @@ def _knots(edges: dict[str, set[str]]) -> list[set[str]]:
     return knots
 
 
-def test_no_package_joins_the_knot_and_it_only_shrinks() -> None:
+def test_no_package_cycles() -> None:
+    """No two packages reach each other, directly (a two-way pair) or through a chain."""
     edges, _lab_importers, _function_level = _graph()
-    knots = _knots(edges)
-    print(f"\npackage cycles: {[sorted(k) for k in knots]}")
-    assert all(knot <= KNOWN_KNOT for knot in knots), f"new package cycles: {knots}"
-    assert set().union(*knots) == KNOWN_KNOT, f"untied, take them off KNOWN_KNOT: {knots}"
+    knots = sorted(sorted(knot) for knot in _knots(edges))
+    print(f"\npackage cycles: {knots}")
+    assert knots == [], f"packages that reach each other through their imports: {knots}"
 
 
 def test_only_the_cli_imports_the_steps() -> None:
@@ -147,3 +136,50 @@ def test_only_the_cli_imports_the_steps() -> None:
     edges, _lab_importers, _function_level = _graph()
     importers = {package for package, targets in edges.items() if "steps" in targets}
     assert importers == {"cli"}, f"packages importing toolkit.steps: {sorted(importers)}"
+
+
+def _floors() -> dict[str, int]:
+    """The picture of docs/architecture.md's "Floors": each package or module by its floor,
+    the top (``cli/``) 0; lines at one indentation are one floor."""
+    doc = (TOOLKIT.parent / "docs" / "architecture.md").read_text()
+    picture = doc.split("## Floors: what may import what", 1)[1].split("```")[1]
+    floors = {}
+    for line in picture.strip("\n").splitlines():
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        for word in line.split():
+            if word.endswith("/") or word.endswith(".py"):
+                floors[word.removesuffix("/").removesuffix(".py")] = depth
+    return floors
+
+
+def test_the_floors_picture_holds_every_package_and_no_import_goes_up() -> None:
+    """docs/architecture.md draws the floors; the code keeps to the drawing."""
+    floors = _floors()
+    edges, _lab_importers, _function_level = _graph()
+    modules = {path.stem for path in TOOLKIT.glob("*.py")}
+    packages = {path.parent.name for path in TOOLKIT.glob("*/__init__.py")}
+    missing = {name for name in modules | packages if not name.startswith("__")} - set(floors)
+    assert missing == set(), f"not on the picture: {sorted(missing)}"
+    up = sorted(
+        f"{source} -> {target}"
+        for source, targets in edges.items()
+        for target in targets
+        if not source.startswith("__") and not target.startswith("__")
+        if floors[target] < floors[source]
+    )
+    assert up == [], f"imports that go up a floor (docs/architecture.md): {up}"
+
+
+MAX_LINES = 800
+
+
+def test_no_toolkit_file_is_over_800_lines_without_a_reason_on_its_first_line() -> None:
+    """A file past about 800 lines has seams already (issue 24): cut along them, or say on its
+    first line why it stays whole (the line names its length: "... over 800 lines: ...")."""
+    long = {}
+    for path in sorted(TOOLKIT.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+            if len(lines) > MAX_LINES and "800 lines" not in lines[0]:
+                long[str(path.relative_to(TOOLKIT.parent))] = len(lines)
+    assert long == {}, f"over {MAX_LINES} lines with no reason on the first line: {long}"

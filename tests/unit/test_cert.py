@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from toolkit import cert, passport
-from toolkit.acceptance.thresholds import AcceptanceSpec
 from toolkit.errors import ConfigError
+from toolkit.floors import AcceptanceSpec
 
 RUN_ID = "20260101T120000Z-accept-abc123"
 DIGEST = "sha256:" + "ab" * 32

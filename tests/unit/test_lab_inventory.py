@@ -180,7 +180,8 @@ def test_files_pass_the_projects_yamllint(repo_root: Path) -> None:
 def test_the_lab_writes_its_own_floors_into_the_hardware_profile() -> None:
     """The lab's floors (toolkit/lab/acceptance.yml) are the inventory's, as a site writes its
     own: no product profile is named, and the floors in force are the lab's, sources kept."""
-    from toolkit.acceptance.thresholds import effective, shipped_profiles
+    from toolkit.acceptance.thresholds import effective
+    from toolkit.floors import shipped_profiles
     from toolkit.lab.inventory import lab_profile
 
     files = _render()

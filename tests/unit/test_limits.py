@@ -18,7 +18,6 @@ import pytest
 from shared_fixtures import run_cli
 from test_acceptance_verdict import EXPECT, SPEC, healthy
 
-from toolkit.acceptance.thresholds import AcceptanceSpec
 from toolkit.acceptance.topology import (
     MAX_CPUS,
     MAX_NUMA_NODES,
@@ -27,6 +26,7 @@ from toolkit.acceptance.topology import (
 )
 from toolkit.acceptance.verdict import judge
 from toolkit.config import MAX_YAML_BYTES, MAX_YAML_INT_CHARS, MAX_YAML_NODES
+from toolkit.floors import AcceptanceSpec
 from toolkit.inventory import MAX_INVENTORY_HOSTS, Host, load_inventory
 from toolkit.steps import accept
 

@@ -17,8 +17,9 @@ from test_report_fleet import _node as _fleet_node
 from test_report_fleet import _record as _fleet_record
 from test_report_training import _summary
 
-from toolkit.acceptance.thresholds import AcceptanceSpec, effective
+from toolkit.acceptance.thresholds import effective
 from toolkit.acceptance.topology import report as topology_report
+from toolkit.floors import AcceptanceSpec
 from toolkit.passport import passports
 from toolkit.report import render_html
 from toolkit.report.fleet import fleet_history, render_fleet_html

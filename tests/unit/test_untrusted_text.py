@@ -26,8 +26,8 @@ from test_properties import configured
 from test_stack_support import BASE
 
 from toolkit import cert, cli, passport, runs
-from toolkit.acceptance.thresholds import AcceptanceSpec
 from toolkit.cli.output import shown
+from toolkit.floors import AcceptanceSpec
 from toolkit.printable import printable
 
 # The characters that must never reach a terminal raw (besides C0: checked byte-wise).

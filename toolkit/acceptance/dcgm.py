@@ -1,9 +1,9 @@
 """DCGM diagnostics as an acceptance check: ``dcgmi diag -r <level> -j`` read and judged.
 
-The one owner of the concept: the profile's rule (:class:`DcgmDiagSpec`, the ``dcgm_diag``
-key of ``hardware.acceptance``), the parser of the command's JSON and the judgement. The node
-runner ships the command's output raw; the controller parses it here, as it does
-``nvidia-smi topo -m`` (``topology.py``).
+The one owner of the concept: the parser of the command's JSON and the judgement of the
+profile's rule (its schema, :class:`toolkit.floors.DcgmDiagSpec`, is the ``dcgm_diag`` key of
+``hardware.acceptance``). The node runner ships the command's output raw; the controller
+parses it here, as it does ``nvidia-smi topo -m`` (``topology.py``).
 
 The document's shape (DCGM @ 72fa3fe, ``nvvs/include/NvvsJsonStrings.h`` and
 ``dcgmi/Diag.cpp``; a public DCGM 4 capture in ``tests/data/real/dcgm/``):
@@ -26,10 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import Field
-
-from toolkit.config import StrictModel, parse_json
+from toolkit.config import parse_json
 from toolkit.errors import AcceptanceError, ConfigError, clip
+from toolkit.floors import DcgmDiagSpec
 
 # The document's top key: DCGM 3.x, then 4.x (NvvsJsonStrings.h NVVS_NAME).
 ROOT_KEYS = ("DCGM GPU Diagnostic", "DCGM Diagnostic")
@@ -46,19 +45,6 @@ NOT_FOUND = "dcgmi not found"
 
 class DcgmUnreadable(AcceptanceError):
     """The text is not a ``dcgmi diag -j`` document (the message names the key)."""
-
-
-class DcgmDiagSpec(StrictModel):
-    """Run ``dcgmi diag -r <level> -j`` on every node and judge its plugins."""
-
-    level: int = Field(ge=1, le=4, description="dcgmi diag run level (1 quick ... 4 extended).")
-    required: bool = Field(
-        default=False,
-        description="A node without dcgmi fails; False: the check says it was not judged.",
-    )
-    fail_on_warn: bool = Field(default=False, description="A Warn result fails the check.")
-    fail_on_skip: bool = Field(default=False, description="A Skip result fails the check.")
-    source: str | None = Field(default=None, description="Where the rule comes from.")
 
 
 @dataclass(frozen=True)

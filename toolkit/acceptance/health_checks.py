@@ -2,7 +2,7 @@
 links, clock throttling and critical XIDs in the kernel log.
 
 Standard library only (the node-side health check ships it): the thresholds come in as any
-object with :class:`HealthSpec`'s fields (``thresholds.AcceptanceSpec`` on the control
+object with :class:`HealthSpec`'s fields (``floors.AcceptanceSpec`` on the control
 machine) and the critical XIDs' names as a table (``thresholds.critical_xids()``)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from toolkit.acceptance.check import Check, some
 
 
 class HealthSpec(Protocol):
-    """The thresholds these checks read (``thresholds.AcceptanceSpec`` has them all)."""
+    """The thresholds these checks read (``floors.AcceptanceSpec`` has them all)."""
 
     @property
     def check_pcie(self) -> bool: ...

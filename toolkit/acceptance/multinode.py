@@ -22,11 +22,10 @@ from typing import Any
 
 from toolkit.acceptance.check import Check
 from toolkit.acceptance.isolation import AdaptivePlan, Isolation, Probe, SetResult, run_plan
-from toolkit.acceptance.nccllog import TransportSpec
 from toolkit.acceptance.perf_checks import allreduce_checks, transport_checks
-from toolkit.acceptance.thresholds import BusbwFloor
 from toolkit.acceptance.train_checks import multi_node_scaling_check
 from toolkit.errors import ConfigError
+from toolkit.floors import BusbwFloor, TransportSpec
 from toolkit.inventory import Host
 
 # A direction is "slow" when it moves less than this share of the faster direction: shaping

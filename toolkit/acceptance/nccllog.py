@@ -3,9 +3,9 @@ the profile's transport rules held against them.
 
 The one owner of NCCL's log grammar: what a log line looks like (``nccltests`` uses it to let
 log lines through between the rows of an nccl-tests table), what its messages say about the
-transports, the summary (:class:`NcclTransport`), the rules (:class:`TransportSpec`, the
-``transport`` key of ``hardware.acceptance``) and their findings. The node runner sets
-``NCCL_DEBUG=INFO`` and ships the text raw; the controller parses it here.
+transports, the summary (:class:`NcclTransport`) and the findings of the rules (their schema,
+:class:`toolkit.floors.TransportSpec`, is the ``transport`` key of ``hardware.acceptance``).
+The node runner sets ``NCCL_DEBUG=INFO`` and ships the text raw; the controller parses it here.
 
 The messages read (NCCL's ``src/`` prints them with ``INFO(NCCL_INIT|...)``; public logs in
 ``tests/data/real/nccl-logs/`` with their sources):
@@ -34,9 +34,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field
-
-from toolkit.config import StrictModel
+from toolkit.floors import TransportSpec
 
 # The version as NCCL prints it at init ("NCCL version 2.27.3+cuda12.9"; NCCL_DEBUG=VERSION
 # prints that line alone).
@@ -298,29 +296,6 @@ def parse_log(text: str) -> NcclTransport:
     for line in text.splitlines():
         reader.feed(line)
     return reader.summary()
-
-
-class TransportSpec(StrictModel):
-    """What the NCCL log of the node's all-reduce must show (every rule is optional; a run
-    without a log is not judged)."""
-
-    network: Literal["ib", "socket", "other"] | None = Field(
-        default=None,
-        description="The network transport: ib (NCCL's IB verbs, HPC-X IBext), socket, other.",
-    )
-    gpudirect_rdma: Literal["required"] | None = Field(
-        default=None,
-        description="Every connection that crosses the network uses GPUDirect RDMA (GDRDMA).",
-    )
-    nvls: Literal["required"] | None = Field(
-        default=None, description="NVLink SHARP: multicast available and NVLS channels in use."
-    )
-    source: str | None = Field(default=None, description="Where the rules come from.")
-
-    @property
-    def has_rules(self) -> bool:
-        """Whether any rule is set."""
-        return any(v is not None for v in (self.network, self.gpudirect_rdma, self.nvls))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Any
 from toolkit.acceptance import dcgm, nccllog, topology
 from toolkit.acceptance.check import Check, per_gpu
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse_text
-from toolkit.acceptance.thresholds import AcceptanceSpec, BusbwFloor, format_size
+from toolkit.floors import AcceptanceSpec, BusbwFloor, TransportSpec, format_size
 
 
 def normalise_allreduce(section: dict[str, Any] | None) -> dict[str, Any]:
@@ -113,7 +113,7 @@ def allreduce_checks(
 
 def transport_checks(
     section: dict[str, Any] | None,
-    rules: nccllog.TransportSpec | None,
+    rules: TransportSpec | None,
     prefix: str = "allreduce",
 ) -> list[Check]:
     """The profile's transport rules (``nccllog.py`` holds them) against the NCCL log of one

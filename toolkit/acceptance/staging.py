@@ -16,9 +16,10 @@ from toolkit import nodestate
 from toolkit.acceptance import dcgm, payload
 from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.node_runner.node import DEFAULT_CONTAINER_OPTIONS
-from toolkit.acceptance.thresholds import AcceptanceSpec, gpu_step, parse_size, sweep_sizes
+from toolkit.acceptance.thresholds import gpu_step, sweep_sizes
 from toolkit.disks.spec import DataDisksSpec
 from toolkit.errors import AcceptanceError, ConfigError
+from toolkit.floors import AcceptanceSpec, parse_size
 from toolkit.inventory import Host
 from toolkit.progress import Progress
 from toolkit.remote import Node

@@ -1,9 +1,10 @@
 """A node's GPU and NIC topology: ``nvidia-smi topo -m`` read into a model, and the hardware
 profile's topology rules held against it.
 
-The one owner of the concept: the link kinds and their order, the parser, the rules
-(:class:`TopologySpec`, the ``topology`` key of ``hardware.acceptance``) and what the report
-draws. The node runner ships the command's text raw; the controller parses it here.
+The one owner of the concept: the link kinds and their order, the parser, the judgement of
+the rules (their schema, :class:`toolkit.floors.TopologySpec`, is the ``topology`` key of
+``hardware.acceptance``) and what the report draws. The node runner ships the command's text
+raw; the controller parses it here.
 
 What the output looks like (nvidia-smi's own ``Legend:`` block, and public captures of
 8x H100 SXM and PCIe nodes in ``tests/unit/data/topo/`` with their sources):
@@ -26,10 +27,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
-
-from toolkit.config import StrictModel
 from toolkit.errors import AcceptanceError, clip
+from toolkit.floors import TopologySpec
 
 # What each link kind means: nvidia-smi's `Legend:` block, word for word.
 LEGEND: dict[str, str] = {
@@ -66,8 +65,6 @@ MAX_NUMA_NODES = 1024
 MAX_CPUS = 8192
 AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _UNKNOWN = {"", "N/A"}
-
-RULE_PATTERN = r"^(NV[1-9][0-9]{0,2}|PIX|PXB|PHB|NODE|SYS)$"
 
 
 class TopologyUnreadable(AcceptanceError):
@@ -449,49 +446,6 @@ def _nic_legend(lines: list[str], offset: int) -> dict[str, str]:
 
 
 # --- the rules ----------------------------------------------------------------------------------
-
-
-class TopologySpec(StrictModel):
-    """What the node's ``nvidia-smi topo -m`` must show (every rule is optional).
-
-    Link rules name the farthest link allowed: ``NV<n>`` (NVLink with at least n links) or a
-    PCIe path kind, ``PIX`` < ``PXB`` < ``PHB`` < ``NODE`` < ``SYS`` (NVLink is nearer than
-    any of them).
-    """
-
-    gpu_link: str | None = Field(default=None, description="Every GPU pair.")
-    gpu_link_same_numa: str | None = Field(
-        default=None, description="Every pair of GPUs on the same NUMA node."
-    )
-    nic_gpu_link: str | None = Field(
-        default=None, description="Each NIC to its nearest GPU (PXB: on a GPU's PCIe switch)."
-    )
-    nics: list[str] | None = Field(
-        default=None,
-        description="The NICs nic_gpu_link covers, by RDMA device (mlx5_0); None: every NIC.",
-    )
-    numa_balanced: bool = Field(
-        default=False,
-        description="GPUs split evenly (give or take one) over the NUMA nodes that hold them.",
-    )
-    source: str | None = Field(default=None, description="Where the rules come from.")
-
-    @field_validator("gpu_link", "gpu_link_same_numa", "nic_gpu_link")
-    @classmethod
-    def _rule(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(RULE_PATTERN, value):
-            raise ValueError(
-                f"{clip(repr(value))} is not a link rule: NV<n> (NVLink with at least n links) "
-                "or one of PIX, PXB, PHB, NODE, SYS"
-            )
-        return value
-
-    @property
-    def has_rules(self) -> bool:
-        """Whether any rule is set."""
-        return bool(
-            self.gpu_link or self.gpu_link_same_numa or self.nic_gpu_link or self.numa_balanced
-        )
 
 
 @dataclass(frozen=True)

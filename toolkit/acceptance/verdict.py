@@ -20,8 +20,9 @@ from toolkit.acceptance.perf_checks import (
     topology_checks,
     transport_checks,
 )
-from toolkit.acceptance.thresholds import AcceptanceSpec, critical_xids
+from toolkit.acceptance.thresholds import critical_xids
 from toolkit.acceptance.train_checks import data_checks, training_checks
+from toolkit.floors import AcceptanceSpec
 from toolkit.stack import catalog
 
 READY = "ready"

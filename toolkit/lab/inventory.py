@@ -33,9 +33,9 @@ from typing import Any
 
 import yaml
 
-from toolkit.acceptance.thresholds import ShippedProfile, build_profile, floor_factors
 from toolkit.config import parse_yaml
 from toolkit.errors import LabError
+from toolkit.floors import ShippedProfile, build_profile, floor_factors
 from toolkit.lab.image import LOGIN_USER
 from toolkit.lab.paths import DMI_DIR, PCI_DIR
 from toolkit.lab.spec import LabSpec

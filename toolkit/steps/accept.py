@@ -41,10 +41,11 @@ from toolkit.acceptance.staging import (
     runner_spec,
 )
 from toolkit.acceptance.summary import digest, largest_row, training_summary, transport_summary
-from toolkit.acceptance.thresholds import AcceptanceSpec, effective, sweep_sizes
+from toolkit.acceptance.thresholds import effective, sweep_sizes
 from toolkit.acceptance.verdict import Verdict, judge, not_tested_verdict
 from toolkit.errors import AcceptanceError, ConfigError, RemoteError
 from toolkit.facts import probe, system
+from toolkit.floors import AcceptanceSpec
 from toolkit.images.build import recipe_for
 from toolkit.images.distribute import push
 from toolkit.images.engine import docker_client
