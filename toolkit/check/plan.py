@@ -16,9 +16,10 @@ from toolkit import nodestate
 from toolkit.acceptance import payload
 from toolkit.acceptance.check import Check
 from toolkit.acceptance.expectation import expected_node
-from toolkit.acceptance.thresholds import AcceptanceSpec, critical_xids, effective
+from toolkit.acceptance.thresholds import critical_xids, effective
 from toolkit.check import healthcheck, rules
 from toolkit.errors import ConfigError
+from toolkit.floors import AcceptanceSpec
 from toolkit.inventory import Host, Inventory
 from toolkit.stack import catalog
 from toolkit.stack.lock import OS_VARIABLE
