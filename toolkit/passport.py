@@ -2,8 +2,9 @@
 
 Read from the recorded runs (``toolkit.runs``): acceptance runs (``run.json`` and each node's
 ``nodes/<host>.result.json``: evidence, never rotated away) and passive checks (``check.json``,
-routine runs: the latest 30 are kept). Nothing is stored twice: the passport is a reading of
-the runs, so it is as old as the oldest run kept.
+routine runs: the latest 30 are kept). The passport is a reading of the runs, so it is as old
+as the oldest run kept; what was read from each run is kept in its folder
+(``observations.json``, :func:`run_observations`) so that each run is parsed once.
 
 Per observation (one run that reached the node): the system's DMI serials, each GPU's slot
 (PCI bus id), serial and UUID, NIC MACs and disk serials (what the runner records), the
@@ -29,11 +30,16 @@ Flags, each naming the runs it compares:
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
 import statistics
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 from toolkit import runs
@@ -42,6 +48,7 @@ from toolkit.errors import ConfigError
 from toolkit.names import name_path
 
 CHECK_RECORD = "check.json"  # a passive check's record (toolkit.steps.check writes it)
+OBSERVATIONS = "observations.json"  # what the passport read from a run, kept in its folder
 BASELINE_RUNS = 5
 MIN_BASELINE_RUNS = 3
 DEFAULT_SHARE = 0.30
@@ -241,6 +248,59 @@ def _check_observations(info: runs.RunInfo) -> dict[str, Observation]:
     return out
 
 
+def _reader_digest() -> str:
+    """What the observations of a run depend on besides its files: this reading code."""
+    code = b"".join(Path(m.__file__ or "").read_bytes() for m in (sys.modules[__name__], runs))
+    return hashlib.sha256(code).hexdigest()
+
+
+_READER = _reader_digest()
+
+
+def _inputs(info: runs.RunInfo, record: str) -> list[list[Any]] | None:
+    """Name, size and modification time of every file a run's observations are read from
+    (None: the run has no record yet, so nothing is read from it)."""
+    files = [info.path / record]
+    if record == runs.RECORD:
+        with contextlib.suppress(OSError):
+            files += sorted((info.path / "nodes").glob("*.result.json"))
+    found = []
+    for path in files:
+        try:
+            stat = path.stat()
+        except OSError:
+            if path.name == record and not os.path.lexists(path):
+                return None  # a run cut short has no record
+            raise ConfigError(f"{path}: cannot read the run record") from None
+        found.append([path.name, stat.st_size, stat.st_mtime_ns])
+    return found
+
+
+def run_observations(info: runs.RunInfo) -> dict[str, Observation]:
+    """Every node's observation in one recorded run, read once: what was read is kept in the
+    run's folder (``OBSERVATIONS``), keyed by the files it was read from and this reading
+    code, so an acceptance does not parse every earlier run's results again (a fleet's
+    history grows by a run per node per acceptance). A changed file or reader reads again; a
+    folder that cannot be written is read each time."""
+    record = runs.RECORD if info.kind == "accept" else CHECK_RECORD
+    inputs = _inputs(info, record)
+    if inputs is None:
+        return {}
+    key = {"reader": _READER, "inputs": inputs}
+    kept = info.path / OBSERVATIONS
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError, AttributeError):
+        data = json.loads(kept.read_text())
+        if data["key"] == key:
+            return {h: Observation(**o) for h, o in data["observations"].items()}
+    seen = _accept_observations(info) if record == runs.RECORD else _check_observations(info)
+    text = json.dumps({"key": key, "observations": {h: o.to_dict() for h, o in seen.items()}})
+    with contextlib.suppress(OSError):
+        temporary = kept.with_name(f".{OBSERVATIONS}.{os.getpid()}")
+        temporary.write_text(text)
+        os.replace(temporary, kept)
+    return seen
+
+
 def fleet_observations(
     runs_dir: Any = None, hosts: Iterable[str] | None = None
 ) -> dict[str, list[Observation]]:
@@ -253,13 +313,9 @@ def fleet_observations(
     wanted = None if hosts is None else set(hosts)
     found: dict[str, list[Observation]] = {}
     for info in runs.list_runs(runs_dir):
-        if info.kind == "accept":
-            seen = _accept_observations(info)
-        elif info.kind == "check":
-            seen = _check_observations(info)
-        else:
+        if info.kind not in ("accept", "check"):
             continue
-        for host, obs in seen.items():
+        for host, obs in run_observations(info).items():
             if wanted is None or host in wanted:
                 found.setdefault(host, []).append(obs)
     for observations in found.values():

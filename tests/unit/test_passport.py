@@ -15,7 +15,7 @@ from shared_fixtures import run_cli
 from toolkit import runs
 from toolkit.errors import ConfigError
 from toolkit.lab.hardware import NodeHardware
-from toolkit.passport import fleet_observations, passport
+from toolkit.passport import OBSERVATIONS, fleet_observations, passport
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
@@ -291,3 +291,55 @@ def test_one_peer_is_no_fleet(tmp_path: Path) -> None:
     h = History(tmp_path)
     h.accept({"n1": {"hw": HW, "busbw": 100.0}, "n2": {"hw": OTHER, "busbw": 400.0}})
     assert "below-fleet" not in _flags(tmp_path, "n1")
+
+
+def _busbw(runs_dir: Path, host: str) -> list[float]:
+    seen = fleet_observations(runs_dir)[host]
+    return [o.figures["busbw_gbps"] for o in seen if o.kind == "accept"]
+
+
+def test_a_runs_observations_are_read_once_and_again_when_its_files_change(
+    tmp_path: Path,
+) -> None:
+    history = History(tmp_path)
+    first = history.accept({"n1": {"hw": HW, "busbw": 400.0}})
+    history.check("n1", HW)
+    assert _busbw(tmp_path, "n1") == [400.0]
+    kept = tmp_path / first / OBSERVATIONS
+    data = json.loads(kept.read_text())
+    assert data["observations"]["n1"]["figures"]["busbw_gbps"] == 400.0
+    assert (tmp_path / runs.list_runs(tmp_path)[1].run_id / OBSERVATIONS).is_file()  # check
+    # What was kept is what is read while the run's files are unchanged ...
+    data["observations"]["n1"]["figures"]["busbw_gbps"] = 123.0
+    kept.write_text(json.dumps(data))
+    assert _busbw(tmp_path, "n1") == [123.0]
+    # ... and a rewritten record or result is read again (its size or time changed).
+    record = tmp_path / first / "run.json"
+    text = json.loads(record.read_text())
+    text["nodes"][0]["busbw_at_largest_gbps"] = 390.0
+    record.write_text(json.dumps(text))
+    assert _busbw(tmp_path, "n1") == [390.0]
+    result = tmp_path / first / "nodes" / "n1.result.json"
+    result.write_text(result.read_text() + " ")
+    assert _busbw(tmp_path, "n1") == [390.0]
+    inputs = {name: size for name, size, _ in json.loads(kept.read_text())["key"]["inputs"]}
+    assert inputs == {"run.json": record.stat().st_size, "n1.result.json": result.stat().st_size}
+
+
+def test_a_run_folder_that_cannot_keep_its_observations_is_read_each_time(
+    tmp_path: Path,
+) -> None:
+    history = History(tmp_path)
+    run_id = history.accept({"n1": {"hw": HW, "busbw": 400.0}})
+    (tmp_path / run_id / OBSERVATIONS).mkdir()  # cannot be replaced by a file
+    assert _busbw(tmp_path, "n1") == [400.0]
+    assert _busbw(tmp_path, "n1") == [400.0]
+    assert (tmp_path / run_id / OBSERVATIONS).is_dir()
+
+
+def test_a_run_cut_short_says_nothing_and_keeps_nothing(tmp_path: Path) -> None:
+    history = History(tmp_path)
+    run_id = history.accept({"n1": {"hw": HW}})
+    (tmp_path / run_id / "run.json").unlink()
+    assert fleet_observations(tmp_path) == {}
+    assert not (tmp_path / run_id / OBSERVATIONS).exists()
