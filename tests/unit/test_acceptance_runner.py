@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -17,7 +18,12 @@ import pytest
 from shared_fixtures import torch_python
 
 from toolkit.acceptance.check import NodeExpectation
-from toolkit.acceptance.node_runner.collective import busbw_factor, free_port, pattern_value
+from toolkit.acceptance.node_runner.collective import (
+    busbw_factor,
+    free_port,
+    pattern_value,
+    reduced_scale,
+)
 from toolkit.acceptance.node_runner.common import parse_smi_csv, smi_int, smi_value
 from toolkit.acceptance.node_runner.facts import (
     boot_time,
@@ -261,6 +267,43 @@ def test_pattern_sums_are_exact_in_float32() -> None:
     # The largest reduced value must stay below 2**24 for float32 to be exact.
     ranks = 64
     assert sum(pattern_value(r, 6) for r in range(ranks)) < 2**24
+
+
+def _f32(value: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+def _reduce_f32(values: list[float], order: list[int]) -> float:
+    total = 0.0
+    for r in order:
+        total = _f32(total + values[r])
+    return total
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+def test_the_timed_rounds_are_checked_only_where_float32_adds_them_exactly(world: int) -> None:
+    """reduced_scale: the pattern after every round, added in float32 in two orders (a ring's
+    and its reverse), is exactly the scale it gives; past 2**24 it gives none."""
+    for rounds in range(1, 30):
+        scale = reduced_scale(world, rounds)
+        exact = world * (world + 1) // 2 * world ** (rounds - 1)
+        if scale is None:
+            assert 7 * exact > 2**24
+            continue
+        assert scale == exact and 7 * scale <= 2**24
+        for k in range(7):
+            for order in (list(range(world)), list(reversed(range(world)))):
+                values = [pattern_value(r, k) for r in range(world)]
+                for _ in range(rounds):
+                    values = [_reduce_f32(values, order)] * world
+                assert values[0] == (k + 1) * scale
+
+
+def test_the_benchmark_checks_its_timed_rounds_and_gpus_their_own_pass() -> None:
+    # 2 CPU ranks, 5 iterations after 1 warmup (the acceptance benchmark): 7 * 96 <= 2**24.
+    assert reduced_scale(2, 6) == 96.0
+    # A node's 8 GPUs at the default 20 + 5: one more all-reduce of the pattern is checked.
+    assert reduced_scale(8, 25) is None and reduced_scale(2, 0) is None
 
 
 def _standin(tmp_path: Path, faults: list[str], version: str = "550.127.05") -> dict[str, str]:
@@ -595,6 +638,28 @@ print(nr.check_pattern(torch, buf, 3.0)[0])
     out = subprocess.run([python, "-c", script], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["(0, 0.0)", "2"]
+
+
+def test_ranks_check_their_own_pass_where_the_timed_rounds_outgrow_float32(
+    tmp_path: Path, runner_pyz: Path
+) -> None:
+    """2 CPU ranks, 20 iterations after 1 warmup: the timed rounds' sum would pass 2**24, so
+    the ranks check one more all-reduce of the pattern (the GPUs' path at their defaults)."""
+    python = torch_python()
+    if python is None:
+        pytest.skip("no Python with torch (set GPUNODE_TORCH_PYTHON)")
+    assert reduced_scale(2, 21) is None
+    argv = [python, str(runner_pyz), "allreduce", "--nnodes", "1", "--node-rank", "0"]
+    argv += ["--nproc", "2", "--device", "cpu", "--master-addr", "127.0.0.1"]
+    argv += ["--master-port", str(free_port()), "--iters", "20", "--warmup", "1"]
+    argv += ["--sizes", str(1 << 16), "--out", str(tmp_path / "out.json")]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["error"] is None and result["ranks"] == 2
+    assert [(r["size_bytes"], r["correct"], r["wrong"]) for r in result["rows"]] == [
+        (1 << 16, True, 0)
+    ]
 
 
 def test_link_is_sampled_while_the_work_runs(tmp_path: Path) -> None:

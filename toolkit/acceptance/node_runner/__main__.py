@@ -11,8 +11,7 @@ import sys
 from typing import Any
 
 from .collective import launch_ranks
-from .common import import_torch, write_json
-from .node import run_framework, run_node
+from .common import import_torch, torch_installed, write_json
 from .probe import nccl_probe
 from .rank import worker
 from .storage import remove_storage
@@ -59,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as err:
             print(f"cannot read spec {args.spec}: {err}", file=sys.stderr)
             return 2
+        # Only a node's run needs the node's checks (facts, GPUs): a rank starts without them.
+        from .node import run_framework, run_node
+
         write_json(args.out, run_node(spec) if args.cmd == "run" else run_framework(spec))
         return 0
     if args.cmd == "worker":
@@ -66,16 +68,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "nccl-probe":
         print(json.dumps(nccl_probe(import_torch()), sort_keys=True))
         return 0
-    torch = import_torch()
+    # The ranks import torch themselves; this process asks it only for the GPUs when they
+    # decide the device or the number of ranks (an import of torch takes seconds).
     device = args.device
+    counts_gpus = device == "auto" or (device == "cuda" and not args.nproc)
+    torch = import_torch() if counts_gpus else None
+    installed = torch is not None if counts_gpus else torch_installed()
     cuda_gpus = 0
-    if torch is not None and device in ("auto", "cuda") and torch.cuda.is_available():
+    if torch is not None and torch.cuda.is_available():
         cuda_gpus = torch.cuda.device_count()
     if device == "auto":
         device = "cuda" if cuda_gpus else "cpu"
     nproc = args.nproc or cuda_gpus or 1
     loop: dict[str, Any] = {"storage": None, "file": args.train, "error": None}
-    if torch is None:
+    if not installed:
         result: dict[str, Any] = {"engine": "torch", "rows": [], "error": "torch is not installed"}
     else:
         if args.train_from:

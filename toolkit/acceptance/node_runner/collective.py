@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from .common import runner_process, sh
@@ -32,33 +33,69 @@ def pattern_value(rank: int, index_mod: int) -> float:
     return float((rank + 1) * (index_mod + 1))
 
 
-PATTERN_CHUNK = 1 << 24  # elements per step of the pattern (128 MiB of int64 indices)
+PATTERN_PERIOD = 7
+
+
+# Elements per step of the pattern: a step's temporaries (the comparison's booleans, and on a
+# mismatch the differences) stay a fraction of a 16 GiB message.
+PATTERN_CHUNK = 1 << 24
+
+
+# float32's significand holds every integer up to 2**24 exactly (IEEE 754 binary32).
+FLOAT32_EXACT_INTEGERS = 1 << 24
 
 
 P2P_MAX_BYTES = 256 << 20
 
 
-def fill_pattern(torch: Any, buf: Any, scale: float) -> None:
-    """Element i becomes ``scale * (i % 7 + 1)`` (see :func:`pattern_value`)."""
+def reduced_scale(world: int, rounds: int) -> float | None:
+    """The scale of the pattern after ``rounds`` all-reduces (sum) of a buffer in which rank
+    ``r`` put ``r + 1`` times it, or None when float32 could not add it up exactly.
+
+    The first round gives ``world * (world + 1) / 2`` times the pattern on every rank, each
+    later one ``world`` times what every rank then holds alike. All values are positive
+    integers, so every partial sum a backend forms, in whatever order or grouping it adds, is
+    an integer no larger than the last round's largest element, ``7 * scale``: while that is at
+    most 2**24, float32 holds every one of them exactly and the check may demand equality.
+    """
+    if rounds < 1:
+        return None
+    scale = world * (world + 1) // 2 * world ** (rounds - 1)
+    return float(scale) if PATTERN_PERIOD * scale <= FLOAT32_EXACT_INTEGERS else None
+
+
+def pattern_pieces(torch: Any, buf: Any, scale: float) -> Iterator[tuple[Any, Any]]:
+    """``buf`` a chunk at a time as views paired with the values the pattern puts there
+    (element i: ``scale * (i % 7 + 1)``): a ``(-1, 7)`` view with the 7-value row it repeats,
+    then the chunk's last ``< 7`` elements with the row's start; no index tensors."""
+    row = torch.arange(1, PATTERN_PERIOD + 1, device=buf.device, dtype=buf.dtype) * scale
     n = buf.numel()
     for start in range(0, n, PATTERN_CHUNK):
         end = min(n, start + PATTERN_CHUNK)
-        idx = torch.arange(start, end, device=buf.device, dtype=torch.int64) % 7
-        buf[start:end].copy_((idx + 1).to(buf.dtype) * scale)
+        phased = torch.roll(row, -(start % PATTERN_PERIOD))
+        body = start + (end - start) // PATTERN_PERIOD * PATTERN_PERIOD
+        if body > start:
+            yield buf[start:body].view(-1, PATTERN_PERIOD), phased
+        if end > body:
+            yield buf[body:end], phased[: end - body]
+
+
+def fill_pattern(torch: Any, buf: Any, scale: float) -> None:
+    """Element i becomes ``scale * (i % 7 + 1)`` (see :func:`pattern_value`), one pass."""
+    for view, expected in pattern_pieces(torch, buf, scale):
+        view.copy_(expected.expand_as(view))
 
 
 def check_pattern(torch: Any, buf: Any, scale: float) -> tuple[int, float]:
-    """Elements that differ from ``scale * (i % 7 + 1)``, and the largest difference."""
-    n = buf.numel()
+    """Elements that differ from ``scale * (i % 7 + 1)``, and the largest difference: one
+    comparison pass, the differences only where some element is wrong."""
     wrong = 0
     max_err = 0.0
-    for start in range(0, n, PATTERN_CHUNK):
-        end = min(n, start + PATTERN_CHUNK)
-        idx = torch.arange(start, end, device=buf.device, dtype=torch.int64) % 7
-        expected = (idx + 1).to(buf.dtype) * scale
-        diff = (buf[start:end] - expected).abs()
-        wrong += int((diff != 0).sum().item())
-        max_err = max(max_err, float(diff.max().item()))
+    for view, expected in pattern_pieces(torch, buf, scale):
+        bad = int(view.ne(expected).sum().item())
+        if bad:
+            wrong += bad
+            max_err = max(max_err, float((view - expected).abs().max().item()))
     return wrong, max_err
 
 

@@ -3,6 +3,7 @@ writing the result, importing the optional framework, and starting this runner a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -79,6 +80,11 @@ def import_torch() -> Any:
     except ImportError:
         return None
     return torch
+
+
+def torch_installed() -> bool:
+    """Whether torch can be imported, without importing it (that takes seconds)."""
+    return importlib.util.find_spec("torch") is not None
 
 
 def write_json(path: str, document: dict[str, Any]) -> None:
