@@ -502,7 +502,10 @@ def _launch_set(
     def launch(index: int) -> None:
         plan = members[index]
         assert plan.node is not None and plan.result is not None
-        nproc = 0 if int(plan.result.get("cuda_device_count") or 0) else 1
+        # No GPU seen by the node's own run: one CPU rank, named so that the launcher does
+        # not import torch to count GPUs; with GPUs, one rank per GPU (the launcher counts).
+        gpus = int(plan.result.get("cuda_device_count") or 0)
+        ranks = "--nproc 0" if gpus else "--nproc 1 --device cpu"
         ifname = plan.host.vars.get("gpunode_accept_socket_ifname")
         env = (
             {"GLOO_SOCKET_IFNAME": str(ifname), "NCCL_SOCKET_IFNAME": str(ifname)} if ifname else {}
@@ -520,7 +523,7 @@ def _launch_set(
             start = f"{prefix} {plan.python} {REMOTE_DIR}/{payload.ARCHIVE}".strip()
         command = (
             f"{start} allreduce --nnodes {len(members)} "
-            f"--node-rank {index} --nproc {nproc} --master-addr {shlex.quote(str(master))} "
+            f"--node-rank {index} {ranks} --master-addr {shlex.quote(str(master))} "
             f"--master-port {port} --iters {spec.iters} --warmup {spec.warmup_iters} "
             f"--timeout 120 --out {out} --sizes {' '.join(str(s) for s in sizes)}"
             + (" --p2p" if p2p else "")
