@@ -10,8 +10,11 @@
 
 Every writer goes through this module: the ``node_state`` role (through the
 ``gpunode_node_state`` action plugin) after provisioning and drift checks, acceptance
-after its verdict, and ``gpunode check`` after its passive checks. Readers (``gpunode
-status``, acceptance, reports) parse it here too.
+after its verdict, ``gpunode check`` after its passive checks, and the node-side health check
+(Slurm's or the timer's). Readers (``gpunode status``, acceptance, reports) parse it here too.
+The file is replaced whole under its lock (:func:`write`, :func:`write_program`,
+``nodefile``): on the node by the health check, on the control machine's behalf by a
+program it runs there.
 Nothing becomes ``ready`` except :func:`after_acceptance` with a passing verdict whose stack
 id is the one installed.
 """
@@ -23,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from toolkit import nodefile
 from toolkit.facts.probe import Fact, Status
 
 PATH = "/etc/gpunode/state.json"
@@ -101,6 +105,17 @@ FACT = Fact("state", ("cat", PATH), from_probe)
 def render(state: Mapping[str, Any]) -> str:
     """The file's content: sorted, indented JSON with a final newline."""
     return json.dumps(dict(state), indent=2, sort_keys=True) + "\n"
+
+
+def write(state: Mapping[str, Any], path: str = PATH) -> None:
+    """Replace the state file with ``state``, on the node, under its lock."""
+    nodefile.write_locked(path, render(state))
+
+
+def write_program(state: Mapping[str, Any], path: str = PATH) -> bytes:
+    """The ``python3 -`` program that does :func:`write` on the node (the control machine's
+    writers run it over SSH, with sudo where the node needs it)."""
+    return nodefile.write_program(path, render(state))
 
 
 def _utc(now: datetime | None) -> str:
