@@ -10,8 +10,11 @@
 
 Every writer goes through this module: the ``node_state`` role (through the
 ``gpunode_node_state`` action plugin) after provisioning and drift checks, acceptance
-after its verdict, and ``gpunode check`` after its passive checks. Readers (``gpunode
-status``, acceptance, reports) parse it here too.
+after its verdict, ``gpunode check`` after its passive checks, and the node-side health check
+(Slurm's or the timer's). Readers (``gpunode status``, acceptance, reports) parse it here too.
+The file is replaced whole under its lock (:func:`write`, :func:`write_program`,
+``nodefile``): on the node by the health check, on the control machine's behalf by a
+program it runs there.
 Nothing becomes ``ready`` except :func:`after_acceptance` with a passing verdict whose stack
 id is the one installed.
 """
@@ -23,6 +26,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from toolkit import nodefile
+from toolkit.errors import ConfigError
 from toolkit.facts.probe import Fact, Status
 
 PATH = "/etc/gpunode/state.json"
@@ -38,6 +43,7 @@ KEYS = (
     "results_digest",
     "image_id",
     "accepted_run_id",
+    "accepted_at",
     "provisioned_at",
     "busbw_at_largest_gbps",
     "suspended",
@@ -101,6 +107,17 @@ FACT = Fact("state", ("cat", PATH), from_probe)
 def render(state: Mapping[str, Any]) -> str:
     """The file's content: sorted, indented JSON with a final newline."""
     return json.dumps(dict(state), indent=2, sort_keys=True) + "\n"
+
+
+def write(state: Mapping[str, Any], path: str = PATH) -> None:
+    """Replace the state file with ``state``, on the node, under its lock."""
+    nodefile.write_locked(path, render(state))
+
+
+def write_program(state: Mapping[str, Any], path: str = PATH) -> bytes:
+    """The ``python3 -`` program that does :func:`write` on the node (the control machine's
+    writers run it over SSH, with sudo where the node needs it)."""
+    return nodefile.write_program(path, render(state))
 
 
 def _utc(now: datetime | None) -> str:
@@ -304,6 +321,7 @@ def after_acceptance(
         "reason": [] if ready else reasons,
         "stack_id": installed,
         "accepted_run_id": run_id,
+        "accepted_at": _utc(now),
         "valid_until": (now + timedelta(hours=valid_hours)).isoformat(),
         "results_digest": results_digest,
         "busbw_at_largest_gbps": busbw_gbps,
@@ -319,16 +337,39 @@ def after_acceptance(
 # shows it).
 
 
+# A site may require re-validation: a ready node whose last acceptance is older than this many
+# days is re-accepted by `gpunode up`, even when its verdict has not expired.
+REVALIDATE_VAR = "gpunode_revalidate_after_days"
+
+
+def revalidate_after_days(value: Any, source: str = REVALIDATE_VAR) -> float | None:
+    """The inventory's :data:`REVALIDATE_VAR` (None: unset, no re-validation by age).
+
+    Raises:
+        ConfigError: Not a positive number of days (``source`` says where it was set).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(
+            f"{source}: {REVALIDATE_VAR} must be a positive number of days, not {value!r}"
+        )
+    return float(value)
+
+
 def not_proven_ready(
     state: Mapping[str, Any],
     stack_id: str | None,
     drift: Iterable[str],
     now: datetime,
     image_id: str | None = None,
+    revalidate_days: float | None = None,
 ) -> list[str]:
     """Why ``state`` does not prove the node ready for ``stack_id`` (and for the training image
     ``image_id``, when one is used) at ``now``; empty when it does. A verdict proves readiness
-    for what was installed when it was given, with no drift since, until it expires."""
+    for what was installed when it was given, with no drift since, until it expires, and, when
+    the site re-validates (``revalidate_days``, :data:`REVALIDATE_VAR`), for that many days
+    after the acceptance (``accepted_at``; a state with none is re-validated)."""
     if state.get("state") != "ready":
         return [f"the node is {state.get('state') or 'new'}"]
     why = [str(d) for d in drift]
@@ -341,6 +382,15 @@ def not_proven_ready(
         why.append("the verdict has no valid expiry time")
     elif until <= now:
         why.append(f"the verdict expired at {until.isoformat()}")
+    if revalidate_days is not None:
+        accepted = _time(state.get("accepted_at"))
+        every = f"{revalidate_days:g} days ({REVALIDATE_VAR})"
+        if accepted is None:
+            why.append(f"no acceptance time recorded; the site re-validates every {every}")
+        elif now - accepted >= timedelta(days=revalidate_days):
+            why.append(
+                f"last accepted at {accepted.isoformat()}, more than {every} ago: re-validated"
+            )
     return why
 
 
@@ -350,9 +400,11 @@ def proven_ready(
     drift: Iterable[str],
     now: datetime,
     image_id: str | None = None,
+    revalidate_days: float | None = None,
 ) -> bool:
-    """Ready for this stack id (and image), no drift, verdict not expired."""
-    return not not_proven_ready(state, stack_id, drift, now, image_id)
+    """Ready for this stack id (and image), no drift, verdict not expired nor due for
+    re-validation."""
+    return not not_proven_ready(state, stack_id, drift, now, image_id, revalidate_days)
 
 
 def proven_state(
@@ -360,12 +412,13 @@ def proven_state(
     stack_id: str | None,
     now: datetime,
     image_id: str | None = None,
+    revalidate_days: float | None = None,
 ) -> State:
     """The state as what it proves at ``now``: a file that says ready but no longer proves it
     (:func:`not_proven_ready`: the verdict expired, another stack or image is pinned) reads
     ``not-ready`` with why; any other state reads as it is. What ``gpunode status`` shows and
     what ``gpunode up`` reports a node ended as."""
-    why = not_proven_ready(state, stack_id, [], now, image_id)
+    why = not_proven_ready(state, stack_id, [], now, image_id, revalidate_days)
     if state.get("state") != "ready" or not why:
         return dict(state)
     return {**state, "state": "not-ready", "reason": [*(state.get("reason") or []), *why]}

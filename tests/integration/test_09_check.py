@@ -36,10 +36,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pytest
+import yaml
 
 from toolkit import cert
+from toolkit.check import healthcheck
+from toolkit.check import plan as check_plan
+from toolkit.inventory import load_inventory
 from toolkit.lab import lab as lab_core
+from toolkit.report import prometheus
 
 pytestmark = pytest.mark.lab
 
@@ -133,6 +139,78 @@ def test_clean_check_passes_on_two_ready_nodes_in_under_2s(ready: dict[str, Any]
         # The passport's share of a check: each GPU's serial and UUID.
         assert all(g["serial"] and g["uuid"] for g in node["facts"]["gpus"])
     assert (ready["state_dir"] / "runs" / doc["run_id"] / "check.json").is_file()
+
+
+def test_the_timer_s_service_checks_a_node_without_slurm_and_writes_its_textfile(
+    ready: dict[str, Any],
+) -> None:
+    """The role's units as it renders them (``roles/slurm_healthcheck/templates``), verified by
+    the node's own systemd-analyze and started by its systemd (PID 1 in a lab node); the
+    program and settings as the role installs them. Removed afterwards: later tests count
+    on no check but theirs."""
+    name = ready["names"][0]
+    inventory = load_inventory(ready["inventory"])
+    node = check_plan.plan_node(inventory, inventory.hosts_for(name)[0])
+    role = REPO / "roles" / "slurm_healthcheck"
+    values = {
+        k: v
+        for k, v in yaml.safe_load((role / "defaults" / "main.yml").read_text()).items()
+        if "{{" not in str(v)
+    } | {"slurm_healthcheck_timer_interval": "1h"}
+    units = {
+        f"/etc/systemd/system/gpunode-healthcheck.{kind}": jinja2.Template(
+            (role / "templates" / f"healthcheck.{kind}.j2").read_text()
+        ).render(ansible_managed="test_09", **values)
+        for kind in ("service", "timer")
+    }
+    files = {
+        healthcheck.PROGRAM_PATH: check_plan.healthcheck_program(),
+        healthcheck.SETTINGS_PATH: check_plan.render_settings(
+            check_plan.healthcheck_settings(node, name)
+        ),
+        **units,
+    }
+    before = (node_state(name).get("check") or {}).get("time") or ""
+    started = time.perf_counter()
+    script = "set -e\n" + "".join(
+        f"cat > {path} <<'GPUNODE_EOF'\n{text.rstrip()}\nGPUNODE_EOF\n"
+        for path, text in files.items()
+    )
+    script += (
+        f"chmod 755 {healthcheck.PROGRAM_PATH}\n"
+        f"systemd-analyze verify {' '.join(units)}\n"
+        "systemctl daemon-reload\n"
+        "systemctl enable --now gpunode-healthcheck.timer\n"
+        "systemctl start gpunode-healthcheck.service\n"  # a oneshot: returns when it ran
+        "systemctl is-active gpunode-healthcheck.timer\n"
+        f"cat {prometheus.CHECK_TEXTFILE_PATH}\n"
+    )
+    cleanup = (
+        "systemctl disable --now gpunode-healthcheck.timer; "
+        f"rm -f {' '.join(units)} {healthcheck.PROGRAM_PATH} {healthcheck.SETTINGS_PATH} "
+        f"{prometheus.CHECK_TEXTFILE_PATH}; systemctl daemon-reload"
+    )
+    try:
+        done = subprocess.run(
+            lab_core.ssh_argv(LAB, name, ["bash", "-s"]),
+            input=script,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        took = time.perf_counter() - started
+        print(f"\ntimer's check installed, verified and run on {name}: {took:.1f}s")
+        assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-1000:]
+        assert done.stdout.startswith("active\n"), done.stdout  # is-active: the timer
+        text = done.stdout.removeprefix("active\n")
+        assert 'gpunode_check_node_ready{state="ready"} 1\n' in text, text
+        assert "gpunode_check_failures 0\n" in text and "gpunode_check_failed{" in text, text
+        assert 'gpunode_check_failed{check="health.xid"} 0\n' in text, text
+        state = node_state(name)
+        assert state["state"] == "ready" and state["check"]["time"] > before, state
+    finally:
+        lab_core.ssh_run(LAB, name, cleanup, check=False)
 
 
 def test_faults_turn_ready_nodes_not_ready_and_a_clean_check_does_not_undo_it(

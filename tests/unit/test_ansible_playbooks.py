@@ -86,9 +86,12 @@ def test_provision_maps_the_resolved_stack() -> None:
         "slurm_healthcheck",
     ]
     # Each component's role runs only when the plan (toolkit/converge.py) says so; the Slurm
-    # health check only when the inventory asks for it.
+    # health check (or its timer) only when the inventory asks for it.
     planned = {t["ansible.builtin.include_role"]["name"]: t.get("when") for t in tasks[1:-2]}
-    assert tasks[-1]["when"] == "gpunode_slurm_healthcheck | default(false) | bool"
+    assert tasks[-1]["when"] == (
+        "(gpunode_slurm_healthcheck | default(false) | bool)"
+        " or (gpunode_check_timer | default(false) | bool)"
+    )
     assert planned == {
         role: f"gpunode_plan.{component}.run" for component, (role, *_) in converge.ROLES.items()
     }

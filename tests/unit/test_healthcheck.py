@@ -86,10 +86,11 @@ class Node:
         self.state_file = Path(self.settings.state_file)
         self.state_file.write_text(nodestate.render(state))
 
-    def run(self) -> subprocess.CompletedProcess[str]:
-        # As slurmd runs it: root's program with its own interpreter, no site-packages.
+    def run(self, *options: str) -> subprocess.CompletedProcess[str]:
+        # As slurmd runs it: root's program with its own interpreter, no site-packages
+        # (``options``: as the timer's service runs it).
         return subprocess.run(
-            [sys.executable, "-I", "-S", str(self.program), str(self.settings_file)],
+            [sys.executable, "-I", "-S", str(self.program), *options, str(self.settings_file)],
             env={"PATH": f"{self.root.bin}:/usr/bin:/bin", "GPUNODE_LAB_ROOT": str(self.root.root)},
             capture_output=True,
             text=True,

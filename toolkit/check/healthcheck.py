@@ -1,4 +1,6 @@
-"""gpunode's passive checks on the node itself, as Slurm's ``HealthCheckProgram``.
+"""gpunode's passive checks on the node itself, as Slurm's ``HealthCheckProgram`` or from a
+systemd timer (sites without Slurm: ``--no-slurm``, role ``slurm_healthcheck`` with
+``gpunode_check_timer``).
 
 slurmd runs the program as root on every node each ``HealthCheckInterval`` seconds (and once
 when it starts, before it registers), kills it after 60 s, and leaves every action to it
@@ -11,12 +13,16 @@ https://slurm.schedmd.com/slurm.conf.html). One run:
    machine: acceptance's passive rules, AER deltas, RDMA ports, units);
 3. writes the node's state through ``nodestate.after_check``: a ready node that fails turns
    not-ready with the reasons, a clean check changes no standing, the counters are kept for
-   the next check's deltas;
-4. marks Slurm as acceptance's hook does (``hooks.SlurmHook``, the LBNL NHC rule): a node the
-   check holds not-ready is drained with ``Reason="gpunode: <failed checks>"``, unless it is
-   already drained with a reason that is not gpunode's (that reason is kept). A clean check
-   resumes nothing: a node comes back only through re-acceptance (``gpunode up``), whose hook
-   resumes it when its drain reason is gpunode's.
+   the next check's deltas (under the state file's lock, ``nodefile.update``, and only when
+   no other writer changed it while the check ran);
+4. with ``--textfile PATH``, writes node_exporter's textfile (``report.prometheus``, replaced
+   whole);
+5. unless ``--no-slurm``, marks Slurm as acceptance's hook does (``hooks.SlurmHook``, the
+   LBNL NHC rule): a node the check holds not-ready is drained with
+   ``Reason="gpunode: <failed checks>"``, unless it is already drained with a reason that is
+   not gpunode's (that reason is kept). A clean check resumes nothing: a node comes back only
+   through re-acceptance (``gpunode up``), whose hook resumes it when its drain reason is
+   gpunode's.
 
 What the node must be (expectations per OS, thresholds, critical XIDs, the GPU catalogue's
 names) is computed on the control machine from the inventory and installed beside the
@@ -27,14 +33,16 @@ in one Python file (``payload.inline_program``, ``install.program``).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from toolkit import nodestate
+from toolkit import nodefile, nodestate
 from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.hooks import (
     CommandRunner,
@@ -44,6 +52,7 @@ from toolkit.acceptance.hooks import (
     local_runner,
 )
 from toolkit.check import probe, rules
+from toolkit.report import prometheus
 from toolkit.stack import gpunames
 
 # Where the role installs the program and its settings (roles/slurm_healthcheck/defaults).
@@ -152,6 +161,9 @@ class Outcome:
     state_before: str | None = None
     state: dict[str, Any] = field(default_factory=dict)
     slurm: HookAction | None = None
+    written: bool = False  # the state file
+    started: float = 0.0  # seconds since the epoch
+    duration_s: float = 0.0
 
     @property
     def failures(self) -> list[str]:
@@ -181,13 +193,18 @@ def mark(
     return hook.apply(NodeMark(settings.node_name, settings.node_name, False, tuple(failures)))
 
 
-def run(settings: Settings, runner: CommandRunner = local_runner) -> Outcome:
-    """One health check of this node: probe, judge, write the state, mark Slurm."""
-    text = _read(settings.state_file)
+def run(
+    settings: Settings, runner: CommandRunner | None = local_runner, textfile: str | None = None
+) -> Outcome:
+    """One health check of this node: probe, judge, write the state, the textfile (when
+    ``textfile`` names one), mark Slurm (unless ``runner`` is None)."""
+    outcome = Outcome(started=time.time())
+    clock = time.monotonic()
+    text = nodefile.read(settings.state_file)
     read = probe.main({**settings.probe, "state_file": settings.state_file})
     current = nodestate.parse(text)
     before = current.get("check") if isinstance(current.get("check"), dict) else None
-    outcome = Outcome(state_before=current.get("state"))
+    outcome.state_before = current.get("state")
     outcome.checks, baseline = rules.judge(
         read,
         settings.expected,
@@ -198,36 +215,44 @@ def run(settings: Settings, runner: CommandRunner = local_runner) -> Outcome:
         model_of=settings.model_of,
     )
     outcome.state = nodestate.after_check(current, outcome.failures, baseline)
+
     # A node gpunode never wrote to keeps no file; a file another writer (a provision, an
     # acceptance) changed while this check ran is theirs: the next interval judges anew.
-    if text is not None and _read(settings.state_file) == text:
-        write_state(settings.state_file, outcome.state)
+    def change(now: str | None) -> str | None:
+        return nodestate.render(outcome.state) if text is not None and now == text else None
+
+    outcome.written = nodefile.update(settings.state_file, change) is not None
+    if outcome.written and runner is not None:
         outcome.slurm = mark(settings, outcome.failures, outcome.state, runner)
+    outcome.duration_s = time.monotonic() - clock
+    if textfile:
+        shown = outcome.state if outcome.written else current
+        nodefile.replace(
+            textfile,
+            prometheus.render_check_textfile(
+                str(shown.get("state") or "unknown"),
+                [(c.name, c.ok) for c in outcome.checks],
+                outcome.started,
+                outcome.duration_s,
+            ),
+        )
     return outcome
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError:
-        return None
-
-
-def write_state(path: str, state: Mapping[str, Any]) -> None:
-    """The state file, replaced atomically (a temporary file renamed over it)."""
-    tmp = f"{path}.healthcheck.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(nodestate.render(state))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
 def main(argv: Sequence[str]) -> int:
-    """``gpunode-healthcheck [SETTINGS]``: one check; 0 when it ran (whatever it found: a
-    failure is acted on, not returned, as slurmd only logs the status), 2 for unusable
-    settings."""
-    path = argv[0] if argv else SETTINGS_PATH
+    """``gpunode-healthcheck [--no-slurm] [--textfile PATH] [SETTINGS]``: one check; 0 when it
+    ran (whatever it found: a failure is acted on, not returned, as slurmd only logs the
+    status), 1 when the state file or the textfile could not be written, 2 for unusable
+    settings or arguments."""
+    parser = argparse.ArgumentParser(prog="gpunode-healthcheck")
+    parser.add_argument("settings", nargs="?", default=SETTINGS_PATH)
+    parser.add_argument("--no-slurm", action="store_true", help="mark nothing in Slurm")
+    parser.add_argument("--textfile", help="write node_exporter's textfile here")
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as exit_:
+        return 2 if exit_.code else 0
+    path = args.settings
     have = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     os.environ["PATH"] = os.pathsep.join(have + [p for p in SYSTEM_PATH if p not in have])
     try:
@@ -236,6 +261,10 @@ def main(argv: Sequence[str]) -> int:
     except (OSError, ValueError, SettingsError) as err:
         print(f"gpunode health check: {err}", file=sys.stderr)
         return 2
-    outcome = run(settings)
+    try:
+        outcome = run(settings, None if args.no_slurm else local_runner, args.textfile)
+    except (OSError, TimeoutError) as err:  # the state file, its lock or the textfile
+        print(f"gpunode health check: {err}", file=sys.stderr)
+        return 1
     print(outcome.summary())
     return 0

@@ -1,14 +1,29 @@
-"""The node's Prometheus textfile (node_exporter's textfile collector).
+"""The node's Prometheus textfiles (node_exporter's textfile collector).
 
-Written to ``/var/lib/node_exporter/textfile_collector/gpunode.prom`` on each node; the
-format is Prometheus' text exposition format 0.0.4.
+Acceptance writes ``/var/lib/node_exporter/textfile_collector/gpunode.prom`` on each node; the
+node-side passive check (``check.healthcheck``, under Slurm or its systemd timer) writes
+``gpunode-check.prom`` beside it. Two files, and metric names of their own
+(``gpunode_check_*``), so each can be replaced alone and no series is in both: the collector
+parses every file of the folder matching ``*.prom`` into one exposition (node_exporter
+README, "Textfile Collector", https://github.com/prometheus/node_exporter#textfile-collector).
+Each file is replaced whole (``nodefile.replace``: a temporary file in the same folder whose
+name is not ``*.prom``, then renamed), as that README does with ``mv``, so the collector never
+reads half of one.
+
+The format is Prometheus' text exposition format 0.0.4 (https://prometheus.io/docs/
+instrumenting/exposition_formats/): lines end in ``\n``, the last one too; one ``# HELP`` and
+one ``# TYPE`` line per metric name, before its samples; label values escape ``\\``, ``"``
+and the line feed. Standard library only: shipped with the node-side check.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-TEXTFILE_PATH = "/var/lib/node_exporter/textfile_collector/gpunode.prom"
+TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
+TEXTFILE_PATH = f"{TEXTFILE_DIR}/gpunode.prom"
+CHECK_TEXTFILE_PATH = f"{TEXTFILE_DIR}/gpunode-check.prom"
 
 
 def _escape(value: str) -> str:
@@ -53,5 +68,48 @@ def render_textfile(node: dict[str, Any], run_id: str, timestamp: float) -> str:
         "# HELP gpunode_acceptance_timestamp_seconds When the verdict was given.",
         "# TYPE gpunode_acceptance_timestamp_seconds gauge",
         f"gpunode_acceptance_timestamp_seconds{_labels(**base)} {timestamp:.0f}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_check_textfile(
+    state: str, checks: Iterable[tuple[str, bool]], timestamp: float, duration_s: float
+) -> str:
+    """The passive check's textfile.
+
+    Args:
+        state: The node's state after the check (``ready``, ``not-ready`` ...).
+        checks: Each check's name and whether it passed (a name seen twice fails when either
+            failed: one series per name).
+        timestamp: When the check ran, seconds since the epoch.
+        duration_s: How long it took.
+
+    Returns:
+        The file's text.
+    """
+    failed: dict[str, bool] = {}
+    for name, ok in checks:
+        failed[name] = failed.get(name, False) or not ok
+    lines = [
+        "# HELP gpunode_check_node_ready 1 when the node is ready after gpunode's passive check.",
+        "# TYPE gpunode_check_node_ready gauge",
+        f"gpunode_check_node_ready{_labels(state=state)} {1 if state == 'ready' else 0}",
+        "# HELP gpunode_check_failed 1 for each passive check the node failed, 0 if it passed.",
+        "# TYPE gpunode_check_failed gauge",
+    ]
+    lines += [
+        f"gpunode_check_failed{_labels(check=name)} {int(bad)}"
+        for name, bad in sorted(failed.items())
+    ]
+    lines += [
+        "# HELP gpunode_check_failures Number of passive checks the node failed.",
+        "# TYPE gpunode_check_failures gauge",
+        f"gpunode_check_failures {sum(failed.values())}",
+        "# HELP gpunode_check_timestamp_seconds When the passive check ran.",
+        "# TYPE gpunode_check_timestamp_seconds gauge",
+        f"gpunode_check_timestamp_seconds {timestamp:.3f}",
+        "# HELP gpunode_check_duration_seconds How long the passive check took.",
+        "# TYPE gpunode_check_duration_seconds gauge",
+        f"gpunode_check_duration_seconds {duration_s:.3f}",
     ]
     return "\n".join(lines) + "\n"

@@ -12,7 +12,6 @@ window start. Each check is a run (kind ``check``) with ``check.json``.
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -181,14 +180,9 @@ def _check_node(node_plan: plan.NodePlan, run_id: str) -> NodeCheck:
 
 
 def _write_state(node: Any, state: dict[str, Any]) -> None:
-    """The state file, replaced atomically in one command (its text on stdin)."""
-    path = shlex.quote(nodestate.PATH)
-    tmp = shlex.quote(f"{nodestate.PATH}.tmp")
-    res = node.run_with_input(
-        f"umask 022 && cat > {tmp} && mv -f {tmp} {path}",
-        [nodestate.render(state).encode()],
-        timeout=60,
-    )
+    """The state file, replaced whole under its lock by the node's Python
+    (``nodestate.write_program``: the program on stdin, one round trip)."""
+    res = node.run_with_input("python3 -", [nodestate.write_program(state)], timeout=60)
     if not res.ok:
         raise RemoteError(
             f"{node.host.name}: writing {nodestate.PATH} exited {res.returncode}: "

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolkit import nodestate
 from toolkit.errors import StackError
 from toolkit.inventory import load_inventory
 from toolkit.stack import models
@@ -26,6 +27,8 @@ class Precheck:
     hosts: list[str] = field(default_factory=list)
     stack_ids: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # Each host's `gpunode_revalidate_after_days` (nodestate.REVALIDATE_VAR), when set.
+    revalidate_days: dict[str, float] = field(default_factory=dict)
 
 
 def check_inventory(inventory: Path, limit: str | None = None) -> Precheck:
@@ -60,6 +63,12 @@ def check_inventory(inventory: Path, limit: str | None = None) -> Precheck:
         accepted = models.parse_accepted_risks(
             merged.values.get(models.ACCEPTED_RISKS_KEY, []), source
         )
+        days = nodestate.revalidate_after_days(
+            merged.values.get(nodestate.REVALIDATE_VAR),
+            f"{merged.sources.get(nodestate.REVALIDATE_VAR, inventory)} (host {host.name})",
+        )
+        if days is not None:
+            result.revalidate_days[host.name] = days
         for violation in check(stack, hardware) + check_security(stack, accepted):
             if violation.severity == "warning":
                 if violation.message not in seen_warnings:

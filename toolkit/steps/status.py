@@ -40,13 +40,16 @@ class NodeStatus:
     certificate: str | None = None  # the newest handover certificate in the runs folder
     stack_id: str | None = None  # the stack id the inventory pins now
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    revalidate_days: float | None = None  # nodestate.REVALIDATE_VAR, when the site sets it
 
     @property
     def shown(self) -> dict[str, Any]:
         """The state as it proves readiness now (``nodestate``'s rule, the one ``gpunode up``
         uses: a ready file whose verdict expired or whose stack is no longer the one pinned
         reads not-ready, with why)."""
-        return nodestate.proven_state(self.state, self.stack_id, self.now)
+        return nodestate.proven_state(
+            self.state, self.stack_id, self.now, revalidate_days=self.revalidate_days
+        )
 
     @property
     def ready(self) -> bool:
@@ -140,6 +143,7 @@ def fleet_status(
             error=report["errors"].get(host),
             certificate=str(certificates[host]) if host in certificates else None,
             stack_id=found.stack_ids.get(host),
+            revalidate_days=found.revalidate_days.get(host),
         )
         if isinstance(facts, dict) and facts:
             node.gpus_seen = facts.get("gpu_count")

@@ -83,13 +83,16 @@ class NodeUp:
     state: dict[str, Any] = field(default_factory=dict)
     image_id: str | None = None  # the training image of its group (None: --engine host)
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    revalidate_days: float | None = None  # nodestate.REVALIDATE_VAR, when the site sets it
 
     @property
     def shown(self) -> dict[str, Any]:
         """The state as what it proves (``nodestate``'s rule, the one ``gpunode status``
         shows): ready only for the stack pinned now and the current image, before its verdict
-        expires."""
-        return nodestate.proven_state(self.state, self.stack_id, self.now, self.image_id)
+        expires or is due for re-validation."""
+        return nodestate.proven_state(
+            self.state, self.stack_id, self.now, self.image_id, self.revalidate_days
+        )
 
     @property
     def failed_stage(self) -> str | None:
@@ -232,7 +235,10 @@ def run_up(opts: UpOptions, progress: Progress = lambda _m: None) -> UpOutcome:
     run_dir = runs.start_run("up", opts.runs_dir, started)
     for lock in written:
         progress(f"group {lock.group}: stack lock written to {lock.path}")
-    nodes = {h: NodeUp(host=h, stack_id=found.stack_ids[h]) for h in found.hosts}
+    nodes = {
+        h: NodeUp(h, found.stack_ids[h], revalidate_days=found.revalidate_days.get(h))
+        for h in found.hosts
+    }
     progress(f"up {run_dir.name}: {len(nodes)} node(s), stack {_ids(found)}")
     stop = _Stop()
     outcome = UpOutcome(
@@ -359,7 +365,9 @@ def _survey(
         node.stages["survey"] = StageResult(
             "done", f"{node.state.get('state')}; drift: {len(drift)}", spent
         )
-        if nodestate.proven_ready(node.state, node.stack_id, drift, now, node.image_id):
+        if nodestate.proven_ready(
+            node.state, node.stack_id, drift, now, node.image_id, node.revalidate_days
+        ):
             for stage in ("disks", "provision", "accept"):
                 node.stages[stage] = StageResult(
                     "skipped", f"ready for {node.stack_id} until {node.state.get('valid_until')}"

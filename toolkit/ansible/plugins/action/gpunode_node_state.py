@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import shlex
-from pathlib import PurePosixPath
 from typing import Any
 
 from ansible.plugins.action import ActionBase
@@ -101,16 +100,11 @@ class ActionModule(ActionBase):
         result["msg"] = f"{nodestate.PATH}: {current.get('state')} -> {wanted['state']}"
         if self._play_context.check_mode:
             return result
-        payload = base64.b64encode(nodestate.render(wanted).encode()).decode()
-        path = shlex.quote(nodestate.PATH)
-        tmp_path = shlex.quote(nodestate.PATH + ".tmp")
-        directory = shlex.quote(str(PurePosixPath(nodestate.PATH).parent))
+        # Replaced whole under the state file's lock (nodestate.write_program), which the
+        # node's health check takes too.
+        program = base64.b64encode(nodestate.write_program(wanted)).decode()
         write = self._low_level_execute_command(
-            "/bin/sh -c "
-            + shlex.quote(
-                f"umask 022 && mkdir -p {directory} && printf %s {payload} | base64 -d "
-                f"> {tmp_path} && mv -f {tmp_path} {path}"
-            ),
+            "/bin/sh -c " + shlex.quote(f"printf %s {program} | base64 -d | python3 -"),
             sudoable=True,
         )
         if write.get("rc") != 0:
