@@ -27,7 +27,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from toolkit import nodefile
-from toolkit.errors import ConfigError
+from toolkit.errors import ConfigError, RemoteError
 from toolkit.facts.probe import Fact, Status
 
 PATH = "/etc/gpunode/state.json"
@@ -118,6 +118,22 @@ def write_program(state: Mapping[str, Any], path: str = PATH) -> bytes:
     """The ``python3 -`` program that does :func:`write` on the node (the control machine's
     writers run it over SSH, with sudo where the node needs it)."""
     return nodefile.write_program(path, render(state))
+
+
+def write_over(node: Any, state: Mapping[str, Any]) -> None:
+    """Replace the state file on a connected node (a ``toolkit.remote`` node: its
+    ``run_with_input`` runs as root, through sudo where the login needs it) with
+    :func:`write_program`: one round trip, under the lock the node's health check takes too.
+
+    Raises:
+        RemoteError: The write failed on the node (named, with what it printed).
+    """
+    res = node.run_with_input("python3 -", [write_program(state)], timeout=60)
+    if not res.ok:
+        raise RemoteError(
+            f"{node.host.name}: writing {PATH} exited {res.returncode}: "
+            f"{(res.stderr or res.stdout).strip()[-300:]}"
+        )
 
 
 def _utc(now: datetime | None) -> str:

@@ -31,6 +31,7 @@ Flags, each naming the runs it compares:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -248,13 +249,12 @@ def _check_observations(info: runs.RunInfo) -> dict[str, Observation]:
     return out
 
 
+@functools.cache
 def _reader_digest() -> str:
-    """What the observations of a run depend on besides its files: this reading code."""
+    """What the observations of a run depend on besides its files: this reading code (read
+    once, when a run is first read, not when the module is imported)."""
     code = b"".join(Path(m.__file__ or "").read_bytes() for m in (sys.modules[__name__], runs))
     return hashlib.sha256(code).hexdigest()
-
-
-_READER = _reader_digest()
 
 
 def _inputs(info: runs.RunInfo, record: str) -> list[list[Any]] | None:
@@ -286,7 +286,7 @@ def run_observations(info: runs.RunInfo) -> dict[str, Observation]:
     inputs = _inputs(info, record)
     if inputs is None:
         return {}
-    key = {"reader": _READER, "inputs": inputs}
+    key = {"reader": _reader_digest(), "inputs": inputs}
     kept = info.path / OBSERVATIONS
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError, AttributeError):
         data = json.loads(kept.read_text())

@@ -585,13 +585,7 @@ def _write_node_state(plan: NodePlan, run_id: str, when: datetime) -> None:
     )
     plan.state = state
     try:
-        # Replaced whole under the state file's lock, which the node's health check takes too.
-        res = node.run_with_input("python3 -", [nodestate.write_program(state)], timeout=60)
-        if not res.ok:
-            raise RemoteError(
-                f"{plan.host.name}: writing {nodestate.PATH} exited {res.returncode}: "
-                f"{(res.stderr or res.stdout).strip()[-300:]}"
-            )
+        nodestate.write_over(node, state)
         plan.written["state"] = True
     except RemoteError as err:
         plan.written["state"] = False

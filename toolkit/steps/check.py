@@ -168,7 +168,7 @@ def _check_node(node_plan: plan.NodePlan, run_id: str) -> NodeCheck:
         outcome.state = state
         outcome.turned_not_ready = current.get("state") == "ready" and state["state"] != "ready"
         if probe.get("state") is not None:  # a node gpunode never wrote to keeps no file
-            _write_state(node, state)
+            nodestate.write_over(node, state)
     except RemoteError:
         raise
     except Exception as err:  # one node's surprise must not cost the other nodes their check
@@ -177,14 +177,3 @@ def _check_node(node_plan: plan.NodePlan, run_id: str) -> NodeCheck:
         node.close()
         outcome.duration_s = time.perf_counter() - started
     return outcome
-
-
-def _write_state(node: Any, state: dict[str, Any]) -> None:
-    """The state file, replaced whole under its lock by the node's Python
-    (``nodestate.write_program``: the program on stdin, one round trip)."""
-    res = node.run_with_input("python3 -", [nodestate.write_program(state)], timeout=60)
-    if not res.ok:
-        raise RemoteError(
-            f"{node.host.name}: writing {nodestate.PATH} exited {res.returncode}: "
-            f"{(res.stderr or res.stdout).strip()[-300:]}"
-        )
