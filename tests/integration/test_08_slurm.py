@@ -151,7 +151,11 @@ def test_up_accepts_through_slurm(slurm_lab: dict[str, Any]) -> None:
     run_dir = Path(outcome["report"]).parent
     run = json.loads((run_dir / "run.json").read_text())
     nodes = by_host(run)
-    assert [nodes[n]["verdict"] for n in names] == ["ready", "not-ready", "ready"], err[-3000:]
+    reasons = {n: failed(nodes[n]) for n in names}
+    assert [nodes[n]["verdict"] for n in names] == ["ready", "not-ready", "ready"], (
+        reasons,
+        err[-3000:],
+    )
     assert any(check.startswith("health.ecc") for check, _ in failed(nodes[names[1]]))
     for name in names:
         job = nodes[name]["job"]
