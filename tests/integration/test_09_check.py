@@ -5,9 +5,10 @@ emulation. In order:
 
 1. both nodes ready and clean: ``check`` passes on both, takes under 2 s wall for the two
    (the figure is printed), and records its first AER reading in each node's state;
-2. node 1 logs a critical XID (the `xid` fault) and node 2's PCIe AER counters move (the
-   `aer` fault): ``check`` turns both not ready with `health.xid` and `pcie.aer` as reasons,
-   written through the node state, and records the run;
+2. node 1 logs a critical XID (the `xid` fault) and one of its NICs' links flaps and settles
+   (`link-flap`), and node 2's PCIe AER counters move (the `aer` fault): ``check`` turns both
+   not ready with `health.xid`, `nic.link_downed` (naming the port and +3) and `pcie.aer` as
+   reasons, written through the node state, and records the run;
 3. with the faults cleared a check is clean again, yet the nodes stay not ready: only
    acceptance makes a node ready;
 4. node 1's GPU board is replaced (the `swapped-gpu` fault): ``gpunode node history`` flags
@@ -207,21 +208,30 @@ def test_faults_turn_ready_nodes_not_ready_and_a_clean_check_does_not_undo_it(
 ) -> None:
     xid_node, aer_node = ready["names"]
     check(ready)  # the baseline the faults move from
-    lab_core.set_faults(LAB, xid_node, ["xid"])
+    lab_core.set_faults(LAB, xid_node, ["xid", "link-flap"])
     lab_core.set_faults(LAB, aer_node, ["aer"])
     proc, doc, took = check(ready)
     print(f"\ngpunode check with faults on both nodes: {took:.2f}s wall")
     assert proc.returncode == 1, proc.stderr[-2000:]
-    for name, failed in ((xid_node, "health.xid"), (aer_node, "pcie.aer")):
+    for name, failed in (
+        (xid_node, ["health.xid", "nic.link_downed"]),
+        (aer_node, ["pcie.aer"]),
+    ):
         node = doc["nodes"][name]
         assert node["turned_not_ready"] and node["state"] == "not-ready", node
         bad = {c["name"]: c["message"] for c in node["checks"] if not c["ok"]}
-        assert set(bad) == {failed}, bad
+        assert sorted(bad) == sorted(failed), bad
         state = node_state(name)
         assert state["state"] == "not-ready"
-        assert state["reason"] == [f"check: {failed}: {bad[failed]}"], state["reason"]
+        assert sorted(state["reason"]) == sorted(f"check: {f}: {bad[f]}" for f in failed)
     assert "XID 119" in doc["nodes"][xid_node]["reason"][0]
     assert "nonfatal +2" in doc["nodes"][aer_node]["reason"][0]
+    # The flapped link is up again (nic.link passes); its counter names the port and the delta.
+    [flap] = [
+        r for r in doc["nodes"][xid_node]["reason"] if r.startswith("check: nic.link_downed: ")
+    ]
+    assert re.search(r"mlx5_\d+/1: link down \+3 since the last check", flap), flap
+    assert next(c for c in doc["nodes"][xid_node]["checks"] if c["name"] == "nic.link")["ok"]
     for name in ready["names"]:
         lab_core.set_faults(LAB, name, [])
     proc, doc, _took = check(ready)
