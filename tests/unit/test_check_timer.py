@@ -15,6 +15,8 @@ import pytest
 import yaml
 from test_healthcheck import IDLE, READY, Node
 
+from toolkit import nodefacts
+from toolkit.facts import systemd
 from toolkit.report import prometheus
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "slurm_healthcheck"
@@ -252,3 +254,24 @@ def test_the_timer_is_installed_when_on_and_removed_when_off() -> None:
     look = found["ansible.builtin.find"]
     assert isinstance(look, dict)
     assert {f"{look['paths']}/{name}" for name in look["patterns"]} == written
+
+
+def test_the_preflight_probe_lists_the_timer_s_units_so_removal_needs_no_round_trip(
+    tmp_path: Path,
+) -> None:
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    unit = defaults["slurm_healthcheck_timer_unit"]
+    assert unit.startswith(systemd.OWN_UNIT_PREFIX)  # what the probe lists, it removes
+    [found, _block] = _tasks("timer_absent.yml")
+    look = found["ansible.builtin.find"]
+    assert isinstance(look, dict) and look["paths"] == systemd.UNIT_DIR
+    assert systemd.OWN_UNITS in nodefacts.FACTS
+    # The probe's own command, run on a folder shaped like /etc/systemd/system.
+    for name in (f"{unit}.service", f"{unit}.timer", "other.service", "gpunode-x.timer"):
+        (tmp_path / name).write_text("")
+    argv = [tmp_path.as_posix() if a == systemd.UNIT_DIR else a for a in systemd.OWN_UNITS.argv]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+    listed = systemd.parse_own_units(done.returncode, done.stdout)
+    assert listed == ["gpunode-healthcheck.service", "gpunode-healthcheck.timer", "gpunode-x.timer"]
+    assert systemd.parse_own_units(None, "") is None  # find missing: the role looks itself
+    assert systemd.parse_own_units(1, "find: '/etc/systemd/system': No such file") is None
