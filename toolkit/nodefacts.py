@@ -16,7 +16,7 @@ from typing import Any
 from toolkit import converge, nodestate
 from toolkit.aptpins import decide_existing_driver
 from toolkit.drift import compare, pinned_packages
-from toolkit.facts import dpkg, driver, mounts, nvidia, pci, probe, system
+from toolkit.facts import dpkg, driver, mounts, nvidia, pci, probe, system, systemd
 from toolkit.facts.driver import ExistingDriver, classify_existing_driver
 from toolkit.facts.nvidia import LoadedDriver
 from toolkit.facts.pci import NVIDIA_VENDOR, lspci_gpus, lspci_nvswitches
@@ -36,6 +36,7 @@ FACTS: tuple[probe.Fact, ...] = (
     system.DEBIAN_VERSION,
     mounts.MOUNTS,
     driver.DRIVER_FILES,
+    systemd.OWN_UNITS,
     nodestate.FACT,
     converge.FACT,
 )
@@ -130,6 +131,9 @@ def node_facts(sections: Sections, resolved: Mapping[str, Any] | None) -> dict[s
         "mounts": mounts.MOUNTS.read(sections),
         "converged": converged,
         "state": nodestate.FACT.read(sections),
+        # gpunode's own unit files (/etc/systemd/system/gpunode-*), None when not read: the
+        # passive checks' role removes a timer the inventory turned off without looking again.
+        "own_units": systemd.OWN_UNITS.read(sections),
         # Every installed package: the drift comparison may come after the stack is resolved.
         "packages": all_installed,
         "os": system.os_facts(

@@ -5,9 +5,10 @@ emulation. In order:
 
 1. both nodes ready and clean: ``check`` passes on both, takes under 2 s wall for the two
    (the figure is printed), and records its first AER reading in each node's state;
-2. node 1 logs a critical XID (the `xid` fault) and node 2's PCIe AER counters move (the
-   `aer` fault): ``check`` turns both not ready with `health.xid` and `pcie.aer` as reasons,
-   written through the node state, and records the run;
+2. node 1 logs a critical XID (the `xid` fault) and one of its NICs' links flaps and settles
+   (`link-flap`), and node 2's PCIe AER counters move (the `aer` fault): ``check`` turns both
+   not ready with `health.xid`, `nic.link_downed` (naming the port and +3) and `pcie.aer` as
+   reasons, written through the node state, and records the run;
 3. with the faults cleared a check is clean again, yet the nodes stay not ready: only
    acceptance makes a node ready;
 4. node 1's GPU board is replaced (the `swapped-gpu` fault): ``gpunode node history`` flags
@@ -36,14 +37,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
-import yaml
 
 from toolkit import cert
 from toolkit.check import healthcheck
-from toolkit.check import plan as check_plan
-from toolkit.inventory import load_inventory
 from toolkit.lab import lab as lab_core
 from toolkit.report import prometheus
 
@@ -141,76 +138,69 @@ def test_clean_check_passes_on_two_ready_nodes_in_under_2s(ready: dict[str, Any]
     assert (ready["state_dir"] / "runs" / doc["run_id"] / "check.json").is_file()
 
 
-def test_the_timer_s_service_checks_a_node_without_slurm_and_writes_its_textfile(
+def test_provision_installs_the_timer_that_checks_without_slurm_and_removes_it_when_off(
     ready: dict[str, Any],
 ) -> None:
-    """The role's units as it renders them (``roles/slurm_healthcheck/templates``), verified by
-    the node's own systemd-analyze and started by its systemd (PID 1 in a lab node); the
-    program and settings as the role installs them. Removed afterwards: later tests count
+    """The inventory's switch turned on: ``gpunode provision`` (its Ansible role
+    ``slurm_healthcheck``, the timer's one installer) installs, enables and starts the timer on
+    node 1, whose service, started by the node's systemd (PID 1 in a lab node), writes the node
+    state and the textfile. Turned off: the next provision stops, disables and removes the
+    units and the textfile. The program and its settings go too afterwards: later tests count
     on no check but theirs."""
     name = ready["names"][0]
-    inventory = load_inventory(ready["inventory"])
-    node = check_plan.plan_node(inventory, inventory.hosts_for(name)[0])
-    role = REPO / "roles" / "slurm_healthcheck"
-    values = {
-        k: v
-        for k, v in yaml.safe_load((role / "defaults" / "main.yml").read_text()).items()
-        if "{{" not in str(v)
-    } | {"slurm_healthcheck_timer_interval": "1h"}
-    units = {
-        f"/etc/systemd/system/gpunode-healthcheck.{kind}": jinja2.Template(
-            (role / "templates" / f"healthcheck.{kind}.j2").read_text()
-        ).render(ansible_managed="test_09", **values)
-        for kind in ("service", "timer")
-    }
-    files = {
-        healthcheck.PROGRAM_PATH: check_plan.healthcheck_program(),
-        healthcheck.SETTINGS_PATH: check_plan.render_settings(
-            check_plan.healthcheck_settings(node, name)
-        ),
-        **units,
-    }
+    switch = ready["inventory"] / "host_vars" / name / "check_timer.yml"
+    units = [f"/etc/systemd/system/gpunode-healthcheck.{kind}" for kind in ("service", "timer")]
+    textfile = prometheus.CHECK_TEXTFILE_PATH
     before = (node_state(name).get("check") or {}).get("time") or ""
-    started = time.perf_counter()
-    script = "set -e\n" + "".join(
-        f"cat > {path} <<'GPUNODE_EOF'\n{text.rstrip()}\nGPUNODE_EOF\n"
-        for path, text in files.items()
-    )
-    script += (
-        f"chmod 755 {healthcheck.PROGRAM_PATH}\n"
-        f"systemd-analyze verify {' '.join(units)}\n"
-        "systemctl daemon-reload\n"
-        "systemctl enable --now gpunode-healthcheck.timer\n"
-        "systemctl start gpunode-healthcheck.service\n"  # a oneshot: returns when it ran
-        "systemctl is-active gpunode-healthcheck.timer\n"
-        f"cat {prometheus.CHECK_TEXTFILE_PATH}\n"
-    )
-    cleanup = (
-        "systemctl disable --now gpunode-healthcheck.timer; "
-        f"rm -f {' '.join(units)} {healthcheck.PROGRAM_PATH} {healthcheck.SETTINGS_PATH} "
-        f"{prometheus.CHECK_TEXTFILE_PATH}; systemctl daemon-reload"
-    )
+    args = ("provision", "-i", str(ready["inventory"]), "--limit", name, "--json")
+    args += ("--tags", "slurm_healthcheck")
     try:
-        done = subprocess.run(
-            lab_core.ssh_argv(LAB, name, ["bash", "-s"]),
-            input=script,
-            capture_output=True,
-            text=True,
-            timeout=120,
+        switch.write_text("gpunode_check_timer: true\ngpunode_check_timer_interval: 1h\n")
+        on, took_on = gpunode(ready, *args, timeout=300)
+        assert on.returncode == 0, on.stderr[-3000:] + on.stdout[-2000:]
+        done = lab_core.ssh_run(
+            LAB,
+            name,
+            f"systemd-analyze verify {' '.join(units)} && "
+            "systemctl start gpunode-healthcheck.service && "  # a oneshot: returns when it ran
+            f"systemctl is-enabled gpunode-healthcheck.timer && cat {textfile}",
             check=False,
         )
-        took = time.perf_counter() - started
-        print(f"\ntimer's check installed, verified and run on {name}: {took:.1f}s")
         assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-1000:]
-        assert done.stdout.startswith("active\n"), done.stdout  # is-active: the timer
-        text = done.stdout.removeprefix("active\n")
+        assert done.stdout.startswith("enabled\n"), done.stdout  # is-enabled: the timer
+        text = done.stdout.removeprefix("enabled\n")
         assert 'gpunode_check_node_ready{state="ready"} 1\n' in text, text
         assert "gpunode_check_failures 0\n" in text and "gpunode_check_failed{" in text, text
         assert 'gpunode_check_failed{check="health.xid"} 0\n' in text, text
         state = node_state(name)
         assert state["state"] == "ready" and state["check"]["time"] > before, state
+        active = lab_core.ssh_run(LAB, name, "systemctl is-active gpunode-healthcheck.timer")
+        assert active.stdout == "active\n", active.stdout
+
+        switch.write_text("gpunode_check_timer: false\n")
+        off, took_off = gpunode(ready, *args, timeout=300)
+        assert off.returncode == 0, off.stderr[-3000:] + off.stdout[-2000:]
+        print(f"\nprovision, timer on: {took_on:.1f}s; timer off: {took_off:.1f}s")
+        left = " ".join(f"test -e {path} && echo left {path};" for path in (*units, textfile))
+        gone = lab_core.ssh_run(
+            LAB,
+            name,
+            f"{left} echo links $(ls /etc/systemd/system/timers.target.wants | "
+            "grep -c gpunode-healthcheck); systemctl is-active gpunode-healthcheck.timer",
+            check=False,
+        ).stdout
+        # No unit or textfile left, no link in timers.target.wants (disabled), stopped.
+        assert gone == "links 0\ninactive\n", gone
     finally:
-        lab_core.ssh_run(LAB, name, cleanup, check=False)
+        switch.unlink(missing_ok=True)
+        lab_core.ssh_run(
+            LAB,
+            name,
+            "systemctl disable --now gpunode-healthcheck.timer 2>/dev/null; "
+            f"rm -f {' '.join(units)} {healthcheck.PROGRAM_PATH} {healthcheck.SETTINGS_PATH} "
+            f"{textfile}; systemctl daemon-reload",
+            check=False,
+        )
 
 
 def test_faults_turn_ready_nodes_not_ready_and_a_clean_check_does_not_undo_it(
@@ -218,21 +208,30 @@ def test_faults_turn_ready_nodes_not_ready_and_a_clean_check_does_not_undo_it(
 ) -> None:
     xid_node, aer_node = ready["names"]
     check(ready)  # the baseline the faults move from
-    lab_core.set_faults(LAB, xid_node, ["xid"])
+    lab_core.set_faults(LAB, xid_node, ["xid", "link-flap"])
     lab_core.set_faults(LAB, aer_node, ["aer"])
     proc, doc, took = check(ready)
     print(f"\ngpunode check with faults on both nodes: {took:.2f}s wall")
     assert proc.returncode == 1, proc.stderr[-2000:]
-    for name, failed in ((xid_node, "health.xid"), (aer_node, "pcie.aer")):
+    for name, failed in (
+        (xid_node, ["health.xid", "nic.link_downed"]),
+        (aer_node, ["pcie.aer"]),
+    ):
         node = doc["nodes"][name]
         assert node["turned_not_ready"] and node["state"] == "not-ready", node
         bad = {c["name"]: c["message"] for c in node["checks"] if not c["ok"]}
-        assert set(bad) == {failed}, bad
+        assert sorted(bad) == sorted(failed), bad
         state = node_state(name)
         assert state["state"] == "not-ready"
-        assert state["reason"] == [f"check: {failed}: {bad[failed]}"], state["reason"]
+        assert sorted(state["reason"]) == sorted(f"check: {f}: {bad[f]}" for f in failed)
     assert "XID 119" in doc["nodes"][xid_node]["reason"][0]
     assert "nonfatal +2" in doc["nodes"][aer_node]["reason"][0]
+    # The flapped link is up again (nic.link passes); its counter names the port and the delta.
+    [flap] = [
+        r for r in doc["nodes"][xid_node]["reason"] if r.startswith("check: nic.link_downed: ")
+    ]
+    assert re.search(r"mlx5_\d+/1: link down \+3 since the last check", flap), flap
+    assert next(c for c in doc["nodes"][xid_node]["checks"] if c["name"] == "nic.link")["ok"]
     for name in ready["names"]:
         lab_core.set_faults(LAB, name, [])
     proc, doc, _took = check(ready)

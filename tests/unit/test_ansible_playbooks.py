@@ -85,13 +85,11 @@ def test_provision_maps_the_resolved_stack() -> None:
         "node_state",
         "slurm_healthcheck",
     ]
-    # Each component's role runs only when the plan (toolkit/converge.py) says so; the Slurm
-    # health check (or its timer) only when the inventory asks for it.
+    # Each component's role runs only when the plan (toolkit/converge.py) says so; the passive
+    # checks' role always: it installs what the inventory asks for and removes a timer it no
+    # longer asks for (tests/unit/test_check_timer.py reads the role's switches).
     planned = {t["ansible.builtin.include_role"]["name"]: t.get("when") for t in tasks[1:-2]}
-    assert tasks[-1]["when"] == (
-        "(gpunode_slurm_healthcheck | default(false) | bool)"
-        " or (gpunode_check_timer | default(false) | bool)"
-    )
+    assert "when" not in tasks[-1]
     assert planned == {
         role: f"gpunode_plan.{component}.run" for component, (role, *_) in converge.ROLES.items()
     }

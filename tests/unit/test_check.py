@@ -23,7 +23,8 @@ from toolkit.acceptance.thresholds import effective
 from toolkit.acceptance.verdict import NodeExpectation
 from toolkit.check import plan, rules
 from toolkit.inventory import Host, load_inventory
-from toolkit.lab.hardware import NodeHardware, aer_files
+from toolkit.lab.faults import LINK_FLAP_DOWNS
+from toolkit.lab.hardware import NodeHardware, aer_files, rdma_files
 from toolkit.lab.package_spec import nvidia_smi_files
 from toolkit.steps import check as flow
 
@@ -113,6 +114,69 @@ def test_rdma_check(ports: Any, wanted: Any, ok: bool, words: str) -> None:
     assert result.ok is ok and words in result.message
 
 
+def _ports(downs: dict[str, int | str | None]) -> dict[str, Any]:
+    up = {"state": "4: ACTIVE", "phys_state": "5: LinkUp"}
+    return {
+        "dir": "/ib",
+        "ports": {p: {**up, rules.LINK_DOWNED: n} for p, n in downs.items()},
+    }
+
+
+@pytest.mark.parametrize(
+    ("now", "before", "wanted", "ok", "words"),
+    [
+        ({}, None, None, True, "not judged: no link-down counter under /ib/"),
+        ({"mlx5_0/1": "0\n"}, None, None, True, "first reading of 1 port(s)"),
+        ({"mlx5_0/1": "4\n"}, {"mlx5_0/1": 4}, None, True, "no link down since the last check"),
+        (
+            {"mlx5_0/1": "0\n", "mlx5_3/1": "3\n"},
+            {"mlx5_0/1": 0, "mlx5_3/1": 0},
+            None,
+            False,
+            "mlx5_3/1: link down +3 since the last check (link_downed 3)",
+        ),
+        ({"mlx5_3/1": "7\n"}, {"mlx5_3/1": 5}, None, False, "mlx5_3/1: link down +2 since"),
+        # a counter below its last reading restarted (a reboot): all of it is new
+        ({"mlx5_3/1": "1\n"}, {"mlx5_3/1": 5}, None, False, "mlx5_3/1: link down +1 since"),
+        ({"mlx5_3/1": "0\n"}, {"mlx5_3/1": 3}, None, True, "no link down"),  # the fault cleared
+        # only the compute NICs are judged
+        ({"mlx5_0/1": "0\n", "mlx5_3/1": "3\n"}, {"mlx5_0/1": 0}, ["mlx5_0"], True, "1 port"),
+        ({"mlx5_0/1": None, "mlx5_1/1": "x"}, None, None, True, "not judged"),  # unreadable
+    ],
+)
+def test_link_flap_check_fails_on_link_downs_since_the_last_check_naming_port_and_delta(
+    now: Any, before: Any, wanted: Any, ok: bool, words: str
+) -> None:
+    earlier = None if before is None else {p: {"link_downed": n} for p, n in before.items()}
+    check, counts = rules.link_flap_check(_ports(now), wanted, earlier)
+    assert check.ok is ok and words in check.message, check.message
+    assert check.name == "nic.link_downed"
+    judged = {p: n for p, n in now.items() if not wanted or p.split("/")[0] in wanted}
+    assert counts == {
+        p: {"link_downed": int(n)} for p, n in judged.items() if str(n).strip().isdigit()
+    }
+
+
+def test_link_flap_fault_moves_one_nic_s_counter_and_leaves_every_port_up() -> None:
+    clean = NodeHardware.for_node("H100", 8, True, seed="flap", index=1)
+    flapped = NodeHardware.for_node("H100", 8, True, ["link-flap"], seed="flap", index=1)
+    assert [n.link_downed for n in clean.nics] == [0] * len(clean.nics)
+    [nic] = [n for n in flapped.nics if n.link_downed]
+    assert nic.link_downed == LINK_FLAP_DOWNS
+    files = rdma_files(flapped)
+    assert files[f"{nic.name}/ports/1/counters/link_downed"] == f"{LINK_FLAP_DOWNS}\n"
+    ports = {}
+    for path, text in files.items():
+        device, _ports_dir, number, name = path.split("/", 3)
+        ports.setdefault(f"{device}/{number}", {})[name] = text
+    assert rules.rdma_check({"dir": "/ib", "ports": ports}, None).ok  # settled: all up
+    before = {f"{n.name}/1": {"link_downed": 0} for n in clean.nics}
+    check, _ = rules.link_flap_check({"dir": "/ib", "ports": ports}, None, before)
+    assert not check.ok and check.message.startswith(
+        f"{nic.name}/1: link down +{LINK_FLAP_DOWNS} since the last check"
+    )
+
+
 def test_units_check_names_each_unit_that_is_not_active_and_why() -> None:
     required = {"nvidia-persistenced": "driver", "nvidia-fabricmanager": "NVSwitch"}
     ok = rules.units_check(
@@ -150,7 +214,7 @@ def test_after_check_turns_only_a_ready_node_not_ready_and_never_makes_one_ready
 
 class FakeNodeRoot:
     """A node's / in a temporary folder: the stand-in nvidia-smi on PATH, its hardware file,
-    the AER files, a units stand-in for systemctl and a kernel log."""
+    the AER and RDMA port files, a units stand-in for systemctl and a kernel log."""
 
     def __init__(self, root: Path, hw: NodeHardware) -> None:
         self.root = root
@@ -172,6 +236,10 @@ class FakeNodeRoot:
         for path, text in aer_files(hw).items():
             (self.pci / path).parent.mkdir(parents=True, exist_ok=True)
             (self.pci / path).write_text(text)
+        self.rdma = root / "infiniband"
+        for path, text in rdma_files(hw).items():
+            (self.rdma / path).parent.mkdir(parents=True, exist_ok=True)
+            (self.rdma / path).write_text(text)
         self.log = root / "kernel.log"
         self.log.write_text(
             "".join(f"[  100.000000] kernel: {line}\n" for line in hw.kernel_messages())
@@ -184,7 +252,7 @@ class FakeNodeRoot:
             "state_file": state_file,
             "dmi_dir": str(self.root / "dmi"),
             "pci_dir": str(self.pci),
-            "rdma_dir": str(self.root / "infiniband"),
+            "rdma_dir": str(self.rdma),
             "units": ["nvidia-persistenced", "nvidia-fabricmanager"],
         }
         env = {
@@ -232,8 +300,13 @@ def test_probe_of_a_clean_node_passes_every_check(tmp_path: Path) -> None:
     names = [c.name for c in checks]
     expected = {"gpu.count", "versions.driver_loaded", "health.ecc", "health.row_remap"}
     expected |= {"health.xid", "health.throttle", "pcie.aer", "nic.link", "services.active"}
+    expected |= {"nic.link_downed"}
     assert set(expected) <= set(names)
     assert len(baseline["aer"]) == 8 and baseline["time"] == probe["started"]
+    # The lab's NICs, one RDMA port each, read through the probe: up, and counted from here.
+    link = next(c for c in checks if c.name == "nic.link")
+    assert link.message.startswith(f"{len(hw.nics)} RDMA port(s) ACTIVE, LinkUp"), link.message
+    assert baseline["link_downed"] == {f"{n.name}/1": {"link_downed": 0} for n in hw.nics}
     facts = flow.passport_facts(probe, baseline["aer"])
     assert [g["serial"] for g in facts["gpus"]] == [g.serial for g in hw.gpus]
 
@@ -247,6 +320,7 @@ def test_probe_of_a_clean_node_passes_every_check(tmp_path: Path) -> None:
         ("xid154", {"health.xid", "health.recovery_action"}),
         ("missing-gpu", {"gpu.count"}),
         ("aer", {"pcie.aer"}),
+        ("link-flap", {"nic.link_downed"}),  # up again: only its counter moved
         ("remapped", set()),  # history, not a reason
     ],
 )
@@ -255,8 +329,10 @@ def test_probe_of_a_faulty_node_fails_the_faults_check(
 ) -> None:
     clean = NodeHardware.for_node("H100", 8, True, seed="probe", index=1)
     hw = NodeHardware.for_node("H100", 8, True, [fault], seed="probe", index=1)
-    # The baseline of a check taken before the fault (its AER counters all zero).
-    base = {"time": "2000-01-01T00:00:00Z", "aer": rules.aer_totals(_aer_devices(clean))}
+    # The baseline of a check taken before the fault (its AER and link-down counters all zero).
+    clean_probe = _with_debian(FakeNodeRoot(tmp_path / "clean", clean).probe())
+    _, base = plan.judge(_plan(clean), clean_probe, None)
+    base["time"] = "2000-01-01T00:00:00Z"
     probe = _with_debian(FakeNodeRoot(tmp_path, hw).probe())
     checks, _ = plan.judge(_plan(clean), probe, base)
     assert {c.name for c in checks if not c.ok} == failing, [c for c in checks if not c.ok]

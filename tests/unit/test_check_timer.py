@@ -15,6 +15,8 @@ import pytest
 import yaml
 from test_healthcheck import IDLE, READY, Node
 
+from toolkit import nodefacts
+from toolkit.facts import systemd
 from toolkit.report import prometheus
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "slurm_healthcheck"
@@ -193,3 +195,83 @@ def test_the_role_s_textfile_is_the_one_the_report_module_names() -> None:
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     assert defaults["slurm_healthcheck_textfile"] == prometheus.CHECK_TEXTFILE_PATH
     assert "gpunode_check_timer" in defaults["slurm_healthcheck_timer"]
+
+
+# --- the role's switches: the timer installed when asked for, removed when not -----------------
+
+
+def _tasks(name: str) -> list[dict[str, object]]:
+    return list(yaml.safe_load((ROLE / "tasks" / name).read_text()))
+
+
+@pytest.mark.parametrize(
+    ("slurm", "timer", "install"),
+    [(False, False, False), (True, False, True), (False, True, True), (True, True, True)],
+)
+def test_the_program_is_installed_when_either_switch_is_on(
+    slurm: bool, timer: bool, install: bool
+) -> None:
+    from ansible.module_utils.parsing.convert_bool import boolean
+
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    environment.filters["bool"] = boolean
+    switches = {"gpunode_slurm_healthcheck": slurm, "gpunode_check_timer": timer}
+    text = environment.from_string(defaults["slurm_healthcheck_install"]).render(**switches)
+    assert boolean(text.strip()) is install
+    timer_on = environment.from_string(defaults["slurm_healthcheck_timer"]).render(**switches)
+    assert boolean(timer_on) is timer  # the timer's own switch: its units or their removal
+
+
+def test_the_timer_is_installed_when_on_and_removed_when_off() -> None:
+    main = {str(t["name"]): t for t in _tasks("main.yml")}
+    install = next(
+        t for t in main.values() if t.get("ansible.builtin.include_tasks") == "timer.yml"
+    )
+    remove = next(
+        t for t in main.values() if t.get("ansible.builtin.include_tasks") == "timer_absent.yml"
+    )
+    assert install["when"] == "slurm_healthcheck_timer | bool"
+    assert remove["when"] == "not (slurm_healthcheck_timer | bool)"
+    # Removal covers what the installer writes: its units' paths and the service's textfile.
+    [installed] = [t for t in _tasks("timer.yml") if "ansible.builtin.template" in t]
+    template = installed["ansible.builtin.template"]
+    assert isinstance(template, dict) and installed["loop"] == ["service", "timer"]
+    written = {template["dest"].replace("{{ item }}", kind) for kind in ("service", "timer")}
+    [found, block] = _tasks("timer_absent.yml")
+    steps = block["block"]
+    assert isinstance(steps, list)
+    stop, delete, reload = steps
+    assert stop["ansible.builtin.systemd_service"] == {
+        "name": "{{ slurm_healthcheck_timer_unit }}.timer",
+        "state": "stopped",
+        "enabled": False,
+    }
+    assert set(delete["loop"]) == written | {"{{ slurm_healthcheck_textfile }}"}
+    assert delete["ansible.builtin.file"] == {"path": "{{ item }}", "state": "absent"}
+    assert reload["ansible.builtin.systemd_service"] == {"daemon_reload": True}
+    # What is looked for is what is installed: the same folder and unit names.
+    look = found["ansible.builtin.find"]
+    assert isinstance(look, dict)
+    assert {f"{look['paths']}/{name}" for name in look["patterns"]} == written
+
+
+def test_the_preflight_probe_lists_the_timer_s_units_so_removal_needs_no_round_trip(
+    tmp_path: Path,
+) -> None:
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    unit = defaults["slurm_healthcheck_timer_unit"]
+    assert unit.startswith(systemd.OWN_UNIT_PREFIX)  # what the probe lists, it removes
+    [found, _block] = _tasks("timer_absent.yml")
+    look = found["ansible.builtin.find"]
+    assert isinstance(look, dict) and look["paths"] == systemd.UNIT_DIR
+    assert systemd.OWN_UNITS in nodefacts.FACTS
+    # The probe's own command, run on a folder shaped like /etc/systemd/system.
+    for name in (f"{unit}.service", f"{unit}.timer", "other.service", "gpunode-x.timer"):
+        (tmp_path / name).write_text("")
+    argv = [tmp_path.as_posix() if a == systemd.UNIT_DIR else a for a in systemd.OWN_UNITS.argv]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+    listed = systemd.parse_own_units(done.returncode, done.stdout)
+    assert listed == ["gpunode-healthcheck.service", "gpunode-healthcheck.timer", "gpunode-x.timer"]
+    assert systemd.parse_own_units(None, "") is None  # find missing: the role looks itself
+    assert systemd.parse_own_units(1, "find: '/etc/systemd/system': No such file") is None

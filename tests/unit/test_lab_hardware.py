@@ -91,7 +91,7 @@ def test_json_round_trip_is_exact() -> None:
     assert text.endswith("\n")
     assert NodeHardware.from_json(text) == hw
     data = json.loads(text)
-    assert data["schema_version"] == SCHEMA_VERSION == 7
+    assert data["schema_version"] == SCHEMA_VERSION == 8
     assert data["faults"] == ["ecc", "xid"]
     assert data["gpus"][0]["pci_bus_id"] == "00000000:07:00.0"
 

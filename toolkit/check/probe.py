@@ -26,8 +26,9 @@ from toolkit.facts import nvidia
 # under all the devices that are AER capable", one counter a line, ending with the totals.
 AER_FILES = ("aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal")
 # Linux, Documentation/ABI/stable/sysfs-class-infiniband: /sys/class/infiniband/<device>/
-# ports/<port>/{state,phys_state,link_layer}.
-RDMA_PORT_FILES = ("state", "phys_state", "link_layer")
+# ports/<port>/{state,phys_state,link_layer}, and the port's PortCounters under counters/
+# (``counters/link_downed``: how often the link went down, ``rules.LINK_DOWNED``).
+RDMA_PORT_FILES = ("state", "phys_state", "link_layer", "counters/link_downed")
 
 
 def read_aer(pci_dir: str) -> dict[str, Any]:
@@ -49,7 +50,8 @@ def read_aer(pci_dir: str) -> dict[str, Any]:
 
 
 def read_rdma(rdma_dir: str) -> dict[str, Any]:
-    """Every RDMA port's state files under ``rdma_dir`` (``mlx5_0/1`` -> its files)."""
+    """Every RDMA port's state and counter files under ``rdma_dir`` (``mlx5_0/1`` -> its
+    files, by their path under the port)."""
     ports: dict[str, dict[str, str | None]] = {}
     try:
         devices = sorted(os.listdir(rdma_dir))

@@ -1,4 +1,5 @@
-"""The passive checks' own rules (PCIe AER deltas, RDMA port states, required units) and
+"""The passive checks' own rules (PCIe AER deltas, RDMA port states and link-down deltas,
+required units) and
 :func:`judge`, which holds one probe (``probe.main``) to every passive rule.
 
 Pure, each rule with its source; standard library only, so the node-side health check
@@ -7,7 +8,8 @@ control machine. What acceptance already judges (GPU count and model, versions, 
 errors, PCIe maximum link, throttling, XIDs) is judged by
 ``toolkit.acceptance.passive.passive_checks``, not here: one rule, one owner.
 
-Counters that only grow while the machine runs (AER statistics) are judged as deltas since
+Counters that only grow while the machine runs (AER statistics, link downs) are judged as
+deltas since
 the last check, whose readings the node's state keeps (``nodestate.after_check``). A reading
 below the last one means the counters restarted (a reboot or a driver reload): that reading
 is then the delta, as a counter counts from zero.
@@ -44,6 +46,12 @@ AER_JUDGED = ("nonfatal", "fatal")
 # traffic.
 RDMA_ACTIVE = "ACTIVE"
 RDMA_LINK_UP = "LinkUp"
+# The same file, ports/<port>/counters/link_downed: "Total number of times the Port Training
+# state machine has failed the link error recovery process and downed the link" (the port's
+# PortCounters LinkDownedCounter, InfiniBand Architecture Specification). A link that flaps
+# and settles is ACTIVE, LinkUp again at the next check: only this counter tells, so any
+# link down since the last check fails the node (NVIDIA/NVSentinel#1236: flaps after bring-up).
+LINK_DOWNED = "counters/link_downed"
 
 
 def parse_aer(text: str) -> dict[str, int]:
@@ -156,6 +164,56 @@ def rdma_check(rdma: Mapping[str, Any], wanted: list[str] | None) -> Check:
     return Check("nic.link", not bad, f"{message} ({source})", measured=bad or None)
 
 
+def link_downed_counts(
+    rdma: Mapping[str, Any], wanted: list[str] | None
+) -> dict[str, dict[str, int]]:
+    """Per compute RDMA port (``wanted`` device names, else all), its link-down count, as
+    ``{port: {"link_downed": n}}`` (the shape :func:`deltas` compares); unreadable counters
+    left out."""
+    out: dict[str, dict[str, int]] = {}
+    for port, files in sorted(dict(rdma.get("ports") or {}).items()):
+        if wanted and port.split("/", 1)[0] not in wanted:
+            continue
+        text = str((files or {}).get(LINK_DOWNED) or "").strip()
+        if text.isdigit():
+            out[port] = {"link_downed": int(text)}
+    return out
+
+
+def link_flap_check(
+    rdma: Mapping[str, Any],
+    wanted: list[str] | None,
+    before: Mapping[str, Mapping[str, int]] | None,
+) -> tuple[Check, dict[str, dict[str, int]]]:
+    """``nic.link_downed``: a compute RDMA port whose link went down since the last check
+    fails, named with how many times; and the counts read now (the next check's baseline)."""
+    counts = link_downed_counts(rdma, wanted)
+    source = f"{rdma.get('dir')}/<device>/ports/<n>/{LINK_DOWNED}"
+    if not counts:
+        return Check(
+            "nic.link_downed", True, f"not judged: no link-down counter under {source}"
+        ), counts
+    moved = deltas(counts, before)
+    if moved is None:
+        message = (
+            f"first reading of {len(counts)} port(s) ({source}): the next check judges "
+            "what moves from here"
+        )
+        return Check("nic.link_downed", True, message), counts
+    bad = [
+        f"{port}: link down +{c['link_downed']} since the last check "
+        f"(link_downed {counts[port]['link_downed']})"
+        for port, c in sorted(moved.items())
+    ]
+    message = (
+        "; ".join(bad) if bad else f"no link down since the last check on {len(counts)} port(s)"
+    )
+    return (
+        Check("nic.link_downed", not bad, f"{message} ({source})", measured=moved or None),
+        counts,
+    )
+
+
 def units_check(states: Mapping[str, str], required: Mapping[str, str]) -> Check:
     """``services.active``: every required unit is active (``required``: unit -> why)."""
     if not required:
@@ -225,7 +283,12 @@ def judge(
     aer, totals = aer_check(probe.get("aer") or {}, (before or {}).get("aer"), names)
     checks.append(aer)
     checks.append(rdma_check(probe.get("rdma") or {}, compute_nics))
+    flaps, downs = link_flap_check(
+        probe.get("rdma") or {}, compute_nics, (before or {}).get("link_downed")
+    )
+    checks.append(flaps)
     checks.append(units_check(probe.get("units") or {}, want.units))
     started = str(probe.get("started") or "")
     recent = sorted({str(e.get("line")) for e in events if str(e.get("time") or "~") >= started})
-    return checks, {"time": probe.get("started"), "aer": totals, "xid_seen": recent}
+    baseline = {"time": probe.get("started"), "aer": totals, "xid_seen": recent}
+    return checks, {**baseline, "link_downed": downs}

@@ -25,7 +25,7 @@ tags_option = click.option(
     "tags",
     multiple=True,
     help="Only these parts (repeat or comma-separate): driver, cuda, nccl, fabric_manager, "
-    "container_runtime.",
+    "container_runtime, slurm_healthcheck (the passive checks' program and timer).",
 )
 
 

@@ -1,8 +1,32 @@
-"""systemd units gpunode adjusts: the packaged ``nvidia-persistenced.service``."""
+"""systemd units gpunode adjusts: the packaged ``nvidia-persistenced.service``; and the units
+gpunode installs itself, as the facts probe lists them."""
 
 from __future__ import annotations
 
 import shlex
+
+from toolkit.facts.probe import Fact, Status
+
+# Where an administrator's (and a role's) units go: systemd.unit(5), "Unit File Load Path",
+# /etc/systemd/system ("System units created by the administrator").
+UNIT_DIR = "/etc/systemd/system"
+# gpunode's own units there are named gpunode-* (role slurm_healthcheck's timer and service).
+OWN_UNIT_PREFIX = "gpunode-"
+
+
+def parse_own_units(rc: Status, text: str) -> list[str] | None:
+    """The names of gpunode's unit files in :data:`UNIT_DIR`, sorted; None when unknown (find
+    missing or failed), so a role looks for itself."""
+    if rc != 0:
+        return None
+    return sorted(line for line in text.splitlines() if line.startswith(OWN_UNIT_PREFIX))
+
+
+OWN_UNITS = Fact(
+    "own_units",
+    ("find", UNIT_DIR, "-maxdepth", "1", "-name", f"{OWN_UNIT_PREFIX}*", "-printf", "%f\\n"),
+    parse_own_units,
+)
 
 PERSISTENCED = "/usr/bin/nvidia-persistenced"
 # systemd's ExecStart= prefixes before the command (systemd.service(5), "Command lines").

@@ -63,6 +63,10 @@ FAULTS: dict[str, str] = {
         "one GPU's PCIe link logs uncorrectable non-fatal AER errors (and correctable ones) "
         "from the moment the fault is set: its AER counters move"
     ),
+    "link-flap": (
+        "one compute NIC's link went down and came back up a few times and settled: its port "
+        "is ACTIVE, LinkUp again and its link_downed counter moved"
+    ),
 }
 # The `ecc` fault's counts (uncorrectable, corrected); `remapped` and `returned-gpu` keep them as
 # the board's lifetime history.
@@ -73,6 +77,12 @@ ECC_FAULT_CORRECTED = 14
 # to fail `pcie.aer`.
 AER_FAULT_NONFATAL = 2
 AER_FAULT_CORRECTABLE = 41
+# The `link-flap` fault's link downs on one port: Linux, Documentation/ABI/stable/
+# sysfs-class-infiniband, ports/<port>/counters/link_downed, "Total number of times the Port
+# Training state machine has failed the link error recovery process and downed the link" (the
+# PortCounters LinkDownedCounter of the InfiniBand Architecture Specification). A flap that
+# settled leaves the port ACTIVE, LinkUp: the counter is the only trace.
+LINK_FLAP_DOWNS = 3
 # The plugin the `dcgm-fail` fault fails (the stand-in dcgmi, toolkit/lab/standins/dcgmi.py).
 DCGM_FAILING_PLUGIN = "memory"
 

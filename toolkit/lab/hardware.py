@@ -34,6 +34,7 @@ from toolkit.lab.faults import (
     FAULTS,
     IDLE_PCIE_GEN,
     KERNEL_LOG_FAULTS,
+    LINK_FLAP_DOWNS,
     REMAP_FAILURE_ROWS,
     XID154_MESSAGE,
     XID_MESSAGE,
@@ -44,8 +45,9 @@ from toolkit.stack.matrix import matrix
 # 2: the GPU and host maximum link generation, the idle link; 3: `system`; 4: PCIe switches,
 # NICs and the `topo` fault's GPU pair (what `nvidia-smi topo -m` shows); 5: each GPU's
 # `recovery_action`; 6: each GPU's `dcgm_failing_plugin` (what the stand-in dcgmi reads); 7:
-# each GPU's PCIe AER counters (the lab writes them as sysfs-shaped files, `aer_files`)
-SCHEMA_VERSION = 7
+# each GPU's PCIe AER counters (the lab writes them as sysfs-shaped files, `aer_files`); 8:
+# each NIC's `link_downed` (its RDMA port, written as sysfs-shaped files, `rdma_files`)
+SCHEMA_VERSION = 8
 
 FaultName = Literal[
     "missing-gpu",
@@ -67,6 +69,7 @@ FaultName = Literal[
     "aer",
     "remap-rising",
     "returned-gpu",
+    "link-flap",
 ]
 
 
@@ -341,6 +344,8 @@ class Nic(_Strict):
     name: str = Field(pattern=r"^mlx5_[0-9]+$")
     pcie_switch: int = Field(ge=0)
     numa_node: int = Field(ge=0)
+    # Its port's counters/link_downed: how often its link went down (the `link-flap` fault).
+    link_downed: int = Field(default=0, ge=0)
 
 
 class XidEvent(_Strict):
@@ -531,6 +536,8 @@ class NodeHardware(_Strict):
             gpus[_pick(seed, index, "aer", present)].update(
                 aer_nonfatal=AER_FAULT_NONFATAL, aer_correctable=AER_FAULT_CORRECTABLE
             )
+        if "link-flap" in fault_list:
+            nics[_pick(seed, index, "link-flap", len(nics))]["link_downed"] = LINK_FLAP_DOWNS
         if "pcie-idle" in fault_list:
             for gpu in gpus:
                 gpu["pcie_gen_idle"] = IDLE_PCIE_GEN
@@ -646,6 +653,23 @@ def aer_files(hw: NodeHardware) -> dict[str, str]:
             first = "Receiver Error" if filename == "aer_dev_correctable" else "Completion Timeout"
             lines = [f"{name} {count if name == first else 0}" for name in names]
             out[f"{address}/{filename}"] = "\n".join([*lines, f"{total} {count}"]) + "\n"
+    return out
+
+
+# Linux, Documentation/ABI/stable/sysfs-class-infiniband: a port's ``state`` and ``phys_state``
+# read "<n>: <name>" (4: ACTIVE; 5: LinkUp), ``link_layer`` InfiniBand or Ethernet, and each of
+# its PortCounters is one number under counters/.
+RDMA_PORT_UP = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "link_layer": "InfiniBand"}
+
+
+def rdma_files(hw: NodeHardware) -> dict[str, str]:
+    """Each NIC's one RDMA port as the kernel shows it, ``<device>/ports/1/<file>`` -> text: up
+    and active (a flap that settled is up again), with its link-down count."""
+    out = {}
+    for nic in hw.nics:
+        port = f"{nic.name}/ports/1"
+        out.update({f"{port}/{name}": f"{value}\n" for name, value in RDMA_PORT_UP.items()})
+        out[f"{port}/counters/link_downed"] = f"{nic.link_downed}\n"
     return out
 
 

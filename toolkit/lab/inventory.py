@@ -37,7 +37,7 @@ from toolkit.config import parse_yaml
 from toolkit.errors import LabError
 from toolkit.floors import ShippedProfile, build_profile, floor_factors
 from toolkit.lab.image import LOGIN_USER
-from toolkit.lab.paths import DMI_DIR, PCI_DIR
+from toolkit.lab.paths import DMI_DIR, PCI_DIR, RDMA_DIR
 from toolkit.lab.spec import LabSpec
 from toolkit.lab.state import NodeState
 from toolkit.stack.models import ACCEPTED_RISKS_KEY
@@ -185,6 +185,7 @@ def render(
                 "data_disks_udev_settle_command": UDEV_COMMAND,
                 "gpunode_dmi_dir": DMI_DIR,
                 "gpunode_pci_dir": PCI_DIR,
+                "gpunode_rdma_dir": RDMA_DIR,
                 ACCEPTED_RISKS_KEY: accepted_risks(),
             },
         ),

@@ -28,7 +28,7 @@ from toolkit.lab import inventory, network, nodes, paths, runfile, server, ssh
 from toolkit.lab import slurm as lab_slurm
 from toolkit.lab import state as lab_state
 from toolkit.lab.faults import KERNEL_LOG_FAULTS
-from toolkit.lab.hardware import NodeHardware, aer_files
+from toolkit.lab.hardware import NodeHardware, aer_files, rdma_files
 from toolkit.lab.repo import build_repository
 from toolkit.lab.spec import (
     SLOW_DATA_READ_BPS,
@@ -358,6 +358,11 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
         **{
             f"{paths.PCI_DIR}/{name}": nodes.NodeFile(text.encode(), 0o444)
             for name, text in aer_files(hw).items()
+        },
+        # The compute NICs' RDMA ports (`gpunode_rdma_dir`), /sys/class/infiniband's shape.
+        **{
+            f"{paths.RDMA_DIR}/{name}": nodes.NodeFile(text.encode(), 0o444)
+            for name, text in rdma_files(hw).items()
         },
     }
 

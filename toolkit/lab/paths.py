@@ -29,6 +29,9 @@ DCGMI = "/usr/bin/dcgmi"
 DMI_DIR = f"{NODE_STATE_DIR}/dmi"
 # The emulated GPUs' PCIe AER statistics, shaped as /sys/bus/pci/devices (`gpunode_pci_dir`).
 PCI_DIR = f"{NODE_STATE_DIR}/pci"
+# The emulated compute NICs' RDMA ports (state and counters), shaped as /sys/class/infiniband
+# (`gpunode_rdma_dir`).
+RDMA_DIR = f"{NODE_STATE_DIR}/infiniband"
 
 
 def labs_root() -> Path:
