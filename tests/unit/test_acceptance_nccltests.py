@@ -291,6 +291,29 @@ def test_a_real_capture_without_footer_is_incomplete_by_default() -> None:
     assert result.problems[0].startswith("incomplete capture: no footer")
 
 
+@pytest.mark.parametrize("mark", ["#", "#:"])
+def test_a_row_made_a_comment_inside_a_table_is_no_comment(mark: str) -> None:
+    """A real capture whose first row's size column became ``#`` (or ``#:``): nccl-tests
+    prints no such line inside a table, so it is an unparsed row, not a skipped comment
+    (found by test_properties' corrupt-row property)."""
+
+    def is_row(line: str) -> bool:
+        return len(line.split()) >= 12 and line.split()[0].isdigit()
+
+    name = next(
+        n
+        for n, case in sorted(CAPTURE_CASES.items())
+        if not case.get("truncated") and any(map(is_row, _capture(n).read_text().splitlines()))
+    )
+    lines = _capture(name).read_text().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if is_row(line))
+    size = lines[first].split()[0]
+    lines[first] = lines[first].replace(size, mark, 1)
+    result = parse("".join(lines))
+    assert not result.ok
+    assert any(p.startswith("unparsed row") and "a row behind '#'" in p for p in result.problems)
+
+
 def test_every_real_capture_has_a_case() -> None:
     assert {p.name for p in CAPTURES.iterdir()} == set(CAPTURE_CASES)
 

@@ -38,6 +38,10 @@ _TESTS_VERSION_RE = re.compile(
     r"^#\s*nccl-tests version (?P<v>\S+).*?nccl-library=(?P<lib>[0-9]{1,9})", re.IGNORECASE
 )
 _HEADER_COLS_RE = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+(?P<rest>.*)$")
+# Inside a table, nccl-tests prints "#" only before the units line and in the footer: a "#"
+# line that reads like a row (a number, then the row's other columns) is a row made a comment
+# (a size column that became "#" or "#:"), never skipped as one.
+_COMMENTED_ROW_RE = re.compile(r"^#\S*\s+[0-9]{1,20}(?:\s+\S+){7,}\s*$")
 _PARAMS_RE = re.compile(r"^#\s*nThread\s+(?P<nthread>[0-9]{1,9})\s+nGpus\s+(?P<ngpus>[0-9]{1,9})\b")
 _VALIDATION_RE = re.compile(r"validation:\s*([0-9]{1,9})")
 _INT_RE = re.compile(r"[0-9]{1,18}\Z")  # sizes and counts: below 10**18, so below 2**63
@@ -194,6 +198,8 @@ def parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRes
                 vm = _VALIDATION_RE.search(body)
                 if vm:
                     validation_on = vm.group(1) != "0"
+            elif in_table and _COMMENTED_ROW_RE.match(body):
+                problems.add(f"unparsed row at line {number}: a row behind '#': {clip(body)!r}")
             continue
         if "failure" in body and _FAILURE_RE.search(body):
             problems.add(f"nccl-tests reported a failure at line {number}: {clip(body)!r}")
