@@ -7,7 +7,8 @@ removes it at the end. Everything goes through the real CLI (``python -m toolkit
 and real Ansible. In order:
 
 1. provision on a node whose declared data disk is not mounted stops in preflight, with
-   nothing installed;
+   nothing installed; ``up --accept-only`` (the scheduled re-validation) reports the bare
+   node as needing provisioning and changes nothing on it;
 2. ``up`` interrupted by SIGINT and then by SIGTERM while it provisions exits 130 and leaves
    the node not ready;
 3. ``up`` over both nodes (node 2 with uncorrectable ECC errors) leaves node 1 ready and
@@ -106,6 +107,24 @@ def test_provision_refuses_an_unmounted_data_disk_before_installing(up_lab: dict
     assert "nothing is mounted there; nothing was installed" in proc.stderr
     installed = lab_core.ssh_run(LAB, node, "dpkg-query -W 'nvidia-*' 'cuda-*' 2>&1 || true")
     assert "no packages found matching" in installed.stdout.lower()
+
+
+def test_accept_only_up_reports_a_bare_node_and_changes_nothing(up_lab: dict[str, Any]) -> None:
+    """The scheduled re-validation's command (``gpunode schedule``): a node that needs disks
+    and provisioning fails its provision stage with why, and nothing on it changes."""
+    node = up_lab["names"][1]
+    proc = gpunode(
+        up_lab, "up", "-i", str(up_lab["inventory"]), "--limit", node, "--accept-only", "--json"
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    [result] = json.loads(proc.stdout)["nodes"].values()
+    assert result["failed_stage"] == "provision" and not result["ready"], result
+    assert "--accept-only changes no node" in result["stages"]["provision"]["detail"]
+    assert "disks" not in result["stages"] and "accept" not in result["stages"], result
+    installed = lab_core.ssh_run(LAB, node, "dpkg-query -W 'nvidia-*' 'cuda-*' 2>&1 || true")
+    assert "no packages found matching" in installed.stdout.lower()
+    mounts = lab_core.ssh_run(LAB, node, "findmnt -n -o TARGET /data || true").stdout
+    assert not mounts.strip(), mounts
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

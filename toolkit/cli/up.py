@@ -55,6 +55,12 @@ Examples:
     is_flag=True,
     help="Resolve missing or stale stack locks from the repositories instead of refusing.",
 )
+@click.option(
+    "--accept-only",
+    is_flag=True,
+    help="Change no node (no disks, no provisioning, no reboot): accept the nodes that need "
+    "only acceptance, report the others (the scheduled re-validation: gpunode schedule).",
+)
 @json_option
 def up(
     inventory: Path,
@@ -66,6 +72,7 @@ def up(
     executor: str | None,
     sign_key: Path | None,
     relock: bool,
+    accept_only: bool,
     as_json: bool,
 ) -> None:
     """Take nodes from bare to ready: image, disks, provision, acceptance.
@@ -80,7 +87,7 @@ def up(
     # which `gpunode up --help` and a refused usage must not wait for.
     from toolkit.steps.up import UpOptions, run_up
 
-    if not yes and not sys.stdin.isatty():
+    if not yes and not accept_only and not sys.stdin.isatty():
         raise click.UsageError(
             "`gpunode up` asks before it changes data disks; there is no terminal, "
             "so pass --yes to go ahead without asking"
@@ -97,6 +104,7 @@ def up(
             engine=engine,
             executor=executor,
             sign_key=sign_key,
+            accept_only=accept_only,
         ),
         progress=say,
     )

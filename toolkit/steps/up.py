@@ -22,6 +22,10 @@ and provision. The proof lives on the node (its state file, ``toolkit.nodestate`
 re-read each time, so an interrupted ``up`` picks up where the nodes really are. Each ``up``
 is recorded as an evidence run (``toolkit.runs``): ``up.json`` with every stage per node.
 
+With ``accept_only`` (``--accept-only``, what the scheduled re-validation runs:
+``toolkit.schedule``) stages 4 and 5 never run: a node that needs them fails its provision
+stage with why and is left as it is, so a run on a timer never formats, installs or reboots.
+
 SIGINT and SIGTERM stop the run between stages (a running playbook is cancelled through
 ansible-runner); a node is never left ``ready`` unless it was accepted for what is installed.
 """
@@ -168,6 +172,8 @@ class UpOptions:
     display: Display | None = None
     relock: bool = False  # resolve missing or stale stack locks instead of refusing them
     sign_key: Path | None = None  # signs the certificates of nodes accepted ready
+    # Change no node: those that need disks or provisioning are reported, not converged.
+    accept_only: bool = False
     runs_dir: Path = field(default_factory=runs.runs_dir)
 
 
@@ -279,6 +285,12 @@ def _stages(
     images = _images(opts, nodes, progress) if opts.engine == "image" else {}
     stop.check()
     todo_provision, todo_accept = _survey(opts, found, nodes, images, stop, progress)
+    if todo_provision and opts.accept_only:
+        for host in todo_provision:
+            nodes[host].stages["provision"] = StageResult(
+                "failed", "needs disks or provisioning: --accept-only changes no node"
+            )
+        todo_provision = []
     if todo_provision:
         provisionable = _disks(opts, nodes, todo_provision, stop, progress)
         if provisionable:
