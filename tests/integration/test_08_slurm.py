@@ -20,9 +20,9 @@ Debian's packages. Through the real CLI, real SSH, real Ansible and real Slurm, 
    interval: nodes 1 and 3 (ready) log a critical XID (the ``xid`` fault), node 3 drained by
    hand first; within one interval slurmd's health check drains node 1 with gpunode's reason
    naming the XID and turns both not ready, keeping node 3's own reason; with the faults
-   cleared, ``gpunode up --hook slurm`` re-accepts node 1 (over SSH: Slurm starts no job on a
-   drained node) and resumes it, and leaves node 3 drained, reported not tested with its
-   reason.
+   cleared, ``gpunode up --accept-only --hook slurm`` (the scheduled re-validation's command)
+   re-accepts node 1 (over SSH: Slurm starts no job on a drained node) and resumes it, and
+   leaves node 3 drained, reported not tested with its reason.
 """
 
 from __future__ import annotations
@@ -306,11 +306,12 @@ def test_the_health_check_drains_a_faulty_node_and_up_resumes_it_once_clean(
         assert "Reason=hand: disk swap " in head(f"scontrol show node {third}")
         lab_core.set_faults(LAB, 1, [])
         lab_core.set_faults(LAB, 3, [])
+        # The scheduled re-validation's command (gpunode schedule): --accept-only.
         proc = gpunode(
-            slurm_lab, "up", "-i", str(slurm_lab["inventory"]), "--yes", "--limit",
+            slurm_lab, "up", "-i", str(slurm_lab["inventory"]), "--accept-only", "--limit",
             f"{first},{third}", "--engine", "host", "--hook", "slurm", "--json",
         )  # fmt: skip
-        code, out, err = finish(proc, "up --hook slurm (re-accept node 1, node 3 drained)")
+        code, out, err = finish(proc, "up --accept-only --hook slurm (re-accept node 1)")
         assert code == 1, err[-3000:]  # node 3 stays not ready
         nodes = json.loads(out)["nodes"]
         accepted = nodes[first]["stages"]["accept"]
