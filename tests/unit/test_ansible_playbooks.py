@@ -83,9 +83,9 @@ def test_provision_maps_the_resolved_stack() -> None:
         if key.startswith("ansible.builtin.")
     ]
     assert steps == [
-        ("include_role", "node_state"),
         ("import_role", "node_state"),
         ("meta", "end_host"),
+        ("include_role", "node_state"),
         ("include_role", "nvidia_driver"),
         ("include_role", "cuda_toolkit"),
         ("include_role", "nccl"),
@@ -104,8 +104,9 @@ def test_provision_maps_the_resolved_stack() -> None:
         "(gpunode_slurm_healthcheck | default(false) | bool)",
         "(gpunode_check_timer | default(false) | bool)",
     ]
-    assert [tasks[0]["when"], tasks[1]["when"], tasks[-2]["when"]] == [work, none, work]
-    assert tasks[2]["when"] == [none] + [f"not {check}" for check in checks]
+    assert [tasks[0]["when"], tasks[2]["when"], tasks[-2]["when"]] == [none, work, work]
+    assert tasks[2]["ansible.builtin.include_role"]["tasks_from"] == "begin.yml"
+    assert tasks[1]["when"] == [none] + [f"not {check}" for check in checks]
     assert all(t["tags"] == ["always"] for t in (*tasks[:3], tasks[-2]))
     # Each component's role runs only when the plan (toolkit/converge.py) says so; the Slurm
     # health check (or its timer) only when the inventory asks for it.
