@@ -283,11 +283,20 @@ UP_TO_DATE = {"run": False, "reason": "up to date"}
 
 
 def test_second_run_and_check_change_nothing(lab: Any, inv: Path, state_dir: Path) -> None:
+    lost, kept = lab.nodes[0].name, lab.nodes[1].name
+    before = node_state(lab, kept)
+    # A node with nothing to converge still has its state recorded (the play ends for it
+    # right after): one whose state file is gone is provisioned again, without any role.
+    lab.ssh(lost, "rm /etc/gpunode/state.json")
     again = provision(state_dir, inv)
-    assert {h: c["changed"] for h, c in again["hosts"].items()} == {n.name: 0 for n in lab.nodes}
+    assert {h: c["changed"] for h, c in again["hosts"].items()} == {lost: 1, kept: 0}
     # Every role is skipped whole: the facts read first show each component intact.
     everything_up_to_date = {n.name: {c: UP_TO_DATE for c in COMPONENTS} for n in lab.nodes}
     assert again["plan"] == everything_up_to_date
+    assert node_state(lab, kept) == before  # nothing changed: the state file is not written
+    recorded = node_state(lab, lost)
+    assert recorded["state"] == "provisioned" and recorded["run_id"] == again["run_id"]
+    assert recorded["stack_id"] == before["stack_id"]
     check = provision(state_dir, inv, "--check")
     assert {h: c["changed"] for h, c in check["hosts"].items()} == {n.name: 0 for n in lab.nodes}
     assert check["plan"] == everything_up_to_date

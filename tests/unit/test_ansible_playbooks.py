@@ -52,9 +52,12 @@ def test_playbook_starts_with_preflight(playbook: Path) -> None:
 
 @pytest.mark.parametrize("playbook", PLAYBOOKS, ids=lambda p: p.name)
 def test_playbooks_are_thin(playbook: Path) -> None:
-    # Thin: plays compose roles; only include_role/import_playbook tasks are allowed inline.
+    # Thin: plays compose roles; only include_role/import_playbook tasks are allowed inline,
+    # and the one piece of flow control, ending the play for a host (meta: end_host).
     for play in load(playbook):
         for task in play.get("tasks") or []:
+            if task.get("ansible.builtin.meta") == "end_host":
+                continue
             allowed = {"ansible.builtin.include_role", "ansible.builtin.import_role"}
             assert allowed & set(task), f"{playbook.name}: inline task {task.get('name')!r}"
 
@@ -73,22 +76,52 @@ def test_provision_maps_the_resolved_stack() -> None:
     ):
         assert "gpunode_stack" in mapping[name], name
     tasks = load(REPO / "playbooks" / "provision.yml")[0]["tasks"]
-    roles = [t["ansible.builtin.include_role"]["name"] for t in tasks]
-    assert roles == [
-        "node_state",
-        "nvidia_driver",
-        "cuda_toolkit",
-        "nccl",
-        "fabric_manager",
-        "imex",
-        "container_runtime",
-        "node_state",
-        "slurm_healthcheck",
+    steps = [
+        (key.removeprefix("ansible.builtin."), value if key.endswith("meta") else value["name"])
+        for t in tasks
+        for key, value in t.items()
+        if key.startswith("ansible.builtin.")
     ]
+    assert steps == [
+        ("import_role", "node_state"),
+        ("meta", "end_host"),
+        ("include_role", "node_state"),
+        ("include_role", "nvidia_driver"),
+        ("include_role", "cuda_toolkit"),
+        ("include_role", "nccl"),
+        ("include_role", "fabric_manager"),
+        ("include_role", "imex"),
+        ("include_role", "container_runtime"),
+        ("include_role", "node_state"),
+        ("include_role", "slurm_healthcheck"),
+    ]
+    # A node with nothing to run has its state recorded once, by the import, and its play
+    # ends there unless passive checks are to be installed; a node with work suspends its
+    # readiness first and records its state once, after the roles.
+    work = "gpunode_plan.values() | selectattr('run') | list | length > 0"
+    none = "gpunode_plan.values() | selectattr('run') | list | length == 0"
+    checks = [
+        "(gpunode_slurm_healthcheck | default(false) | bool)",
+        "(gpunode_check_timer | default(false) | bool)",
+    ]
+    assert [tasks[0]["when"], tasks[2]["when"], tasks[-2]["when"]] == [none, work, work]
+    assert tasks[2]["ansible.builtin.include_role"]["tasks_from"] == "begin.yml"
+    # The no-op's record skips the argument check (one task less per node); the record after
+    # the roles keeps it.
+    assert tasks[0]["ansible.builtin.import_role"]["rolespec_validate"] is False
+    assert "rolespec_validate" not in tasks[-2]["ansible.builtin.include_role"]
+    # ... and unless the probe listed a unit of gpunode's (a timer the role may remove) or
+    # could not tell.
+    assert tasks[1]["when"] == [none] + [f"not {check}" for check in checks] + [
+        "(gpunode_node | default({})).own_units | default(none) is not none",
+        "gpunode_node.own_units | length == 0",
+        "(slurm_healthcheck_timer_unit | default('gpunode-healthcheck')).startswith('gpunode-')",
+    ]
+    assert all(t["tags"] == ["always"] for t in (*tasks[:3], tasks[-2]))
     # Each component's role runs only when the plan (toolkit/converge.py) says so; the passive
     # checks' role always: it installs what the inventory asks for and removes a timer it no
     # longer asks for (tests/unit/test_check_timer.py reads the role's switches).
-    planned = {t["ansible.builtin.include_role"]["name"]: t.get("when") for t in tasks[1:-2]}
+    planned = {t["ansible.builtin.include_role"]["name"]: t.get("when") for t in tasks[3:-2]}
     assert "when" not in tasks[-1]
     assert planned == {
         role: f"gpunode_plan.{component}.run" for component, (role, *_) in converge.ROLES.items()
