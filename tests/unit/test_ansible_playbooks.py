@@ -110,13 +110,15 @@ def test_provision_maps_the_resolved_stack() -> None:
     # the roles keeps it.
     assert tasks[0]["ansible.builtin.import_role"]["rolespec_validate"] is False
     assert "rolespec_validate" not in tasks[-2]["ansible.builtin.include_role"]
-    # ... and unless the probe listed a unit of gpunode's (a timer the role may remove) or
-    # could not tell.
+    # ... and unless the probe listed the timer's units (which the role removes) or could not
+    # tell; other gpunode-* units, such as the lab's own, keep no node in the play.
     assert tasks[1]["when"] == [none] + [f"not {check}" for check in checks] + [
         "(gpunode_node | default({})).own_units | default(none) is not none",
-        "gpunode_node.own_units | length == 0",
+        "gpunode_node.own_units | intersect(gpunode_timer_units) | length == 0",
         "(slurm_healthcheck_timer_unit | default('gpunode-healthcheck')).startswith('gpunode-')",
     ]
+    units = tasks[1]["vars"]["gpunode_timer_units"]
+    assert "~ '.service'" in units and "~ '.timer'" in units
     assert all(t["tags"] == ["always"] for t in (*tasks[:3], tasks[-2]))
     # Each component's role runs only when the plan (toolkit/converge.py) says so; the passive
     # checks' role always: it installs what the inventory asks for and removes a timer it no
