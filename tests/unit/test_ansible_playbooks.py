@@ -52,12 +52,10 @@ def test_playbook_starts_with_preflight(playbook: Path) -> None:
 
 @pytest.mark.parametrize("playbook", PLAYBOOKS, ids=lambda p: p.name)
 def test_playbooks_are_thin(playbook: Path) -> None:
-    # Thin: plays compose roles; only include_role/import_playbook tasks are allowed inline,
-    # and the one piece of flow control, ending the play for a host (meta: end_host).
+    # Thin: plays compose roles; only include_role/import_role tasks are allowed inline (even
+    # ending the play for a host is a role's: it owns the rule).
     for play in load(playbook):
         for task in play.get("tasks") or []:
-            if task.get("ansible.builtin.meta") == "end_host":
-                continue
             allowed = {"ansible.builtin.include_role", "ansible.builtin.import_role"}
             assert allowed & set(task), f"{playbook.name}: inline task {task.get('name')!r}"
 
@@ -84,7 +82,7 @@ def test_provision_maps_the_resolved_stack() -> None:
     ]
     assert steps == [
         ("import_role", "node_state"),
-        ("meta", "end_host"),
+        ("import_role", "slurm_healthcheck"),
         ("include_role", "node_state"),
         ("include_role", "nvidia_driver"),
         ("include_role", "cuda_toolkit"),
@@ -100,25 +98,33 @@ def test_provision_maps_the_resolved_stack() -> None:
     # readiness first and records its state once, after the roles.
     work = "gpunode_plan.values() | selectattr('run') | list | length > 0"
     none = "gpunode_plan.values() | selectattr('run') | list | length == 0"
-    checks = [
-        "(gpunode_slurm_healthcheck | default(false) | bool)",
-        "(gpunode_check_timer | default(false) | bool)",
-    ]
     assert [tasks[0]["when"], tasks[2]["when"], tasks[-2]["when"]] == [none, work, work]
     assert tasks[2]["ansible.builtin.include_role"]["tasks_from"] == "begin.yml"
     # The no-op's record skips the argument check (one task less per node); the record after
     # the roles keeps it.
     assert tasks[0]["ansible.builtin.import_role"]["rolespec_validate"] is False
     assert "rolespec_validate" not in tasks[-2]["ansible.builtin.include_role"]
-    # ... and unless the probe listed the timer's units (which the role removes) or could not
-    # tell; other gpunode-* units, such as the lab's own, keep no node in the play.
-    assert tasks[1]["when"] == [none] + [f"not {check}" for check in checks] + [
+    # ... and its play ends, by the passive checks' role's own rule (its defaults name the
+    # timer's units and switches: one owner), unless that role has work on it.
+    exit_ = tasks[1]["ansible.builtin.import_role"]
+    assert (exit_["name"], exit_["tasks_from"], exit_["rolespec_validate"]) == (
+        "slurm_healthcheck",
+        "noop_exit.yml",
+        False,
+    )
+    assert tasks[1]["when"] == none
+    [end] = load(REPO / "roles" / "slurm_healthcheck" / "tasks" / "noop_exit.yml")
+    assert end["ansible.builtin.meta"] == "end_host"
+    assert end["when"][:3] == [
+        "not (slurm_healthcheck_install | bool)",
         "(gpunode_node | default({})).own_units | default(none) is not none",
-        "gpunode_node.own_units | intersect(gpunode_timer_units) | length == 0",
-        "(slurm_healthcheck_timer_unit | default('gpunode-healthcheck')).startswith('gpunode-')",
+        "slurm_healthcheck_timer_unit.startswith('gpunode-')",
     ]
-    units = tasks[1]["vars"]["gpunode_timer_units"]
-    assert "~ '.service'" in units and "~ '.timer'" in units
+    assert "intersect([slurm_healthcheck_timer_unit ~ '.service'" in end["when"][3]
+    # Its switch is on where the inventory asks for either kind of passive check.
+    defaults = load(REPO / "roles" / "slurm_healthcheck" / "defaults" / "main.yml")
+    for switch in ("gpunode_slurm_healthcheck", "gpunode_check_timer"):
+        assert f"({switch} | default(false) | bool)" in defaults["slurm_healthcheck_install"]
     assert all(t["tags"] == ["always"] for t in (*tasks[:3], tasks[-2]))
     # Each component's role runs only when the plan (toolkit/converge.py) says so; the passive
     # checks' role always: it installs what the inventory asks for and removes a timer it no
