@@ -96,13 +96,13 @@ def test_bench_image() -> None:
     print(
         f"  normalisation: {cold.normalise_seconds:.1f}s, "
         f"{100 * cold.normalise_seconds / cold.build_seconds:.0f}% of the cold build "
-        f"(the engine's save {cold.save_seconds:.1f}s; {cold.layers_rewritten} layers, "
-        f"{cold.rewritten_bytes / 1e6:.0f} MB rewritten)"
+        f"(layers read from the {cold.layers_from}, {cold.read_seconds:.2f}s to find them; "
+        f"{cold.layers_rewritten} layers, {cold.rewritten_bytes / 1e6:.0f} MB rewritten)"
     )
     print(f"  unchanged rebuild (reused by its input key): {cached.build_seconds:.2f}s")
     print(
         f"  rebuild after a runner-only change: {changed.build_seconds:.1f}s (normalisation "
-        f"{changed.normalise_seconds:.1f}s, the save {changed.save_seconds:.1f}s of it; "
+        f"{changed.normalise_seconds:.1f}s, from the {changed.layers_from}; "
         f"{changed.layers_rewritten} layer, {changed.rewritten_bytes / 1e3:.0f} kB rewritten, "
         f"{changed.layers_reused} reused)"
     )

@@ -31,7 +31,7 @@ import yaml
 from toolkit.images.build import KEEP_CACHES, _prune, recipe_for
 from toolkit.images.distribute import push
 from toolkit.images.engine import docker_client
-from toolkit.images.normalise import is_volatile
+from toolkit.images.normalise import is_volatile, normalise, read_image
 from toolkit.images.recipe import LABEL_INPUT_DIGEST, LABEL_SOURCE_DATE, LABEL_STACK_ID
 from toolkit.inventory import load_inventory
 from toolkit.lab import nccl_wheel, paths
@@ -308,6 +308,58 @@ def test_accept_in_the_image_and_a_broken_runtime_is_not_ready(
     failed = [c for c in broken["checks"] if c["name"] == "container.start" and not c["ok"]]
     assert failed and "docker" in failed[0]["message"].lower()
     assert "container.start" in [c["check"] for c in broken["failed_checks"]]
+
+
+# Layers whose tars carry what overlay2 stores otherwise than a plain file: a whiteout (a 0:0
+# character device in the layer's folder), an opaque directory (an extended attribute), hard
+# links (one made in the second layer to a file of the first, copied up), a fifo, a symbolic
+# link, a set-user-ID file of an owner this machine has no name for, a name past 100 characters.
+STORE_DOCKERFILE = """\
+FROM {base}
+RUN rm /etc/issue.net && rm -rf /usr/share/doc && mkdir -p /usr/share/doc/gpunode \\
+ && echo doc > /usr/share/doc/gpunode/README && mkdir -p /opt/t/{long} \\
+ && echo data > /opt/t/a && ln /opt/t/a /opt/t/b && ln -s a /opt/t/c && mkfifo /opt/t/fifo \\
+ && chown 1234:5678 /opt/t/a && chmod 4755 /opt/t/a && echo x > /opt/t/{long}/{long}
+RUN rm /opt/t/b && ln /opt/t/a /opt/t/0-first && rm -rf /usr/share/doc/gpunode
+"""
+
+
+@pytest.mark.lab
+def test_layers_read_from_the_store_and_through_the_save_normalise_alike(
+    training_image: Any,
+) -> None:
+    client = docker_client()
+    base, epoch = training_image.recipe.base, training_image.recipe.source_date_epoch
+    dockerfile = STORE_DOCKERFILE.format(base=base, long="l" * 120)
+    built, _log = client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), rm=True, network_mode="none", pull=False
+    )
+    loaded = None
+    try:
+        stored = read_image(client, str(built.id), base, epoch)
+        saved = read_image(client, str(built.id), base, epoch, store=False)
+        assert (stored.source, saved.source) == ("layer store", "save")
+        assert stored.id == saved.id
+        assert stored.layers == saved.layers and stored.config == saved.config
+        first, second = stored.layers
+        assert first["etc/.wh.issue.net"].kind == "file"
+        assert "usr/share/doc/.wh..wh..opq" in first
+        assert (first["opt/t/a"].kind, first["opt/t/b"].link) == ("file", "opt/t/a")
+        assert (first["opt/t/a"].uid, first["opt/t/a"].mode) == (1234, 0o4755)
+        assert (first["opt/t/fifo"].kind, first["opt/t/c"].kind) == ("fifo", "symlink")
+        assert first[f"opt/t/{'l' * 120}/{'l' * 120}"].sha256 == hashlib.sha256(b"x\n").hexdigest()
+        assert "opt/t/.wh.b" in second and "usr/share/doc/.wh.gpunode" in second
+        assert (second["opt/t/0-first"].kind, second["opt/t/a"].link) == ("file", "opt/t/0-first")
+        # Normalised and loaded from the store: the image the save gives.
+        loaded = normalise(client, str(built.id), base, epoch).id
+        assert loaded == saved.id
+        layers = client.images.get(loaded).attrs["RootFS"]["Layers"]
+        assert layers == saved.config["rootfs"]["diff_ids"]
+    finally:
+        for image in (loaded, str(built.id)):
+            if image is not None:
+                with contextlib.suppress(Exception):
+                    client.images.remove(image, force=True)
 
 
 # --- issue 22: a CUDA-runtime-shaped base, a framework base, and what fails naming which ---------

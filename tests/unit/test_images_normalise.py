@@ -3,18 +3,25 @@ and modes kept; the config without per-build fields; volatile paths recognised."
 
 from __future__ import annotations
 
+import base64
+import gzip
 import hashlib
 import io
+import json
+import os
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from toolkit.errors import ImageError
 from toolkit.images.normalise import (
     ChunkReader,
     FileEntry,
     Normalised,
+    StoredTar,
+    chain_id,
     chain_prefixes,
     epoch_iso,
     fix_config,
@@ -218,3 +225,153 @@ def test_chain_prefixes_are_every_stack_and_each_of_its_beginnings() -> None:
         ("a", "c"),
         ("a", "c", "d"),
     }
+
+
+def test_a_chain_id_is_the_first_diff_id_then_each_layer_hashed_onto_its_parent() -> None:
+    a, b, c = (f"sha256:{n * 64}" for n in "abc")
+    ab = "sha256:" + hashlib.sha256(f"{a} {b}".encode()).hexdigest()
+    assert chain_id([a]) == a
+    assert chain_id([a, b]) == ab
+    assert chain_id([a, b, c]) == "sha256:" + hashlib.sha256(f"{ab} {c}".encode()).hexdigest()
+
+
+# A layer as the engine stores it: what a build's commit writes (PAX headers, a whiteout, an
+# opaque directory's marker, hard and symbolic links, a name past 100 characters, a name that
+# is not UTF-8, a capability, files whose data ends inside a block and on one).
+LONG = "usr/share/" + "d" * 90 + "/" + "f" * 60
+STORED = [
+    {"name": "etc", "type": tarfile.DIRTYPE, "mode": 0o755},
+    {"name": "etc/.wh.issue.net", "mode": 0o600},
+    {"name": "usr/share/doc/.wh..wh..opq", "mode": 0o755},
+    {"name": "usr/share/doc", "type": tarfile.DIRTYPE},
+    {"name": "usr/bin/ping", "data": b"\x7fELF" * 300, "mode": 0o755, "xattr": b"\x01\x00"},
+    {"name": "usr/bin/ping2", "type": tarfile.LNKTYPE, "link": "usr/bin/ping"},
+    {"name": "usr/lib/libx.so", "type": tarfile.SYMTYPE, "link": "libx.so.1"},
+    {"name": "usr/lib/libx.so.1", "data": b"x" * 512},
+    {"name": "usr/lib/empty", "data": b""},
+    {"name": LONG, "data": b"long"},
+    {"name": "opt/caf\udce9", "data": b"latin-1 name", "uid": 1234, "gid": 5678},
+    {"name": "opt/big", "data": os.urandom(1 << 20) + b"tail"},
+]
+
+
+def committed(entries: list[dict[str, Any]]) -> bytes:
+    """A layer tar as a build's commit writes it (PAX, as the engine's archive does)."""
+    buffer = io.BytesIO()
+    with tarfile.open(
+        fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT, errors="surrogateescape"
+    ) as archive:
+        for entry in entries:
+            info = tarfile.TarInfo(entry["name"])
+            info.type = entry.get("type", tarfile.REGTYPE)
+            info.mode = entry.get("mode", 0o644)
+            info.uid, info.gid = entry.get("uid", 0), entry.get("gid", 0)
+            info.uname = "root" if info.uid == 0 else ""
+            info.mtime = EPOCH + 999
+            info.linkname = entry.get("link", "")
+            if "xattr" in entry:
+                info.pax_headers = {
+                    "SCHILY.xattr.security.capability": entry["xattr"].decode("latin-1")
+                }
+            data = entry.get("data", b"")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data) if info.type == tarfile.REGTYPE else None)
+    return buffer.getvalue()
+
+
+def store(raw: bytes, folder: Path) -> Path:
+    """What the engine keeps of a layer tar: its tar-split record (the tar's own bytes as
+    base64 segments, each file's name and size) and the files' data in the layer's folder."""
+    lines, done = [], 0
+    with tarfile.open(fileobj=io.BytesIO(raw), errors="surrogateescape") as archive:
+        for member in archive.getmembers():
+            segment = raw[done : member.offset_data]
+            lines.append({"type": 2, "payload": base64.b64encode(segment).decode()})
+            name = member.name.encode("utf-8", "surrogateescape")
+            entry: dict[str, Any] = {"type": 1, "payload": None}
+            try:
+                entry["name"] = name.decode("utf-8")
+            except UnicodeDecodeError:
+                entry["name_raw"] = base64.b64encode(name).decode()
+            if member.isreg():
+                entry["size"] = member.size
+                path = folder / os.fsdecode(name)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(archive.extractfile(member).read())  # type: ignore[union-attr]
+            lines.append(entry)
+            done = member.offset_data + (member.size if member.isreg() else 0)
+    lines.append({"type": 2, "payload": base64.b64encode(raw[done:]).decode()})
+    record = folder.parent / "tar-split.json.gz"
+    record.write_bytes(gzip.compress(b"".join(json.dumps(e).encode() + b"\n" for e in lines)))
+    return record
+
+
+def test_a_stored_layer_reads_back_as_the_tar_it_was_stored_from(tmp_path: Path) -> None:
+    raw = committed(STORED)
+    folder = tmp_path / "diff"
+    record = store(raw, folder)
+    with StoredTar(record, folder) as stored:
+        assert stored.read() == raw
+        stored.seek(0)
+        pieces = []
+        while piece := stored.read(4093):  # reads across headers, data and padding
+            pieces.append(piece)
+        assert b"".join(pieces) == raw
+        stored.seek(-1500, os.SEEK_END)
+        assert stored.read(700) == raw[-1500:-800] and stored.tell() == len(raw) - 800
+    # The same canonical layer from either source, and what the rewrite keeps of the entries.
+    with StoredTar(record, folder) as stored:
+        from_store = rewrite(stored.read())
+        stored.seek(0)
+        out = io.BytesIO()
+        diff_id, files = rewrite_layer(stored, out, EPOCH)
+    assert (diff_id, files, out.getvalue()) == rewrite(raw) == from_store
+    assert files["usr/bin/ping2"].kind == "hardlink" and files["etc/.wh.issue.net"].size == 0
+    assert (files["opt/caf\udce9"].uid, files[LONG].size) == (1234, 4)
+    capability = {m.name: m for m in members(out.getvalue())}["usr/bin/ping"].pax_headers
+    assert capability["SCHILY.xattr.security.capability"] == "\x01\x00"
+
+
+def test_a_stored_file_whose_size_is_not_the_recorded_one_fails_naming_it(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "diff"
+    record = store(committed(STORED), folder)
+    (folder / "usr/lib/libx.so.1").write_bytes(b"x" * 511)
+    with (
+        StoredTar(record, folder) as stored,
+        pytest.raises(ImageError, match=r"usr/lib/libx\.so\.1"),
+    ):
+        rewrite_layer(stored, None, EPOCH)
+    (folder / "usr/lib/libx.so.1").unlink()
+    with StoredTar(record, folder) as stored, pytest.raises(ImageError, match="cannot read"):
+        stored.read()
+
+
+def test_a_stored_name_that_leads_out_of_the_layer_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"s" * 6)
+    folder = tmp_path / "diff"
+    folder.mkdir()
+    (folder / "opt").symlink_to(outside)
+    raw = committed([{"name": "opt/secret", "data": b"x" * 6}])
+    record = store(raw, tmp_path / "scratch")
+    with StoredTar(record, folder) as stored, pytest.raises(ImageError, match="outside its layer"):
+        stored.read()
+    (folder / "opt").unlink()
+    (folder / "opt").mkdir()
+    (folder / "opt/secret").symlink_to(outside / "secret")  # the file itself a link
+    with StoredTar(record, folder) as stored, pytest.raises(ImageError, match="cannot read"):
+        stored.read()
+    dotdot = {"type": 1, "name": "../outside/secret", "size": 6, "payload": None}
+    record.write_bytes(gzip.compress(json.dumps(dotdot).encode() + b"\n"))
+    with StoredTar(record, folder) as stored, pytest.raises(ImageError, match="outside its layer"):
+        stored.read()
+
+
+def test_an_unreadable_store_record_fails_naming_it(tmp_path: Path) -> None:
+    record = tmp_path / "tar-split.json.gz"
+    record.write_bytes(b"not gzip")
+    with pytest.raises(ImageError, match=r"tar-split\.json\.gz"):
+        StoredTar(record, tmp_path)

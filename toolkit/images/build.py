@@ -74,7 +74,8 @@ class BuildOutcome:
     rewritten_bytes: int = 0  # the layers normalisation rewrote, as tars
     layers_rewritten: int = 0
     layers_reused: int = 0  # builder layers normalised before, not rewritten
-    save_seconds: float = 0.0  # of normalise_seconds: the engine's save of the built image
+    read_seconds: float = 0.0  # of normalise_seconds: finding the layers (``Normalised``)
+    layers_from: str = ""  # where normalisation read the layers: "layer store" or "save"
     normalised: Normalised | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -234,7 +235,8 @@ def build_recipe(
         rewritten_bytes=result.rewritten_bytes,
         layers_rewritten=len(result.layers) - result.reused_layers,
         layers_reused=result.reused_layers,
-        save_seconds=result.save_seconds,
+        read_seconds=result.read_seconds,
+        layers_from=result.source,
         normalised=result,
     )
 
