@@ -17,7 +17,7 @@ Slurm, in order:
    priority 1 with the maximum nice, the lowest a job can have; node 3 comes out not-tested
    with Slurm's drain reason, never failed, and keeps its state file and its drain; once
    they are done, ``sacct`` (slurmdbd's records) has both jobs completed on their nodes at
-   priority 1, submitted with the maximum nice;
+   priority 1, submitted with the maximum nice, and none for node 3;
 4. a job that cannot start (somebody's job holds node 3 whole) is cancelled after the
    inventory's start timeout and the node comes out not-tested with Slurm's pending reason;
 5. gpunode's health check, which provision installed and the lab's slurm.conf runs every
@@ -134,12 +134,13 @@ def standing(index: int) -> dict[str, Any]:
     return {k: v for k, v in node_state(index).items() if k != "check"}
 
 
-def sacct(jobids: list[str], timeout: float = 30) -> dict[str, dict[str, str]]:
-    """``sacct``'s record of each job (its allocation, not its steps), once slurmdbd has every
-    job finished (slurmctld sends the records as the jobs end)."""
+def sacct(since: str, jobids: list[str], timeout: float = 30) -> dict[str, dict[str, str]]:
+    """``sacct``'s record of every job (its allocation, not its steps) that ran since
+    ``since`` (the head node's clock), once slurmdbd has ``jobids`` finished (slurmctld sends
+    the records as the jobs end)."""
     fields = ("JobID", "JobName", "Partition", "Priority", "State", "NodeList", "SubmitLine")
     command = (
-        f"sacct --allusers --allocations --noheader --parsable2 --jobs={','.join(jobids)} "
+        f"sacct --allusers --allocations --noheader --parsable2 --starttime={since} "
         f"--format={','.join(fields)}"
     )
     deadline = time.monotonic() + timeout
@@ -241,6 +242,7 @@ def test_a_drained_node_is_not_tested_and_jobs_run_at_the_lowest_priority(
 ) -> None:
     names = slurm_lab["names"]
     state_before = standing(3)
+    since = head("date +%Y-%m-%dT%H:%M:%S").strip()
     head(f"scontrol update NodeName={names[2]} State=DRAIN Reason='site maintenance'")
     seen: dict[str, str] = {}
     stop = threading.Event()
@@ -289,10 +291,11 @@ def test_a_drained_node_is_not_tested_and_jobs_run_at_the_lowest_priority(
         f"gpunode-accept-{names[1]}",
     ]
     assert all(r[3] == "1" and r[4] == str(MAX_NICE) for r in rows), rows
-    # sacct (slurmdbd's records) after the jobs: completed on their nodes, at priority 1,
-    # submitted with the maximum nice (sacct has no Nice field: the submit line says it).
+    # sacct (slurmdbd's records) after the jobs: the two jobs completed on their nodes, at
+    # priority 1, submitted with the maximum nice (sacct has no Nice field: the submit line
+    # says it), and none for the drained node.
     jobs = {nodes[n]["job"]["jobid"]: n for n in names[:2]}
-    assert sacct(list(jobs)) == {
+    assert sacct(since, list(jobs)) == {
         jobid: {
             "JobName": f"gpunode-accept-{name}",
             "Partition": lab_slurm.PARTITION,
