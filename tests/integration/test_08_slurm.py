@@ -1,8 +1,12 @@
 """Acceptance through the lab's real Slurm cluster (``gpunode lab up --slurm``).
 
 A lab of its own (``$GPUNODE_TEST_LAB-slurm``): 3 bare nodes with one data disk each, node 2
-with uncorrectable ECC errors, slurmctld on node 1 and slurmd + MUNGE on all three, from
-Debian's packages. Through the real CLI, real SSH, real Ansible and real Slurm, in order:
+with uncorrectable ECC errors, slurmctld, slurmdbd and MariaDB on node 1 and slurmd + MUNGE on
+all three, from Debian's packages. Through the real CLI, real SSH, real Ansible and real
+Slurm, in order:
+
+0. the cluster is up: every node in the partition, the license, the cluster registered in
+   slurmdbd, whose configuration (with the database password) only the Slurm user reads;
 
 1. ``gpunode up --executor slurm`` provisions the nodes and accepts them as Slurm jobs: nodes
    1 and 3 ready, node 2 not ready because of its ECC errors;
@@ -11,9 +15,9 @@ Debian's packages. Through the real CLI, real SSH, real Ansible and real Slurm, 
 3. node 3 is drained in Slurm, then ``gpunode accept`` (the executor from the inventory, which
    the lab wrote) runs while the test watches ``squeue``: every acceptance job sits at
    priority 1 with the maximum nice, the lowest a job can have; node 3 comes out not-tested
-   with Slurm's drain reason, never failed, and keeps its state file and its drain;
-   ``scontrol show job`` keeps the finished jobs' priority (sacct needs slurmdbd, which the
-   lab does not run);
+   with Slurm's drain reason, never failed, and keeps its state file and its drain; once
+   they are done, ``sacct`` (slurmdbd's records) has both jobs completed on their nodes at
+   priority 1, submitted with the maximum nice, and none for node 3;
 4. a job that cannot start (somebody's job holds node 3 whole) is cancelled after the
    inventory's start timeout and the node comes out not-tested with Slurm's pending reason;
 5. gpunode's health check, which provision installed and the lab's slurm.conf runs every
@@ -44,6 +48,7 @@ from toolkit.acceptance.hooks import parse_scontrol_node
 from toolkit.acceptance.verdict import NOT_TESTED_CHECK
 from toolkit.lab import lab as lab_core
 from toolkit.lab import nodes as lab_nodes
+from toolkit.lab import paths as lab_paths
 from toolkit.lab import slurm as lab_slurm
 from toolkit.lab.spec import build_spec
 
@@ -129,6 +134,31 @@ def standing(index: int) -> dict[str, Any]:
     return {k: v for k, v in node_state(index).items() if k != "check"}
 
 
+def sacct(since: str, jobids: list[str], timeout: float = 30) -> dict[str, dict[str, str]]:
+    """``sacct``'s record of every job (its allocation, not its steps) that ran since
+    ``since`` (the head node's clock), once slurmdbd has ``jobids`` finished (slurmctld sends
+    the records as the jobs end)."""
+    fields = ("JobID", "JobName", "Partition", "Priority", "State", "NodeList", "SubmitLine")
+    command = (
+        f"sacct --allusers --allocations --noheader --parsable2 --starttime={since} "
+        f"--format={','.join(fields)}"
+    )
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = [line.split("|", len(fields) - 1) for line in head(command).splitlines() if line]
+        records = {row[0]: dict(zip(fields[1:], row[1:], strict=True)) for row in rows}
+        done = all(
+            records.get(j, {}).get("State") not in (None, "PENDING", "RUNNING") for j in jobids
+        )
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    for record in records.values():
+        nice = [arg for arg in record.pop("SubmitLine").split() if arg.startswith("--nice=")]
+        record["Nice"] = nice[0].removeprefix("--nice=") if nice else ""
+    return records
+
+
 def test_lab_runs_slurm_with_every_node(slurm_lab: dict[str, Any]) -> None:
     names = slurm_lab["names"]
     rows = head("sinfo --noheader --Node --format='%N %P %T %c'").split("\n")
@@ -137,6 +167,25 @@ def test_lab_runs_slurm_with_every_node(slurm_lab: dict[str, Any]) -> None:
     assert f"{lab_slurm.LICENSE}" in head("scontrol show licenses")
     slurm_yml = (slurm_lab["inventory"] / "group_vars" / "all" / "slurm.yml").read_text()
     assert "gpunode_accept_executor: slurm" in slurm_yml
+    # Accounting: slurmctld reports to slurmdbd, which has the cluster registered.
+    assert "accounting_storage/slurmdbd" in head(
+        "scontrol show config | grep AccountingStorageType"
+    )
+    clusters = head("sacctmgr --noheader --parsable2 list cluster format=Cluster").split()
+    assert clusters == [lab_slurm.cluster_name(LAB)]
+    # The database password: readable by the Slurm user only, and in nothing the lab wrote on
+    # the control machine (its state, keys and inventory).
+    assert head(f"stat -c '%a %U' {lab_slurm.DBD_CONF_PATH}").strip() == "600 slurm"
+    password = head(f"sed -n 's/^StoragePass=//p' {lab_slurm.DBD_CONF_PATH}").strip()
+    assert len(password) >= 32
+    assert head(f"test -e {lab_slurm.GRANT_PATH} || echo gone").strip() == "gone"
+    written = [
+        path
+        for top in (lab_paths.lab_dir(LAB), slurm_lab["inventory"])
+        for path in Path(top).rglob("*")
+        if path.is_file() and path.stat().st_size < 2**20  # not the nodes' disk images
+    ]
+    assert len(written) > 5 and not [p for p in written if password.encode() in p.read_bytes()]
 
 
 def test_up_accepts_through_slurm(slurm_lab: dict[str, Any]) -> None:
@@ -193,6 +242,7 @@ def test_a_drained_node_is_not_tested_and_jobs_run_at_the_lowest_priority(
 ) -> None:
     names = slurm_lab["names"]
     state_before = standing(3)
+    since = head("date +%Y-%m-%dT%H:%M:%S").strip()
     head(f"scontrol update NodeName={names[2]} State=DRAIN Reason='site maintenance'")
     seen: dict[str, str] = {}
     stop = threading.Event()
@@ -241,11 +291,21 @@ def test_a_drained_node_is_not_tested_and_jobs_run_at_the_lowest_priority(
         f"gpunode-accept-{names[1]}",
     ]
     assert all(r[3] == "1" and r[4] == str(MAX_NICE) for r in rows), rows
-    for name in names[:2]:
-        job = nodes[name]["job"]
-        shown = head(f"scontrol --oneliner show job {job['jobid']}")
-        assert "Priority=1 " in shown and f"Nice={MAX_NICE} " in shown
-        assert f"NodeList={name} " in shown and "JobState=COMPLETED " in shown
+    # sacct (slurmdbd's records) after the jobs: the two jobs completed on their nodes, at
+    # priority 1, submitted with the maximum nice (sacct has no Nice field: the submit line
+    # says it), and none for the drained node.
+    jobs = {nodes[n]["job"]["jobid"]: n for n in names[:2]}
+    assert sacct(since, list(jobs)) == {
+        jobid: {
+            "JobName": f"gpunode-accept-{name}",
+            "Partition": lab_slurm.PARTITION,
+            "Priority": "1",
+            "State": "COMPLETED",
+            "NodeList": name,
+            "Nice": str(MAX_NICE),
+        }
+        for jobid, name in jobs.items()
+    }
 
 
 def test_a_job_that_never_starts_is_not_tested_and_cancelled(slurm_lab: dict[str, Any]) -> None:

@@ -45,9 +45,47 @@ def test_conf_names_every_node_with_node_1_as_controller() -> None:
     assert "HealthCheckProgram=/usr/local/sbin/gpunode-healthcheck" in lines
     assert f"HealthCheckInterval={slurm.HEALTHCHECK_INTERVAL_S}" in lines
     assert "HealthCheckNodeState=ANY" in lines
+    # accounting in slurmdbd on the head node; no job-completion file beside it
+    assert "AccountingStorageType=accounting_storage/slurmdbd" in lines
+    assert "AccountingStorageHost=10.9.0.11" in lines
+    assert not [line for line in lines if line.startswith("JobComp")]
     assert (
         f"PartitionName={slurm.PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP" in lines
     )
+
+
+def test_slurmdbd_conf_keeps_the_password_for_the_slurm_user_and_the_head_node() -> None:
+    head = NODES[1]
+    conf = slurm.render_dbd_conf(head, "s3cret")
+    lines = conf.splitlines()
+    assert "AuthType=auth/munge" in lines
+    # slurmdbd(8) runs only where `hostname -s` is DbdHost: the head node, by its name
+    assert "DbdHost=lab-node-1" in lines and "DbdAddr=10.9.0.11" in lines
+    assert "StorageType=accounting_storage/mysql" in lines
+    assert f"StorageLoc={slurm.DATABASE}" in lines and f"StorageUser={slurm.SLURM_USER}" in lines
+    assert slurm.stored_password(conf) == "s3cret"
+    assert slurm.stored_password("StorageUser=slurm\n") is None
+    # the lab made it: repeating it (lab up again) keeps the password, so the grant holds
+    assert slurm.render_dbd_conf(head, slurm.stored_password(conf) or "") == conf
+    for bad in ("", "has#hash", "has space"):
+        with pytest.raises(LabError, match="without '#' or space"):
+            slurm.render_dbd_conf(head, bad)
+
+
+def test_grant_is_repeatable_and_renews_the_password() -> None:
+    sql = slurm.grant_sql("s3cret").splitlines()
+    assert sql == [
+        f"CREATE DATABASE IF NOT EXISTS {slurm.DATABASE};",
+        "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 's3cret';",
+        "ALTER USER 'slurm'@'localhost' IDENTIFIED BY 's3cret';",
+        f"GRANT ALL PRIVILEGES ON {slurm.DATABASE}.* TO 'slurm'@'localhost';",
+    ]
+
+
+def test_cluster_name_is_what_slurm_accepts() -> None:
+    assert slurm.cluster_name("My_Lab-1") == "mylab1"
+    assert slurm.cluster_name("_-_") == "gpunode"
+    assert len(slurm.cluster_name("x" * 60)) == 32
 
 
 def test_inventory_says_acceptance_runs_through_slurm(tmp_path: Path) -> None:
@@ -88,4 +126,8 @@ def test_node_image_carries_slurm_disabled_and_keyless() -> None:
     assert set(image.SLURM_PACKAGES) <= set(image.PACKAGES)
     script = image.CUSTOMIZE_SCRIPT
     assert f"systemctl disable {' '.join(image.SLURM_UNITS)}" in script
+    # the accounting daemon and its database come disabled as well: only the head node of a
+    # Slurm lab starts them
+    assert {"slurmdbd", "mariadb-server"} <= set(image.SLURM_PACKAGES)
+    assert {"slurmdbd.service", "mariadb.service"} <= set(image.SLURM_UNITS)
     assert "/etc/munge/munge.key" in script.split("rm -f /etc/ssh/ssh_host_*")[1].splitlines()[0]

@@ -96,8 +96,8 @@ def lab() -> None:
 @click.option(
     "--slurm",
     is_flag=True,
-    help="Run a Slurm cluster on the nodes (slurmctld on node 1, slurmd and munge on all); "
-    "the inventory then runs acceptance as Slurm jobs.",
+    help="Run a Slurm cluster on the nodes (slurmctld and slurmdbd over MariaDB on node 1, "
+    "slurmd and munge on all); the inventory then runs acceptance as Slurm jobs.",
 )
 @json_option
 def up(

@@ -35,10 +35,25 @@ MIRROR = "http://deb.debian.org/debian"
 SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 IMAGE_REPOSITORY = "gpunode-lab-node"
 
-SLURM_PACKAGES: tuple[str, ...] = ("munge", "slurm-client", "slurmctld", "slurmd")
+SLURM_PACKAGES: tuple[str, ...] = (
+    "munge",
+    "slurm-client",
+    "slurmctld",
+    "slurmd",
+    # The accounting database a site runs beside slurmctld: slurmdbd (it pulls in its MySQL
+    # plugin) and MariaDB under it. Only the head node starts them.
+    "slurmdbd",
+    "mariadb-server",
+)
 # Units the Slurm packages enable on install; a lab without --slurm has no key or config for
 # them, and a lab with it starts them after writing both.
-SLURM_UNITS: tuple[str, ...] = ("munge.service", "slurmctld.service", "slurmd.service")
+SLURM_UNITS: tuple[str, ...] = (
+    "munge.service",
+    "mariadb.service",
+    "slurmdbd.service",
+    "slurmctld.service",
+    "slurmd.service",
+)
 
 # What a lab node needs beyond minbase: systemd as PID 1, sshd and Python for Ansible,
 # python3-apt for ansible.builtin.apt, and the tools the disk and driver roles call.
@@ -63,8 +78,9 @@ PACKAGES: tuple[str, ...] = (
     "lsb-release",
     "less",
     # Slurm from Debian's archive, for `gpunode lab up --slurm` (toolkit/lab/slurm.py): the
-    # controller, the node daemon, the client commands and MUNGE, their authentication. The
-    # image leaves them disabled and keyless; only a Slurm lab configures and starts them.
+    # controller, the node daemon, the client commands, the accounting daemon with its
+    # database and MUNGE, their authentication. The image leaves them disabled and keyless
+    # (no slurmdbd.conf, no database user); only a Slurm lab configures and starts them.
     *SLURM_PACKAGES,
 )
 

@@ -229,7 +229,7 @@ def up(
                 _apply_faults(container, spec, node, hardware[node.index])
     lab_state.save(state)
     if spec.slurm:
-        say("slurm: munge, slurmctld on node 1, slurmd on every node")
+        say("slurm: munge, MariaDB, slurmdbd and slurmctld on node 1, slurmd on every node")
         started = time.monotonic()
         lab_slurm.start(spec.name, [(c, n) for c, n, _fresh in booting])
         say(f"slurm: every node registered ({_took(started)})")

@@ -1,19 +1,29 @@
 """A real Slurm cluster in the lab (``gpunode lab up --slurm``), from Debian's packages.
 
 Node 1 is the head node: it runs ``slurmctld`` beside its own ``slurmd``, as a small cluster's
-first node often does; every node runs ``slurmd`` and MUNGE with one key per lab. The node
-image carries the packages disabled and keyless (toolkit/lab/image.py); this module writes the
-key and ``slurm.conf`` into the nodes once they have booted and starts the daemons. The
-configuration names the nodes by their hostnames with the hardware ``slurmd -C`` reports on
-the head node (the nodes share the host's CPUs and memory), one partition with every node, and
-a license that bounds how many acceptance jobs run at once (as Nebius soperator does with its
-``gpu_checks`` license). Nothing runs on the control machine: ``gpunode accept --executor
-slurm`` submits over SSH on the head node (the inventory's ``gpunode_slurm_submit_host``), and
-``lab down`` removes the containers and so the whole cluster.
+first node often does, and the accounting a site runs beside it: ``slurmdbd`` over a MariaDB
+database, so that ``sacct`` answers for finished jobs. Every node runs ``slurmd`` and MUNGE
+with one key per lab. The node image carries the packages disabled, keyless and without a
+database user (toolkit/lab/image.py); this module writes the key, ``slurm.conf`` and (on the
+head node) ``slurmdbd.conf`` into the nodes once they have booted and starts the daemons in
+the order each needs the one before: MariaDB, slurmdbd (the cluster registered in it with
+``sacctmgr``), slurmctld, slurmd. The configuration names the nodes by their hostnames with
+the hardware ``slurmd -C`` reports on the head node (the nodes share the host's CPUs and
+memory), one partition with every node, and a license that bounds how many acceptance jobs
+run at once (as Nebius soperator does with its ``gpu_checks`` license). Nothing runs on the
+control machine: ``gpunode accept --executor slurm`` submits over SSH on the head node (the
+inventory's ``gpunode_slurm_submit_host``), and ``lab down`` removes the containers and so
+the whole cluster.
 
-Sources: slurm.conf(5) and slurmd(8) of Slurm 22.05 (Debian 12's slurm-wlm 22.05.8): ``slurmd
--C`` prints the node's ``NodeName=... CPUs=... RealMemory=...`` line; ``Licenses=name:count``;
-``ProctrackType=proctrack/linuxproc`` needs no cgroup plugin, which a container cannot own.
+The database password is made per lab and lives only in the head node's ``slurmdbd.conf``
+(mode 0600, owned by the Slurm user, as slurmdbd.conf(5) asks) and, for the moment the grant
+takes, in a root-only file there: it never travels on a command line and is never printed.
+
+Sources: slurm.conf(5), slurmdbd.conf(5), slurmd(8) and sacctmgr(1) of Slurm 22.05 (Debian
+12's slurm-wlm 22.05.8): ``slurmd -C`` prints the node's ``NodeName=... CPUs=...
+RealMemory=...`` line; ``Licenses=name:count``; ``ProctrackType=proctrack/linuxproc`` needs no
+cgroup plugin, which a container cannot own; ``DbdHost`` is the name ``hostname -s`` gives on
+the slurmdbd machine; ``StoragePass`` may not hold ``#``.
 """
 
 from __future__ import annotations
@@ -34,8 +44,12 @@ from toolkit.lab import nodes
 from toolkit.lab.state import NodeState
 
 CONF_PATH = "/etc/slurm/slurm.conf"
+DBD_CONF_PATH = "/etc/slurm/slurmdbd.conf"
 KEY_PATH = "/etc/munge/munge.key"
-JOBCOMP_LOG = "/var/log/slurm/jobcomp.log"
+# The accounting database and its user (slurmdbd.conf(5)'s StorageLoc default and the Slurm
+# user), and the root-only file that carries their grant for the moment MariaDB reads it.
+DATABASE = "slurm_acct_db"
+GRANT_PATH = "/root/.gpunode-lab-slurmdbd.sql"
 PARTITION = "gpunode"
 LICENSE = "gpunode_checks"
 LICENSE_COUNT = 2  # acceptance jobs at once in a lab (of its 3 nodes in the tests: one waits)
@@ -76,6 +90,53 @@ def parse_hardware(text: str) -> dict[str, str]:
     return {key: fields[key] for key in HARDWARE_FIELDS if key in fields}
 
 
+def cluster_name(lab_name: str) -> str:
+    """The Slurm cluster's name for a lab: slurm.conf's ClusterName, slurmdbd's record. Pure."""
+    return re.sub(r"[^a-z0-9]", "", lab_name.lower())[:32] or "gpunode"
+
+
+def render_dbd_conf(head: NodeState, password: str) -> str:
+    """slurmdbd.conf for the head node: MUNGE between the daemons, MariaDB on the node. Pure.
+
+    Raises:
+        LabError: The password holds a character slurmdbd.conf(5) does not allow.
+    """
+    if not password or "#" in password or any(c.isspace() for c in password):
+        raise LabError("slurmdbd: the database password must be non-empty, without '#' or space")
+    lines = [
+        "# Written by `gpunode lab up --slurm`: readable by the Slurm user only (password).",
+        "AuthType=auth/munge",
+        f"DbdHost={head.name}",
+        f"DbdAddr={head.ip}",
+        f"SlurmUser={SLURM_USER}",
+        "PidFile=/run/slurmdbd.pid",
+        "LogFile=/var/log/slurm/slurmdbd.log",
+        "StorageType=accounting_storage/mysql",
+        "StorageHost=localhost",
+        f"StorageLoc={DATABASE}",
+        f"StorageUser={SLURM_USER}",
+        f"StoragePass={password}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def grant_sql(password: str) -> str:
+    """The database, its user with ``password`` and the user's rights; repeatable. Pure."""
+    user = f"'{SLURM_USER}'@'localhost'"
+    return (
+        f"CREATE DATABASE IF NOT EXISTS {DATABASE};\n"
+        f"CREATE USER IF NOT EXISTS {user} IDENTIFIED BY '{password}';\n"
+        f"ALTER USER {user} IDENTIFIED BY '{password}';\n"
+        f"GRANT ALL PRIVILEGES ON {DATABASE}.* TO {user};\n"
+    )
+
+
+def stored_password(dbd_conf: str) -> str | None:
+    """The ``StoragePass`` of a slurmdbd.conf, or None. Pure."""
+    found = re.search(r"^StoragePass=(\S+)$", dbd_conf, re.MULTILINE)
+    return found.group(1) if found else None
+
+
 def render_conf(cluster: str, node_states: Sequence[NodeState], hardware: dict[str, str]) -> str:
     """slurm.conf for the lab: node 1 is the controller, every node computes. Pure."""
     ordered = sorted(node_states, key=lambda n: n.index)
@@ -83,7 +144,7 @@ def render_conf(cluster: str, node_states: Sequence[NodeState], hardware: dict[s
     spec = " ".join(f"{k}={v}" for k, v in hardware.items())
     lines = [
         f"# Written by `gpunode lab up --slurm` for lab {cluster}.",
-        f"ClusterName={re.sub(r'[^a-z0-9]', '', cluster.lower())[:32] or 'gpunode'}",
+        f"ClusterName={cluster_name(cluster)}",
         f"SlurmctldHost={head.name}({head.ip})",
         f"SlurmUser={SLURM_USER}",
         "AuthType=auth/munge",
@@ -97,9 +158,9 @@ def render_conf(cluster: str, node_states: Sequence[NodeState], hardware: dict[s
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none",
-        "JobCompType=jobcomp/filetxt",
-        f"JobCompLoc={JOBCOMP_LOG}",
+        # Every job's record in slurmdbd on the head node (sacct), as a site keeps them.
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        f"AccountingStorageHost={head.ip}",
         "MpiDefault=none",
         "SchedulerType=sched/backfill",
         "SelectType=select/cons_tres",
@@ -154,24 +215,88 @@ def start(
         LabError: A daemon did not start or a node did not register in ``timeout``.
     """
     ordered = sorted(containers, key=lambda pair: pair[1].index)
-    head_container = ordered[0][0]
+    head_container, head_node = ordered[0]
     _code, probe = nodes.exec_in(head_container, ["slurmd", "-C"])
     conf = render_conf(lab_name, [n for _c, n in ordered], parse_hardware(probe))
-    key = _existing_key(head_container) or secrets.token_bytes(1024)
+    key = _read_file(head_container, KEY_PATH) or secrets.token_bytes(1024)
     for position, (container, _node) in enumerate(ordered):
         changed = _install(container, conf, key)
-        units = ["munge", "slurmctld", "slurmd"] if position == 0 else ["munge", "slurmd"]
         verb = "restart" if changed else "start"
-        nodes.exec_in(container, ["systemctl", "enable", "--quiet", *units])
-        nodes.exec_in(container, ["systemctl", verb, *units])
+        nodes.exec_in(container, ["systemctl", "enable", "--quiet", "munge", "slurmd"])
+        nodes.exec_in(container, ["systemctl", verb, "munge"])
+        if position == 0:
+            start_accounting(head_container, head_node, cluster_name(lab_name), timeout)
+            nodes.exec_in(container, ["systemctl", "enable", "--quiet", "slurmctld"])
+            nodes.exec_in(container, ["systemctl", verb, "slurmctld"])
+        nodes.exec_in(container, ["systemctl", verb, "slurmd"])
     wait_registered(head_container, [n.name for _c, n in ordered], timeout)
 
 
-def _existing_key(container: Container) -> bytes | None:
-    code, _out = nodes.exec_in(container, ["test", "-s", KEY_PATH], check=False)
+def start_accounting(head: Container, node: NodeState, cluster: str, timeout: float) -> None:
+    """MariaDB and slurmdbd on the head node, the cluster registered; before slurmctld starts.
+
+    The first time (no slurmdbd.conf yet) a new password is made and granted to the database
+    user; later calls keep the lab's password and a running slurmdbd.
+
+    Raises:
+        LabError: MariaDB or slurmdbd did not start, or slurmdbd did not answer in ``timeout``.
+    """
+    nodes.exec_in(head, ["systemctl", "enable", "--quiet", "mariadb", "slurmdbd"])
+    nodes.exec_in(head, ["systemctl", "start", "mariadb"])
+    current = (_read_file(head, DBD_CONF_PATH) or b"").decode()
+    password = stored_password(current) or secrets.token_hex(24)
+    dbd_conf = render_dbd_conf(node, password)
+    changed = current != dbd_conf
+    if changed:
+        # The grant first: a slurmdbd.conf in place always names a password MariaDB knows.
+        nodes.put_files(head, {GRANT_PATH: nodes.NodeFile(grant_sql(password).encode(), 0o600)})
+        code, out = nodes.exec_in(
+            head, ["sh", "-c", f"mariadb --batch < {GRANT_PATH}; rc=$?; rm -f {GRANT_PATH}; "
+                   "exit $rc"], check=False,
+        )  # fmt: skip
+        if code != 0:
+            said = out.strip()[-400:].replace(password, "<password>")
+            raise LabError(f"slurmdbd: granting {DATABASE} to {SLURM_USER} failed: {said}")
+        nodes.put_files(head, {DBD_CONF_PATH: nodes.NodeFile(dbd_conf.encode(), 0o600)})
+        nodes.exec_in(head, ["chown", f"{SLURM_USER}:{SLURM_USER}", DBD_CONF_PATH])
+    nodes.exec_in(head, ["systemctl", "restart" if changed else "start", "slurmdbd"])
+    clusters = wait_accounting(head, timeout)
+    if cluster not in clusters:
+        nodes.exec_in(head, ["sacctmgr", "--immediate", "add", "cluster", cluster])
+
+
+def wait_accounting(head: Container, timeout: float) -> list[str]:
+    """Wait until slurmdbd answers ``sacctmgr``; the clusters it knows.
+
+    Raises:
+        LabError: No answer after ``timeout``, with the daemons' states and slurmdbd's log.
+    """
+    deadline = time.monotonic() + timeout
+    argv = ["sacctmgr", "--immediate", "--noheader", "--parsable2", "list", "cluster",
+            "format=Cluster"]  # fmt: skip
+    while True:
+        code, out = nodes.exec_in(head, argv, check=False)
+        if code == 0:
+            return out.split()
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(1)
+    _code, states = nodes.exec_in(head, ["systemctl", "is-active", "mariadb", "slurmdbd"],
+                                  check=False)  # fmt: skip
+    _code, log = nodes.exec_in(head, ["tail", "-n", "5", "/var/log/slurm/slurmdbd.log"],
+                               check=False)  # fmt: skip
+    raise LabError(
+        f"Slurm: slurmdbd on {head.name} did not answer sacctmgr after {timeout:.0f}s "
+        f"(mariadb, slurmdbd: {', '.join(states.split())}); sacctmgr: {out.strip()[-200:]!r}; "
+        f"slurmdbd.log: {log.strip()[-600:]!r}"
+    )
+
+
+def _read_file(container: Container, path: str) -> bytes | None:
+    code, _out = nodes.exec_in(container, ["test", "-s", path], check=False)
     if code != 0:
         return None
-    raw = container.get_archive(KEY_PATH)[0]
+    raw = container.get_archive(path)[0]
     with tarfile.open(fileobj=io.BytesIO(b"".join(raw))) as tar:
         member = tar.extractfile(tar.getmembers()[0])
         return member.read() if member else None
@@ -181,7 +306,7 @@ def _install(container: Container, conf: str, key: bytes) -> bool:
     """Place the key and the configuration; True when either changed."""
     code, current = nodes.exec_in(container, ["cat", CONF_PATH], check=False)
     same_conf = code == 0 and current == conf
-    same_key = _existing_key(container) == key
+    same_key = _read_file(container, KEY_PATH) == key
     if same_conf and same_key:
         return False
     nodes.put_files(
