@@ -20,6 +20,7 @@ from toolkit.images.normalise import (
     ChunkReader,
     FileEntry,
     Normalised,
+    SavedLayer,
     StoredTar,
     chain_id,
     chain_prefixes,
@@ -28,6 +29,7 @@ from toolkit.images.normalise import (
     is_volatile,
     iter_diff,
     load_archive,
+    open_canonical,
     rewrite_layer,
 )
 
@@ -52,7 +54,8 @@ def layer(entries: list[dict[str, Any]]) -> bytes:
 
 def rewrite(raw: bytes, epoch: int = EPOCH) -> tuple[str, dict[str, FileEntry], bytes]:
     out = io.BytesIO()
-    diff_id, files = rewrite_layer(io.BytesIO(raw), out, epoch)
+    diff_id, files, size = rewrite_layer(io.BytesIO(raw), out, epoch)
+    assert size == len(out.getvalue())
     return diff_id, files, out.getvalue()
 
 
@@ -174,7 +177,8 @@ def test_diff_names_the_file_and_the_field_that_differ() -> None:
 def test_a_layer_only_hashed_has_the_diff_id_of_the_written_one_and_no_file_hashes() -> None:
     raw = layer(ENTRIES)
     written, files, data = rewrite(raw)
-    hashed, bare = rewrite_layer(io.BytesIO(raw), None, EPOCH, hashes=False)
+    hashed, bare, size = rewrite_layer(io.BytesIO(raw), None, EPOCH, hashes=False)
+    assert size == len(data)
     assert hashed == written == "sha256:" + hashlib.sha256(data).hexdigest()
     assert bare["usr/bin/tool"].sha256 is None
     assert files["usr/bin/tool"].sha256 == hashlib.sha256(b"#!/bin/sh\n").hexdigest()
@@ -201,14 +205,12 @@ def test_the_save_stream_reads_back_as_its_bytes_whatever_the_read_sizes() -> No
         assert handle is not None and handle.read() == data
 
 
-def test_the_load_archive_is_a_tar_of_the_layers_sent_then_config_and_manifest(
-    tmp_path: Path,
-) -> None:
-    one, two = tmp_path / "one", tmp_path / "two"
-    one.write_bytes(b"x" * 1000)
-    two.write_bytes(b"")
+def test_the_load_archive_is_a_tar_of_the_layers_sent_then_config_and_manifest() -> None:
+    one = [b"x" * 700, b"x" * 300]
     stream = b"".join(
-        load_archive(b'{"a":1}', "c.json", b"[]", [("000/layer.tar", one), ("002/layer.tar", two)])
+        load_archive(
+            b'{"a":1}', "c.json", b"[]", [("000/layer.tar", 1000, one), ("002/layer.tar", 0, [])]
+        )
     )
     assert len(stream) % tarfile.BLOCKSIZE == 0 and stream.endswith(b"\0" * 1024)
     with tarfile.open(fileobj=io.BytesIO(stream)) as archive:
@@ -216,6 +218,61 @@ def test_the_load_archive_is_a_tar_of_the_layers_sent_then_config_and_manifest(
     assert list(got) == ["000/layer.tar", "002/layer.tar", "c.json", "manifest.json"]
     assert got["000/layer.tar"] == b"x" * 1000 and got["002/layer.tar"] == b""
     assert got["c.json"] == b'{"a":1}' and got["manifest.json"] == b"[]"
+
+
+@pytest.mark.parametrize("pieces", [[b"x" * 999], [b"x" * 1000, b"y"]])
+def test_a_layer_that_does_not_come_to_its_size_stops_the_load_stream(pieces: list[bytes]) -> None:
+    stream = load_archive(b"{}", "c.json", b"[]", [("000/layer.tar", 1000, pieces)])
+    with pytest.raises(
+        ImageError,
+        match=r"000/layer\.tar: (999|1001) bytes where its header promised 1000",
+    ):
+        b"".join(stream)
+
+
+# Entries that reach every branch of the writer: a hard-link set, a name over 100 bytes (a PAX
+# path), a file read in several pieces (over 1 MiB), one sent in one piece, empty and small ones.
+BIG = bytes(range(256)) * 5000  # 1.28 MB
+WRITER = [
+    *ENTRIES,
+    {"name": "opt/big", "data": BIG},
+    {"name": "opt/quarter", "data": b"q" * 300_000},
+    {"name": "opt/empty", "data": b""},
+    {"name": "opt/" + "n" * 120, "data": b"long name"},
+    {"name": "opt/link-to-big", "type": tarfile.LNKTYPE, "link": "opt/big"},
+]
+
+
+def test_the_rewrite_is_pythons_own_pax_tar_writer_byte_for_byte() -> None:
+    """The rewrite writes each header, data and padding itself (so that its size is known
+    before the data is read); the bytes are what tarfile's writer makes of the same entries,
+    so image IDs do not change with the writer."""
+    _diff, _files, data = rewrite(layer(WRITER))
+    expected = io.BytesIO()
+    with (
+        tarfile.open(fileobj=io.BytesIO(data)) as archive,
+        tarfile.open(fileobj=expected, mode="w", format=tarfile.PAX_FORMAT) as out,
+    ):
+        for member in archive.getmembers():
+            out.addfile(member, archive.extractfile(member) if member.isreg() else None)
+    assert data == expected.getvalue()
+    assert {m.name: m.size for m in members(data)}["opt/big"] == len(BIG)
+
+
+def test_a_layer_planned_once_is_hashed_then_streamed_with_its_size_known_first(
+    tmp_path: Path,
+) -> None:
+    raw = layer(WRITER)
+    saved = tmp_path / "layer.tar"
+    saved.write_bytes(raw)
+    diff_id, files, data = rewrite(raw)
+    with open_canonical(SavedLayer(saved), EPOCH) as layout:
+        size = layout.size
+        hashed = layout.rewrite(None, hashes=False)  # the pass that finds its diff ID
+        streamed = b"".join(layout.chunks())  # the pass that sends it
+    assert size == hashed.size == len(streamed) and streamed == data
+    assert hashed.diff_id == diff_id == "sha256:" + hashlib.sha256(streamed).hexdigest()
+    assert hashed.files.keys() == files.keys()
 
 
 def test_chain_prefixes_are_every_stack_and_each_of_its_beginnings() -> None:
@@ -324,7 +381,7 @@ def test_a_stored_layer_reads_back_as_the_tar_it_was_stored_from(tmp_path: Path)
         from_store = rewrite(stored.read())
         stored.seek(0)
         out = io.BytesIO()
-        diff_id, files = rewrite_layer(stored, out, EPOCH)
+        diff_id, files, _size = rewrite_layer(stored, out, EPOCH)
     assert (diff_id, files, out.getvalue()) == rewrite(raw) == from_store
     assert files["usr/bin/ping2"].kind == "hardlink" and files["etc/.wh.issue.net"].size == 0
     assert (files["opt/caf\udce9"].uid, files[LONG].size) == (1234, 4)
