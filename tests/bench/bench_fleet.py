@@ -1,12 +1,18 @@
-"""The benchmarks' converged fleet: one lab of 8 bare nodes, first-converged under the meter.
+"""The benchmarks' converged fleet: one lab of bare nodes, first-converged under the meter.
 
 Shared by the capacity benchmark (test_bench_capacity.py) and the converge benchmark
 (test_bench_converge.py) through the session fixture ``fleet`` (conftest.py), so that the
 dearest thing here, a first converge (about half a minute of both cores per node on 2 cores),
 happens once per node. Each node is converged from bare exactly once, through the CLI
 (``gpunode provision --json``) under the meter (tests/capacity.py), in disjoint groups of
-``FIRST_GROUPS`` nodes: a first converge on 1, 2 and 4 nodes at once, and the eighth node
-alone again (a first converge on 8 at once would need 8 more bare nodes).
+``FIRST_GROUPS`` nodes: a first converge on 1 and 2 nodes at once (and on 4 in a fleet of 8),
+and the last node alone again (a first converge on all of them at once would need as many
+more bare nodes).
+
+The fleet has ``NODES`` nodes: 4, the run of the README's test command, or
+``GPUNODE_BENCH_NODES=8`` for the 8-node measurement that docs/architecture.md quotes (about
+6 more minutes on 2 cores: a first converge of 4 more nodes, the image pushed to them, an
+acceptance run on 8).
 
 (A module of its own, not conftest.py: test modules import its names.)
 """
@@ -33,8 +39,12 @@ from toolkit.steps import disks as disks_step
 
 # Its own lab, named after the session's (two sessions on one machine never share it).
 NAME = f"{os.environ.get('GPUNODE_TEST_LAB', 'gpunode-test')}-bench"[:24]
-NODES = 8
-FIRST_GROUPS = (1, 2, 4, 1)
+# How many nodes, and the groups they are first-converged in (each group's size a measurement).
+GROUPS_OF = {4: (1, 2, 1), 8: (1, 2, 4, 1)}
+NODES = int(os.environ.get("GPUNODE_BENCH_NODES", "4"))
+if NODES not in GROUPS_OF:
+    raise ValueError(f"GPUNODE_BENCH_NODES={NODES}: the benchmarks' fleet has 4 or 8 nodes")
+FIRST_GROUPS = GROUPS_OF[NODES]
 FIRST = "first converge"
 
 

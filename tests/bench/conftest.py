@@ -1,6 +1,6 @@
 """Benchmarks print their figures: never capture their output, whatever pytest's flags. The
 converged fleet that the capacity and converge benchmarks share (bench_fleet.py), taken down
-once its last user is done: the lab's 8 nodes never idle through the other benchmarks."""
+once its last user is done: the lab's nodes never idle through the other benchmarks."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ _FLEET = ExitStack()
 
 @pytest.fixture(scope="session")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    """8 lab nodes, each first-converged once under the meter (bench_fleet.converged_fleet)."""
+    """The fleet's lab nodes, each first-converged once under the meter
+    (bench_fleet.converged_fleet)."""
     try:
         lab_image.docker_client()
     except Exception as err:  # like every lab test: fail, never skip, without Docker

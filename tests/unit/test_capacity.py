@@ -58,7 +58,10 @@ def test_pss_counts_the_pages_a_fork_shares_once_and_rss_twice(tmp_path: Path) -
     )
     assert usage.returncode == 0
     assert usage.peak_rss >= 400 * MIB, usage
-    assert 200 * MIB <= usage.peak_pss < 300 * MIB, usage
+    # PSS splits the shared 200 MiB (about 200 + 2 interpreters); RSS counts them twice. One
+    # sample is not atomic across processes: one that reads the parent just before the fork and
+    # the child just after it sees 200 + 100 MiB (324 MiB seen once under load); never 400.
+    assert 200 * MIB <= usage.peak_pss <= usage.peak_rss - 100 * MIB, usage
 
 
 def test_the_meter_passes_the_output_through(tmp_path: Path) -> None:

@@ -16,13 +16,12 @@ from typing import Any
 import pytest
 
 from toolkit.errors import ImageError
+from toolkit.images.layerstore import StoredTar, chain_id
 from toolkit.images.normalise import (
     ChunkReader,
     FileEntry,
     Normalised,
     SavedLayer,
-    StoredTar,
-    chain_id,
     chain_prefixes,
     epoch_iso,
     fix_config,

@@ -18,13 +18,14 @@ Two sources give the same layer tars, byte for byte, to one reader and one write
 - the engine's layer store (``overlay2``, the engine on this machine, its store readable):
   the config is the file named by the image ID (checked: its SHA-256 is the ID), and each
   layer's tar is what ``docker save`` replays, its tar-split record (the tar's own bytes other
-  than the files' data) with each file's data read from the layer's directory (``StoredTar``).
+  than the files' data) with each file's data read from the layer's directory
+  (``layerstore.py``).
   This is the usual path: Docker 20.10's save copies every layer, the base's too, into a
   temporary folder before it writes the archive (5.0 of the 7.0 s normalisation took on the
-  906 MB training image); read here, only the added layers are read, once.
+  906 MB training image); read here, only the added layers are read.
 - ``docker save``, streamed, each file of it written once: the one general way, for any
   other storage driver, an engine elsewhere (``DOCKER_HOST``) or a store this user cannot
-  read, and wherever the store is not laid out as expected (``_stored`` says None, never
+  read, and wherever the store is not laid out as expected (``read_store`` says None, never
   half).
 
 A rewritten layer is never written to a file. Its headers are planned once (``Canonical``),
@@ -41,9 +42,6 @@ what ``verify`` compares when two builds differ.
 
 from __future__ import annotations
 
-import base64
-import bisect
-import gzip
 import hashlib
 import json
 import os
@@ -62,6 +60,7 @@ import docker
 import docker.errors
 
 from toolkit.errors import ImageError
+from toolkit.images.layerstore import StoredLayer, StoredTar, read_store
 
 # Per-build fields of the classic builder's config: the build container's ID and its config
 # (with the container's hostname), and the engine's version.
@@ -228,136 +227,6 @@ class SavedLayer:
         self.path.unlink(missing_ok=True)
 
 
-class StoredTar:
-    """One layer's tar exactly as the engine's save writes it, read from the layer store.
-
-    When the engine stores a layer it keeps the tar's own bytes other than the files' data
-    (headers, padding, end of archive) in a tar-split record (one JSON entry a line: type 2
-    carries raw bytes, type 1 names a file and its size, its data being that file in the
-    layer's directory); ``docker save`` writes a layer by replaying that record. This is the
-    same replay as a seekable file, so ``tarfile`` reads the headers without the data and a
-    file's data only where it is copied, straight from the layer's directory.
-    """
-
-    def __init__(self, record: Path, folder: Path) -> None:
-        self.folder = os.path.realpath(folder)
-        self.inside: dict[str, bool] = {}  # a directory of the layer: whether it resolves in it
-        self.starts: list[int] = []
-        self.pieces: list[bytes | tuple[str, int]] = []
-        offset = 0
-        try:
-            text = gzip.decompress(record.read_bytes()).strip().replace(b"\n", b",")
-            entries = json.loads(b"[" + text + b"]")
-            for entry in entries:
-                piece: bytes | tuple[str, int]
-                if entry["type"] == 2:  # raw bytes: headers, padding, end of archive
-                    piece = base64.b64decode(entry.get("payload") or "")
-                    size = len(piece)
-                elif entry["type"] == 1:  # a file: its data is in the layer's directory
-                    size = int(entry.get("size") or 0)
-                    raw = entry.get("name_raw")  # a name that is not UTF-8, as bytes
-                    name = (
-                        base64.b64decode(raw).decode("utf-8", "surrogateescape")
-                        if raw
-                        else entry["name"]
-                    )
-                    piece = (name, size)
-                else:
-                    raise ValueError(f"entry type {entry['type']}")
-                if size:
-                    self.starts.append(offset)
-                    self.pieces.append(piece)
-                    offset += size
-        except (OSError, ValueError, KeyError, TypeError, EOFError, gzip.BadGzipFile) as err:
-            raise ImageError(f"the layer store's record {record} is unreadable: {err}") from err
-        self.size = offset
-        self.pos = 0
-        self.handle: tuple[int, int] | None = None  # (piece index, open file descriptor)
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.size}[whence]
-        self.pos = base + offset
-        return self.pos
-
-    def read(self, size: int = -1) -> bytes:
-        end = self.size if size < 0 else min(self.size, self.pos + size)
-        parts = []
-        while self.pos < end:
-            index = bisect.bisect_right(self.starts, self.pos) - 1
-            piece, within = self.pieces[index], self.pos - self.starts[index]
-            if isinstance(piece, bytes):
-                data = piece[within : within + end - self.pos]
-            else:
-                data = self._file_data(
-                    index, piece, within, min(end, self.starts[index] + piece[1]) - self.pos
-                )
-            parts.append(data)
-            self.pos += len(data)
-        return b"".join(parts)
-
-    def _file_data(self, index: int, piece: tuple[str, int], offset: int, length: int) -> bytes:
-        name, size = piece
-        if self.handle is None or self.handle[0] != index:
-            self.close()
-            self.handle = (index, self._open(name, size))
-        data = os.pread(self.handle[1], length, offset)
-        if len(data) != length:
-            raise ImageError(f"{name!r} of {self.folder} is shorter than its layer records")
-        return data
-
-    def _open(self, name: str, size: int) -> int:
-        """A file of the layer, opened without following a link out of the layer's folder
-        (its directory resolved once per directory, the file itself not followed)."""
-        path = os.path.normpath(os.path.join(self.folder, name))
-        parent = os.path.dirname(path)
-        inside = self.inside.get(parent)
-        if inside is None:
-            real = os.path.realpath(parent)
-            inside = self.inside[parent] = real == self.folder or real.startswith(
-                self.folder + os.sep
-            )
-        if not inside or not path.startswith(self.folder + os.sep):
-            raise ImageError(f"the layer store names {name!r}, outside its layer {self.folder}")
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError as err:
-            raise ImageError(f"cannot read {name!r} of the layer {self.folder}: {err}") from err
-        if os.fstat(fd).st_size != size:
-            os.close(fd)
-            raise ImageError(f"{name!r} of {self.folder} is not the size its layer records")
-        return fd
-
-    def close(self) -> None:
-        if self.handle is not None:
-            os.close(self.handle[1])
-            self.handle = None
-
-    def __enter__(self) -> StoredTar:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
-
-
-class StoredLayer:
-    """A layer read from the engine's layer store: its tar-split record and its directory."""
-
-    def __init__(self, record: Path, folder: Path) -> None:
-        self.record, self.folder = record, folder
-
-    def open(self) -> StoredTar:
-        return StoredTar(self.record, self.folder)
-
-    def release(self) -> None:
-        pass
-
-
 class Rewritten(NamedTuple):
     """One layer rewritten: its diff ID, its files, and its size as a tar."""
 
@@ -510,50 +379,13 @@ class _Source:
     name: str  # "layer store" or "save"
 
 
-def chain_id(diff_ids: list[str]) -> str:
-    """The chain ID of a stack of layers (OCI image spec): the first diff ID, then
-    ``sha256(parent chain ID + " " + diff ID)`` for each layer above."""
-    chain = diff_ids[0]
-    for diff in diff_ids[1:]:
-        chain = "sha256:" + hashlib.sha256(f"{chain} {diff}".encode()).hexdigest()
-    return chain
-
-
 def _stored(client: docker.DockerClient, image_id: str, first: int) -> _Source | None:
-    """The image from the engine's overlay2 store, where this machine can read it; the layers
-    from ``first`` up are the ones read. None where it cannot (another storage driver, an
-    engine elsewhere or out of reach, a store not laid out as expected): then the save.
-
-    Every piece is checked against the content address it is stored under: the config's
-    SHA-256 is the image ID, and each layer's record holds the diff ID of its chain."""
-    try:
-        info = client.info()
-    except docker.errors.APIError as err:
-        raise ImageError(f"cannot ask the engine about its storage: {err}") from err
-    if info.get("Driver") != "overlay2" or not info.get("DockerRootDir"):
+    """The image from the engine's layer store where it can be read here, else None."""
+    found = read_store(client, image_id, first)
+    if found is None:
         return None
-    root = Path(str(info["DockerRootDir"]))
-    digest = image_id.split(":", 1)[-1]
-    try:
-        blob = (root / "image/overlay2/imagedb/content/sha256" / digest).read_bytes()
-        if hashlib.sha256(blob).hexdigest() != digest:
-            return None
-        config = json.loads(blob)
-        diff_ids = list(config["rootfs"]["diff_ids"])
-        layers: list[SavedLayer | StoredLayer | None] = [None] * first
-        for index in range(first, len(diff_ids)):
-            chain = chain_id(diff_ids[: index + 1]).split(":", 1)[1]
-            entry = root / "image/overlay2/layerdb/sha256" / chain
-            if (entry / "diff").read_text().strip() != diff_ids[index]:
-                return None
-            folder = root / "overlay2" / (entry / "cache-id").read_text().strip() / "diff"
-            record = entry / "tar-split.json.gz"
-            if not folder.is_dir() or not os.access(record, os.R_OK):
-                return None
-            layers.append(StoredLayer(record, folder))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return _Source(config=config, layers=layers, name="layer store")
+    config, layers = found
+    return _Source(config=config, layers=[*layers], name="layer store")
 
 
 def _save(client: docker.DockerClient, image_id: str, folder: Path) -> _Source:
