@@ -215,7 +215,8 @@ class ChunkReader:
 
 
 class SavedLayer:
-    """A layer tar of the engine's save, in its own file (removed once it is rewritten)."""
+    """A layer tar of the engine's save, in its own file (removed once normalisation is done
+    with it: rewritten, and sent where the engine lacks it)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
