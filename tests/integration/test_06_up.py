@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -241,25 +242,35 @@ def test_a_sudo_login_and_a_root_login_both_end_ready(up_lab: dict[str, Any]) ->
         assert owner.strip() == "root"
 
 
-def test_up_on_two_ready_nodes_is_one_look(up_lab: dict[str, Any]) -> None:
+def test_up_on_two_ready_nodes_is_one_look(
+    up_lab: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     # Both nodes ready (the test above): `up` decides everything from one look at each node.
-    # Printed beside `ansible -m setup` on the same nodes, measured in the same minute (the
-    # cost of looking at the nodes once); the ratio is the figure, not an assertion.
+    # Printed beside `ansible -m setup` on the same nodes (the cost of looking at the nodes
+    # once), each the median of 3 runs, the two interleaved (a burst of the lab nodes' own work
+    # lands on one run, not on a figure); the ratio is the figure, not an assertion, and it
+    # reaches the run's output as the benchmarks' figures do (issue 28's line: 1.5x).
     names = ",".join(up_lab["names"])
-    start = time.monotonic()
-    proc = gpunode(up_lab, "up", "-i", str(up_lab["inventory"]), "--yes", "--json")
-    up_seconds = time.monotonic() - start
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    nodes = json.loads(proc.stdout)["nodes"]
-    for node in up_lab["names"]:
-        stages = nodes[node]["stages"]
-        assert nodes[node]["ready"], stages
-        assert all(stages[s]["status"] == "skipped" for s in ("disks", "provision", "accept"))
-    start = time.monotonic()
-    setup = run_module("ansible.builtin.setup", up_lab["inventory"], limit=names)
-    setup_seconds = time.monotonic() - start
-    assert setup.ok and len(setup.results) == 2
-    print(
-        f"\nup on 2 ready nodes: {up_seconds:.1f} s (gpunode CLI), ansible -m setup "
-        f"{setup_seconds:.1f} s, up/setup {up_seconds / setup_seconds:.2f}x"
-    )
+    ups: list[float] = []
+    setups: list[float] = []
+    for _round in range(3):
+        start = time.monotonic()
+        proc = gpunode(up_lab, "up", "-i", str(up_lab["inventory"]), "--yes", "--json")
+        ups.append(time.monotonic() - start)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        nodes = json.loads(proc.stdout)["nodes"]
+        for node in up_lab["names"]:
+            stages = nodes[node]["stages"]
+            assert nodes[node]["ready"], stages
+            assert all(stages[s]["status"] == "skipped" for s in ("disks", "provision", "accept"))
+        start = time.monotonic()
+        setup = run_module("ansible.builtin.setup", up_lab["inventory"], limit=names)
+        setups.append(time.monotonic() - start)
+        assert setup.ok and len(setup.results) == 2
+    up_seconds, setup_seconds = statistics.median(ups), statistics.median(setups)
+    with capsys.disabled():
+        print(
+            f"\nup on 2 ready nodes (median of 3, interleaved): {up_seconds:.1f} s (gpunode "
+            f"CLI), ansible -m setup {setup_seconds:.1f} s, up/setup "
+            f"{up_seconds / setup_seconds:.2f}x"
+        )
