@@ -13,7 +13,7 @@ again. The method follows go-containerregistry's ``mutate.Canonical`` and ``buil
 --rewrite-timestamp``.
 
 Two sources give the same layer tars, byte for byte, to one reader and one writer
-(``rewrite_layer``):
+(``Canonical``; ``rewrite_layer`` runs it on a tar stream):
 
 - the engine's layer store (``overlay2``, the engine on this machine, its store readable):
   the config is the file named by the image ID (checked: its SHA-256 is the ID), and each
