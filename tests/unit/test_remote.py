@@ -135,12 +135,12 @@ def test_a_node_that_never_answers_fails_at_the_deadline_and_the_next_command_re
     node = open_node(host, grace_s=1.0)
     started = time.monotonic()
     with pytest.raises(RemoteError) as err:
-        node.run("python3 runner.pyz run", timeout=1)
+        node.run("python3 runner.pyz run", timeout=1800)  # the runner's own timeout
     took = time.monotonic() - started
     assert server.execs == ["python3 runner.pyz run"]  # it reached the node, and hung there
-    assert 2.0 <= took < 15, took  # the timeout and the grace, not for ever
+    assert 1.0 <= took < 10, took  # the start's deadline, not the command's timeout
     assert err.value.message == (
-        "node-1: no answer in 2s: python3 runner.pyz run; connection closed"
+        "node-1: no answer in 1s to starting 'python3 runner.pyz run'; connection closed"
     )
     # The connection is shut; the next command opens a new one and gets its answer.
     res = node.run("cat /etc/gpunode/state.json", timeout=5)

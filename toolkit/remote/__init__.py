@@ -14,13 +14,14 @@ same escalation Ansible's ``become`` gives the playbooks. A root login runs them
 
 Third-party errors (paramiko, socket, invoke) become :class:`RemoteError` naming the host.
 
-Every remote operation has a hard deadline. invoke's ``timeout`` starts only once the command
-is running, and paramiko waits without a limit for the node's answer to opening a session
-(an hour: ``Transport.channel_timeout``) and to ``exec`` (``Channel._wait_for_event``, no limit
-at all: paramiko/paramiko#2599, open). A node that stops answering mid-way would hold the run
-for ever; at the deadline (the command's timeout and :data:`GRACE_S`, or
-:data:`DEFAULT_DEADLINE_S` for what has none) the connection is shut, the operation fails
-with :class:`RemoteError` saying so, and the next one on that node connects anew.
+Every remote operation has a hard deadline. invoke's ``timeout`` counts only once the command
+runs, and paramiko waits for the node's answer to opening a session for an hour
+(``Transport.channel_timeout``) and to ``exec`` for ever (``Channel._wait_for_event``:
+paramiko/paramiko#2599, open), so a node that stops answering would hold the whole run. A
+command must start within :data:`GRACE_S` and end within its timeout and that grace; what has
+no timeout (a small file's transfer) must end within :data:`DEFAULT_DEADLINE_S`. At a deadline
+the connection is shut, the operation fails with :class:`RemoteError` saying so, and the next
+one on that node connects anew.
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import paramiko
-from fabric import Connection
+from fabric import Config, Connection
+from fabric.runners import Remote
 from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 from toolkit.errors import RemoteError
@@ -67,8 +69,9 @@ class Result:
         return self.returncode == 0
 
 
-def connect(host: Host, *, connect_timeout: int = 20) -> Connection:
-    """An (unopened) Fabric connection to one inventory host, host keys enforced.
+def connect(host: Host, *, connect_timeout: int = 20, grace_s: float = GRACE_S) -> Connection:
+    """An (unopened) Fabric connection to one inventory host, host keys enforced; a command
+    it runs must start within ``grace_s``.
 
     Raises:
         RemoteError: No known_hosts file to check the host's key against.
@@ -90,6 +93,12 @@ def connect(host: Host, *, connect_timeout: int = 20) -> Connection:
         user=host.user or DEFAULT_USER,
         connect_timeout=connect_timeout,
         connect_kwargs=kwargs,
+        config=Config(
+            overrides={
+                "runners": {"remote": _Remote},
+                "gpunode": {"start_s": grace_s, "host": host.name},
+            }
+        ),
     )
     conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
@@ -97,6 +106,53 @@ def connect(host: Host, *, connect_timeout: int = 20) -> Connection:
     except (OSError, paramiko.SSHException) as err:
         raise RemoteError(f"{host.name}: cannot read known_hosts {known_hosts}: {err}") from None
     return conn
+
+
+@contextmanager
+def _deadline(conn: Connection, seconds: float, message: str) -> Iterator[None]:
+    """Shut the connection if the block runs past ``seconds`` (module docstring); the block
+    then fails with RemoteError(``message``), whatever paramiko made of the shut connection."""
+    fired = threading.Event()
+
+    def shut() -> None:
+        fired.set()
+        transport = conn.client.get_transport()
+        if transport is not None and transport.sock is not None:
+            # The transport's own thread sees the end of the stream and wakes every waiter on
+            # its channels; closing the transport from here could wait on the hung peer.
+            with suppress(OSError):
+                transport.sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(seconds, shut)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    except BaseException:
+        if not fired.is_set():
+            raise
+    finally:
+        timer.cancel()
+    if fired.is_set():
+        with suppress(*_REMOTE_ERRORS):
+            conn.close()  # the next operation connects anew
+        raise RemoteError(message)
+
+
+class _Remote(Remote):
+    """Fabric's runner of a remote command, whose start (the session opened, ``exec``
+    answered) has a deadline of its own: invoke's timeout counts only from there."""
+
+    def start(self, command: str, shell: str, env: dict[str, Any], timeout: Any = None) -> None:
+        """Open the session and start the command, or fail at the deadline."""
+        limits = self.context.config.gpunode
+        seconds = float(limits.start_s)
+        message = (
+            f"{limits.host}: no answer in {seconds:.0f}s to starting {command[:120]!r}; "
+            "connection closed"
+        )
+        with _deadline(self.context, seconds, message):
+            super().start(command, shell, env, timeout=timeout)
 
 
 def _wrap(host: Host, what: str, err: BaseException) -> RemoteError:
@@ -155,37 +211,12 @@ class Node:
             command = f"env {prefix} {command}"
         return self._run(as_root(command, self.login_user), timeout=timeout, check=check)
 
-    @contextmanager
-    def _deadline(self, seconds: float, what: str) -> Iterator[None]:
-        """Shut the connection if the block runs past ``seconds`` (module docstring); the block
-        then fails with RemoteError, whatever paramiko made of the shut connection."""
-        fired = threading.Event()
-
-        def shut() -> None:
-            fired.set()
-            transport = self.conn.client.get_transport()
-            if transport is not None and transport.sock is not None:
-                # The transport's own thread sees the end of the stream and wakes every
-                # waiter on its channels; closing from here could wait on a hung peer.
-                with suppress(OSError):
-                    transport.sock.shutdown(socket.SHUT_RDWR)
-
-        timer = threading.Timer(seconds, shut)
-        timer.daemon = True
-        timer.start()
-        try:
-            yield
-        except BaseException:
-            if not fired.is_set():
-                raise
-        finally:
-            timer.cancel()
-        if fired.is_set():
-            with suppress(*_REMOTE_ERRORS):
-                self.conn.close()  # the next operation connects anew
-            raise RemoteError(
-                f"{self.host.name}: no answer in {seconds:.0f}s: {what[:120]}; connection closed"
-            )
+    def _deadline(self, seconds: float, what: str) -> AbstractContextManager[None]:
+        return _deadline(
+            self.conn,
+            seconds,
+            f"{self.host.name}: no answer in {seconds:.0f}s: {what[:120]}; connection closed",
+        )
 
     def _run(self, command: str, *, timeout: float | None = None, check: bool = False) -> Result:
         """Run a command line exactly as given, as the login user."""
@@ -294,7 +325,7 @@ def open_node(host: Host, *, connect_timeout: int = 20, grace_s: float = GRACE_S
     Raises:
         RemoteError: The host cannot be reached, its key is unknown or wrong, or login fails.
     """
-    conn = connect(host, connect_timeout=connect_timeout)
+    conn = connect(host, connect_timeout=connect_timeout, grace_s=grace_s)
     try:
         conn.open()
     except _REMOTE_ERRORS as err:
