@@ -8,7 +8,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import paramiko
@@ -16,7 +16,7 @@ import pytest
 
 from toolkit.errors import RemoteError
 from toolkit.inventory import Host
-from toolkit.remote import as_root, open_node
+from toolkit.remote import Node, as_root, open_node
 
 
 def test_a_root_login_runs_commands_as_they_are() -> None:
@@ -76,9 +76,11 @@ class Node_(paramiko.ServerInterface):
             return False
 
         def answer() -> None:
+            # Output, exit status and end of stream; the client closes the channel (a close
+            # from here could overtake the transport's reply to exec).
             channel.sendall(b"answered\n")
             channel.send_exit_status(0)
-            channel.close()
+            channel.shutdown_write()
 
         threading.Thread(target=answer, daemon=True).start()
         return True
@@ -128,20 +130,36 @@ def silent_node(tmp_path: Path) -> Iterator[tuple[Host, Node_]]:
             transport.close()
 
 
+START_CASES = [
+    (
+        lambda node: node.run("python3 runner.pyz run", timeout=1800),  # the runner's timeout
+        "python3 runner.pyz run",
+        "node-1: no answer in 1s to starting 'python3 runner.pyz run'; connection closed",
+    ),
+    (
+        lambda node: node.run_with_input("docker load --quiet", [b"layer"], timeout=1800),
+        "docker load --quiet",
+        "node-1: no answer in 1s: starting docker load --quiet; connection closed",
+    ),
+]
+
+
+@pytest.mark.parametrize(("operation", "command", "message"), START_CASES, ids=["run", "input"])
 def test_a_node_that_never_answers_fails_at_the_deadline_and_the_next_command_reconnects(
     silent_node: tuple[Host, Node_],
+    operation: Callable[[Node], object],
+    command: str,
+    message: str,
 ) -> None:
     host, server = silent_node
     node = open_node(host, grace_s=1.0)
     started = time.monotonic()
     with pytest.raises(RemoteError) as err:
-        node.run("python3 runner.pyz run", timeout=1800)  # the runner's own timeout
+        operation(node)
     took = time.monotonic() - started
-    assert server.execs == ["python3 runner.pyz run"]  # it reached the node, and hung there
+    assert server.execs == [command]  # it reached the node, and hung there
     assert 1.0 <= took < 10, took  # the start's deadline, not the command's timeout
-    assert err.value.message == (
-        "node-1: no answer in 1s to starting 'python3 runner.pyz run'; connection closed"
-    )
+    assert err.value.message == message
     # The connection is shut; the next command opens a new one and gets its answer.
     res = node.run("cat /etc/gpunode/state.json", timeout=5)
     assert res.ok and res.stdout == "answered\n"

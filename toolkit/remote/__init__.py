@@ -254,9 +254,10 @@ class Node:
             with self._deadline(deadline, command):
                 transport = self.conn.client.get_transport()
                 assert transport is not None
-                channel = transport.open_session(timeout=timeout)
-                channel.settimeout(timeout)
-                channel.exec_command(as_root(command, self.login_user))
+                with self._deadline(self.grace_s, f"starting {command}"):
+                    channel = transport.open_session(timeout=timeout)
+                    channel.settimeout(timeout)
+                    channel.exec_command(as_root(command, self.login_user))
                 try:
                     for chunk in chunks:
                         channel.sendall(chunk)
