@@ -117,11 +117,14 @@ def _deadline(conn: Connection, seconds: float, message: str) -> Iterator[None]:
     def shut() -> None:
         fired.set()
         transport = conn.client.get_transport()
-        if transport is not None and transport.sock is not None:
-            # The transport's own thread sees the end of the stream and wakes every waiter on
-            # its channels; closing the transport from here could wait on the hung peer.
-            with suppress(OSError):
-                transport.sock.shutdown(socket.SHUT_RDWR)
+        sock = transport.sock if transport is not None else None
+        # The transport's own thread sees the end of the stream and wakes every waiter on its
+        # channels; closing the transport from here could wait on the hung peer.
+        with suppress(OSError):
+            if isinstance(sock, socket.socket):
+                sock.shutdown(socket.SHUT_RDWR)
+            elif sock is not None:
+                sock.close()  # a proxy command's pipe
 
     timer = threading.Timer(seconds, shut)
     timer.daemon = True
