@@ -49,6 +49,7 @@ KEYS = (
     "suspended",
     "reboot_pending",
     "check",
+    "turned_seen",
 )
 # The reason a ready node carries while a provision run is changing it (see begin_provision).
 IN_PROGRESS = "provision in progress"
@@ -56,6 +57,10 @@ IN_PROGRESS = "provision in progress"
 CHECK_PREFIX = "check: "
 # ``check``: the last passive check's time and the counters it read (PCIe AER ...), the
 # baseline the next check's deltas start from; kept while the standing is unchanged.
+# ``turned_seen``: the kernel log's XID lines that the check which turned the node not ready
+# had read from the second it started (its baseline's ``xid_seen``). Times are whole seconds,
+# so a line of the second the state's ``time`` names may be one it acted on or a new one; a
+# re-acceptance tells them apart by these lines (``health_checks``).
 # ``reboot_pending``: {"loaded": <driver version the kernel runs>, "installed": <the pinned one>}
 # while the node runs another driver than the one installed; absent once it runs the pin.
 REBOOT_KEYS = ("loaded", "installed")
@@ -287,7 +292,13 @@ def after_check(
     messages = [f"{CHECK_PREFIX}{m}" for m in failures]
     state = {**current, "check": dict(baseline)}
     if current.get("state") == "ready" and messages:
-        return _stamp({**state, "state": "not-ready", "reason": messages}, run_id, now)
+        turned = {
+            **state,
+            "state": "not-ready",
+            "reason": messages,
+            "turned_seen": list(baseline.get("xid_seen") or []),
+        }
+        return _stamp(turned, run_id, now)
     return state
 
 
@@ -345,6 +356,7 @@ def after_acceptance(
     if image_id is not None:
         state["image_id"] = image_id
     state.pop("suspended", None)  # a new verdict supersedes a provision left in progress
+    state.pop("turned_seen", None)  # and the passive check that turned the node not ready
     return _stamp(state, run_id, now)
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -96,7 +97,13 @@ def gpunode(ctx: dict[str, Any], *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "toolkit", *args],
         cwd=REPO,
-        env={**os.environ, "GPUNODE_STATE_DIR": str(ctx["state_dir"]), "COLUMNS": "200"},
+        # PYTHONFAULTHANDLER: a SIGABRT (``finish`` on a timeout) prints every thread's stack.
+        env={
+            **os.environ,
+            "GPUNODE_STATE_DIR": str(ctx["state_dir"]),
+            "COLUMNS": "200",
+            "PYTHONFAULTHANDLER": "1",
+        },
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -104,9 +111,21 @@ def gpunode(ctx: dict[str, Any], *args: str) -> subprocess.Popen[str]:
     )
 
 
-def finish(proc: subprocess.Popen[str], what: str, timeout: float = 1800) -> tuple[int, str, str]:
+def finish(proc: subprocess.Popen[str], what: str, timeout: float = 600) -> tuple[int, str, str]:
+    """Wait for the CLI (the longest step, provision and acceptance of 3 nodes, takes about
+    150 s); one that hangs fails with where each of its threads stood and the nodes' processes.
+    """
     started = time.monotonic()
-    out, err = proc.communicate(timeout=timeout)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, err = proc.communicate(timeout=60)
+        nodes = "\n".join(
+            lab_core.ssh_run(LAB, index, "ps -eo pid,ppid,etimes,args --forest").stdout
+            for index in (1, 2, 3)
+        )
+        pytest.fail(f"{what}: no answer in {timeout:.0f}s\n{err[-12000:]}\n{nodes[-6000:]}")
     TIMES[what] = time.monotonic() - started
     return proc.returncode, out, err
 

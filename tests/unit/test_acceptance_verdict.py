@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from toolkit import nodestate
 from toolkit.acceptance.check import NodeExpectation
 from toolkit.acceptance.health_checks import xid_window_start
 from toolkit.acceptance.perf_checks import allreduce_checks, normalise_allreduce
@@ -583,6 +585,37 @@ def test_xids_a_passive_check_acted_on_are_history_to_a_re_acceptance() -> None:
     failed = _xids((119, "2025-06-02T11:00:00Z"), provisioned="2025-06-01T00:00:00Z")
     failed["state"] |= {"state": "not-ready", "reason": ["health.xid: 1"], "time": turned}
     assert not next(c for c in judge(failed, EXPECT, SPEC).checks if c.name == "health.xid").ok
+
+
+def test_an_xid_of_the_second_a_check_turned_the_node_is_judged_by_the_lines_it_read() -> None:
+    # Seen in test_08 under load: the XID was logged at 09:30:38.23, the health check read it
+    # and turned the node not ready at 09:30:38.9; both are written in whole seconds. The
+    # check's state names the lines it had read from the second it started (turned_seen).
+    base = {"time": "2026-12-06T09:30:38Z", "aer": {}, "xid_seen": ["NVRM: Xid ...: 119"]}
+    ready = {"state": "ready", "reason": [], "stack_id": "abc", "provisioned_at": "2026-12-01"}
+    turned = nodestate.after_check(ready, ["health.xid: 1 critical XID(s)"], base)
+    assert turned["turned_seen"] == ["NVRM: Xid ...: 119"] and turned["time"] >= base["time"]
+    result = _xids((119, turned["time"]))
+    result["state"] = turned
+    check = next(c for c in judge(result, EXPECT, SPEC).checks if c.name == "health.xid")
+    assert check.ok, check.message
+    assert "(not judged: read by the passive check that turned the node not ready)" in (
+        check.message
+    )
+    # A line of that second the check had not read is new: it fails the re-acceptance.
+    result["kernel_log"]["xid_events"][0]["line"] = "NVRM: Xid ...: 119, a later line"
+    assert not next(c for c in judge(result, EXPECT, SPEC).checks if c.name == "health.xid").ok
+    # The acceptance's verdict replaces the check's standing, and its lines with it.
+    accepted = nodestate.after_acceptance(
+        turned,
+        passed=True,
+        reasons=[],
+        accepted_stack_id="abc",
+        run_id="r2",
+        now=datetime(2026, 12, 6, 9, 31, tzinfo=timezone.utc),
+        valid_hours=24,
+    )
+    assert accepted["state"] == "ready" and "turned_seen" not in accepted
 
 
 def test_critical_xids_carry_their_sources() -> None:

@@ -212,8 +212,14 @@ def _xid_check(result: dict[str, Any], spec: HealthSpec, named: Mapping[int, Xid
     critical = set(spec.critical_xids) if spec.critical_xids is not None else set(named)
     start, window = xid_window_start(result, spec)
     events = list(log.get("xid_events") or [])
+    state = result.get("state") or {}
+    # The lines the passive check that turned the node not ready had read (nodestate's
+    # ``turned_seen``): acted on, even where one shares its whole second with the state's time.
+    acted = set(state.get("turned_seen") or []) if nodestate.held_by_check(state) else set()
 
     def in_window(event: dict[str, Any]) -> bool:
+        if event.get("line") in acted:
+            return False
         when = _when(event.get("time"))
         if when is not None:
             return start is None or when >= start
@@ -225,6 +231,8 @@ def _xid_check(result: dict[str, Any], spec: HealthSpec, named: Mapping[int, Xid
     def why_not(event: dict[str, Any]) -> str:
         if event.get("xid") not in critical:
             return "not critical"
+        if event.get("line") in acted:
+            return "read by the passive check that turned the node not ready"
         return "an earlier boot" if event.get("boot") == "previous" else "outside the window"
 
     def when(event: dict[str, Any]) -> str:

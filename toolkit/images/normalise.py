@@ -291,11 +291,12 @@ class Canonical:
         for info, header, member in self.entries:
             pending += header
             if member is not None:
-                handle = self.archive.extractfile(member)
+                handle = self.archive.extractfile(member)  # a regular file's: never None
+                assert handle is not None
                 digest = hashlib.sha256() if hashes is not None else None
                 left = info.size
                 while left:
-                    data = handle.read(min(left, CHUNK)) if handle is not None else b""
+                    data = handle.read(min(left, CHUNK))
                     if not data:
                         raise ImageError(f"{info.name!r} ends before the size its layer records")
                     if digest is not None:
@@ -309,7 +310,8 @@ class Canonical:
                     else:
                         pending += data
                 pending += NUL * (-info.size % tarfile.BLOCKSIZE)
-                if hashes is not None and digest is not None:
+                if digest is not None:
+                    assert hashes is not None
                     hashes[info.name] = digest.hexdigest()
             if len(pending) >= CHUNK:
                 yield bytes(pending)

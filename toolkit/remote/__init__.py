@@ -13,6 +13,15 @@ once, saying so) and files are written through a private temporary file and ``in
 same escalation Ansible's ``become`` gives the playbooks. A root login runs them as they are.
 
 Third-party errors (paramiko, socket, invoke) become :class:`RemoteError` naming the host.
+
+Every remote operation has a hard deadline. invoke's ``timeout`` counts only once the command
+runs, and paramiko waits for the node's answer to opening a session for an hour
+(``Transport.channel_timeout``) and to ``exec`` for ever (``Channel._wait_for_event``:
+paramiko/paramiko#2599, open), so a node that stops answering would hold the whole run. A
+command must start within :data:`GRACE_S` and end within its timeout and that grace; what has
+no timeout (a small file's transfer) must end within :data:`DEFAULT_DEADLINE_S`. At a deadline
+the connection is shut, the operation fails with :class:`RemoteError` saying so, and the next
+one on that node connects anew.
 """
 
 from __future__ import annotations
@@ -20,14 +29,17 @@ from __future__ import annotations
 import io
 import shlex
 import socket
-from collections.abc import Callable, Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import paramiko
-from fabric import Connection
+from fabric import Config, Connection
+from fabric.runners import Remote
 from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 from toolkit.errors import RemoteError
@@ -35,6 +47,10 @@ from toolkit.inventory import Host
 
 T = TypeVar("T")
 DEFAULT_USER = "root"
+# Beyond a command's own timeout, the time its session may take to open and start.
+GRACE_S = 60.0
+# The deadline of what has no timeout of its own: a small file's transfer, mktemp, cat.
+DEFAULT_DEADLINE_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -53,8 +69,9 @@ class Result:
         return self.returncode == 0
 
 
-def connect(host: Host, *, connect_timeout: int = 20) -> Connection:
-    """An (unopened) Fabric connection to one inventory host, host keys enforced.
+def connect(host: Host, *, connect_timeout: int = 20, grace_s: float = GRACE_S) -> Connection:
+    """An (unopened) Fabric connection to one inventory host, host keys enforced; a command
+    it runs must start within ``grace_s``.
 
     Raises:
         RemoteError: No known_hosts file to check the host's key against.
@@ -76,6 +93,12 @@ def connect(host: Host, *, connect_timeout: int = 20) -> Connection:
         user=host.user or DEFAULT_USER,
         connect_timeout=connect_timeout,
         connect_kwargs=kwargs,
+        config=Config(
+            overrides={
+                "runners": {"remote": _Remote},
+                "gpunode": {"start_s": grace_s, "host": host.name},
+            }
+        ),
     )
     conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
@@ -83,6 +106,56 @@ def connect(host: Host, *, connect_timeout: int = 20) -> Connection:
     except (OSError, paramiko.SSHException) as err:
         raise RemoteError(f"{host.name}: cannot read known_hosts {known_hosts}: {err}") from None
     return conn
+
+
+@contextmanager
+def _deadline(conn: Connection, seconds: float, message: str) -> Iterator[None]:
+    """Shut the connection if the block runs past ``seconds`` (module docstring); the block
+    then fails with RemoteError(``message``), whatever paramiko made of the shut connection."""
+    fired = threading.Event()
+
+    def shut() -> None:
+        fired.set()
+        transport = conn.client.get_transport()
+        sock = transport.sock if transport is not None else None
+        # The transport's own thread sees the end of the stream and wakes every waiter on its
+        # channels; closing the transport from here could wait on the hung peer.
+        with suppress(OSError):
+            if isinstance(sock, socket.socket):
+                sock.shutdown(socket.SHUT_RDWR)
+            elif sock is not None:
+                sock.close()  # a proxy command's pipe
+
+    timer = threading.Timer(seconds, shut)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    except BaseException:
+        if not fired.is_set():
+            raise
+    finally:
+        timer.cancel()
+    if fired.is_set():
+        with suppress(*_REMOTE_ERRORS):
+            conn.close()  # the next operation connects anew
+        raise RemoteError(message)
+
+
+class _Remote(Remote):
+    """Fabric's runner of a remote command, whose start (the session opened, ``exec``
+    answered) has a deadline of its own: invoke's timeout counts only from there."""
+
+    def start(self, command: str, shell: str, env: dict[str, Any], timeout: Any = None) -> None:
+        """Open the session and start the command, or fail at the deadline."""
+        limits = self.context.config.gpunode
+        seconds = float(limits.start_s)
+        message = (
+            f"{limits.host}: no answer in {seconds:.0f}s to starting {command[:120]!r}; "
+            "connection closed"
+        )
+        with _deadline(self.context, seconds, message):
+            super().start(command, shell, env, timeout=timeout)
 
 
 def _wrap(host: Host, what: str, err: BaseException) -> RemoteError:
@@ -110,10 +183,11 @@ def as_root(command: str, login_user: str) -> str:
 class Node:
     """One open connection to one inventory host; commands and writes run as root."""
 
-    def __init__(self, host: Host, conn: Connection) -> None:
+    def __init__(self, host: Host, conn: Connection, *, grace_s: float = GRACE_S) -> None:
         self.host = host
         self.conn = conn
         self.login_user = host.user or DEFAULT_USER
+        self.grace_s = grace_s
 
     def run(
         self,
@@ -140,10 +214,19 @@ class Node:
             command = f"env {prefix} {command}"
         return self._run(as_root(command, self.login_user), timeout=timeout, check=check)
 
+    def _deadline(self, seconds: float, what: str) -> AbstractContextManager[None]:
+        return _deadline(
+            self.conn,
+            seconds,
+            f"{self.host.name}: no answer in {seconds:.0f}s: {what[:120]}; connection closed",
+        )
+
     def _run(self, command: str, *, timeout: float | None = None, check: bool = False) -> Result:
         """Run a command line exactly as given, as the login user."""
+        deadline = DEFAULT_DEADLINE_S if timeout is None else timeout + self.grace_s
         try:
-            res = self.conn.run(command, hide=True, warn=True, timeout=timeout, in_stream=False)
+            with self._deadline(deadline, command):
+                res = self.conn.run(command, hide=True, warn=True, timeout=timeout, in_stream=False)
         except CommandTimedOut:
             raise RemoteError(
                 f"{self.host.name}: timed out after {timeout:.0f}s: {command[:120]}"
@@ -168,23 +251,26 @@ class Node:
         Raises:
             RemoteError: The connection failed or the command did not finish in time.
         """
+        deadline = DEFAULT_DEADLINE_S if timeout is None else timeout + self.grace_s
         try:
             self.conn.open()
-            transport = self.conn.client.get_transport()
-            assert transport is not None
-            channel = transport.open_session(timeout=timeout)
-            channel.settimeout(timeout)
-            channel.exec_command(as_root(command, self.login_user))
-            try:
-                for chunk in chunks:
-                    channel.sendall(chunk)
-                channel.shutdown_write()
-            except OSError:
-                pass  # the command ended early (it failed): its exit status and stderr say why
-            stdout = channel.makefile("rb").read().decode(errors="replace")
-            stderr = channel.makefile_stderr("rb").read().decode(errors="replace")
-            code = channel.recv_exit_status()
-            channel.close()
+            with self._deadline(deadline, command):
+                transport = self.conn.client.get_transport()
+                assert transport is not None
+                with self._deadline(self.grace_s, f"starting {command}"):
+                    channel = transport.open_session(timeout=timeout)
+                    channel.settimeout(timeout)
+                    channel.exec_command(as_root(command, self.login_user))
+                try:
+                    for chunk in chunks:
+                        channel.sendall(chunk)
+                    channel.shutdown_write()
+                except OSError:
+                    pass  # the command ended early (it failed): its exit status and stderr say
+                stdout = channel.makefile("rb").read().decode(errors="replace")
+                stderr = channel.makefile_stderr("rb").read().decode(errors="replace")
+                code = channel.recv_exit_status()
+                channel.close()
         except TimeoutError:
             raise RemoteError(f"{self.host.name}: timed out: {command[:120]}") from None
         except _REMOTE_ERRORS as err:
@@ -201,12 +287,14 @@ class Node:
         private temporary file (``mktemp``: mode 0600, its own) that root then installs."""
         try:
             if self.login_user == "root":
-                self.conn.put(source, remote=remote_path)
-                self.conn.sftp().chmod(remote_path, mode)
+                with self._deadline(DEFAULT_DEADLINE_S, what):
+                    self.conn.put(source, remote=remote_path)
+                    self.conn.sftp().chmod(remote_path, mode)
                 return
             staged = self._run("mktemp /tmp/gpunode-upload.XXXXXXXX", check=True).stdout.strip()
             try:
-                self.conn.put(source, remote=staged)
+                with self._deadline(DEFAULT_DEADLINE_S, what):
+                    self.conn.put(source, remote=staged)
                 self.run(
                     f"install -m {mode:o} -o root -g root {shlex.quote(staged)} "
                     f"{shlex.quote(remote_path)}",
@@ -223,7 +311,8 @@ class Node:
             return self.run(f"cat -- {shlex.quote(remote_path)}", check=True).stdout
         buffer = io.BytesIO()
         try:
-            self.conn.get(remote_path, local=buffer)
+            with self._deadline(DEFAULT_DEADLINE_S, f"reading {remote_path}"):
+                self.conn.get(remote_path, local=buffer)
         except _REMOTE_ERRORS as err:
             raise _wrap(self.host, f"reading {remote_path}", err) from None
         return buffer.getvalue().decode("utf-8", errors="replace")
@@ -233,18 +322,19 @@ class Node:
         self.conn.close()
 
 
-def open_node(host: Host, *, connect_timeout: int = 20) -> Node:
-    """Connect to one host.
+def open_node(host: Host, *, connect_timeout: int = 20, grace_s: float = GRACE_S) -> Node:
+    """Connect to one host (``grace_s``: how long past a command's timeout it may take, with
+    opening its session, before the connection is shut).
 
     Raises:
         RemoteError: The host cannot be reached, its key is unknown or wrong, or login fails.
     """
-    conn = connect(host, connect_timeout=connect_timeout)
+    conn = connect(host, connect_timeout=connect_timeout, grace_s=grace_s)
     try:
         conn.open()
     except _REMOTE_ERRORS as err:
         raise _wrap(host, "connecting", err) from None
-    return Node(host, conn)
+    return Node(host, conn, grace_s=grace_s)
 
 
 def parallel(
