@@ -143,8 +143,7 @@ def parse_cmd(file: Path, allow_truncated: bool, as_json: bool) -> None:
     """
     # Imported when a capture is parsed: the parsers load pydantic (their rules), which
     # `gpunode accept --help` must not wait for.
-    from toolkit.acceptance import dcgm
-    from toolkit.acceptance.nccltests import parse_file
+    from toolkit.acceptance import dcgm, nccltests
 
     report = dcgm.read_capture(file)
     if report is not None:
@@ -153,7 +152,7 @@ def parse_cmd(file: Path, allow_truncated: bool, as_json: bool) -> None:
         else:
             _print_dcgm(file, report.to_dict())
         click.get_current_context().exit(EXIT_OK if report.ok else EXIT_FAILED)
-    result = parse_file(file, allow_truncated=allow_truncated)
+    result = nccltests.parse_file(file, allow_truncated=allow_truncated)
     document = result.to_dict()
     if as_json:
         emit_json(document)
