@@ -86,10 +86,11 @@ def test_lab_standin_healthy_node_passes_every_level_2_plugin(tmp_path: Path) ->
     diag = parse_diag(done.stdout)
     assert diag.version == "4.2.3"
     findings = dcgm.judge(diag, LEVEL2)
+    # DCGM's order: a real level 2 prints Hardware (memory) before Integration (pcie).
     assert [(f.plugin, f.ok) for f in findings] == [
         ("software", True),
-        ("pcie", True),
         ("memory", True),
+        ("pcie", True),
     ]
 
 
@@ -104,7 +105,8 @@ def test_lab_dcgm_fail_fault_fails_memory_naming_gpu_and_warning(tmp_path: Path)
     memory = findings["memory"]
     assert not memory.ok
     assert memory.message == (
-        f"memory: GPU {bad} Fail: Found 1 faulty memory elements on GPU {bad}"
+        f"memory: GPU {bad} Fail: Found 1 faulty memory elements on GPU {bad} [DCGM error 52 "
+        "DCGM_FR_FAULTY_MEMORY, severity ISOLATE (2), category HARDWARE_MEMORY (10)]"
     )
     assert memory.measured == [str(bad)]
 
@@ -126,7 +128,7 @@ def test_fail_on_any_gpu_fails_the_plugin_with_every_warning() -> None:
     )
     [finding] = dcgm.judge(parse_diag(text), LEVEL2)
     assert not finding.ok
-    assert finding.message == "memory: GPU 3 Fail: bad row"
+    assert finding.message == "memory: GPU 3 Fail: bad row [DCGM error 52 DCGM_FR_FAULTY_MEMORY]"
 
 
 @pytest.mark.parametrize(
@@ -144,7 +146,8 @@ def test_warn_is_shown_and_judged_by_the_profile(spec: DcgmDiagSpec, ok: bool) -
 
 
 def test_skip_is_shown_and_judged_by_the_profile() -> None:
-    text = doc({"gpu_id": 0, "status": "Skip"})
+    # Skipped on one GPU of two: a plugin skipped on every GPU is not measured (below).
+    text = doc({"gpu_id": 0, "status": "Skip"}, {"gpu_id": 1, "status": "Pass"})
     [passed] = dcgm.judge(parse_diag(text), LEVEL2)
     assert passed.ok and passed.message == "memory: passed, with GPU 0 Skip: no warning given"
     [failed] = dcgm.judge(parse_diag(text), DcgmDiagSpec(level=2, fail_on_skip=True))
@@ -259,10 +262,10 @@ def test_verdict_has_one_check_per_plugin(tmp_path: Path) -> None:
     checks = dcgm_checks({"level": 2, "raw_output": out, "rc": 226, "error": None}, LEVEL2)
     assert [(c.name, c.ok) for c in checks] == [
         ("dcgm.software", True),
-        ("dcgm.pcie", True),
         ("dcgm.memory", False),
+        ("dcgm.pcie", True),
     ]
-    assert checks[2].message.startswith("level 2: memory: GPU ")
+    assert checks[1].message.startswith("level 2: memory: GPU ")
 
 
 @pytest.mark.parametrize(
@@ -316,8 +319,8 @@ def test_runner_runs_dcgmi_at_the_level_and_keeps_a_failing_document(
     assert (section["level"], section["rc"], section["error"]) == (2, 226, None)
     assert [f.ok for f in dcgm.judge(parse_diag(section["raw_output"]), LEVEL2)] == [
         True,
-        True,
         False,
+        True,
     ]
     assert query_dcgm(None, 60) is None
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))

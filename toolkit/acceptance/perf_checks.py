@@ -206,7 +206,7 @@ def topology_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]
 
 def dcgm_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
     """The node's ``dcgmi diag -j`` (``dcgm.py`` holds the parser and the rule), one check per
-    plugin; no ``dcgm_diag`` in the profile, no check."""
+    plugin, a plugin not measured failed; no ``dcgm_diag`` in the profile, no check."""
     rule = spec.dcgm_diag
     if rule is None:
         return []
@@ -214,7 +214,15 @@ def dcgm_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
     findings = [finding] if diag is None and finding is not None else []
     if diag is not None:
         findings = dcgm.judge(diag, rule)
+    # A plugin not measured (it ran on no GPU) never passes: like a floor's figure that was not
+    # measured (check.floor_check), its check fails, the reason in the message.
     return [
-        Check(f"dcgm.{f.plugin}", f.ok, f"level {rule.level}: {f.message}", f.measured, f.floor)
+        Check(
+            f"dcgm.{f.plugin}",
+            f.ok is True,
+            f"level {rule.level}: {f.message}",
+            measured=f.measured,
+            floor=f.floor,
+        )
         for f in findings
     ]

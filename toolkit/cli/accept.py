@@ -65,7 +65,8 @@ def accept(
     --multi-node across nodes), gives a verdict per node, writes /etc/gpunode/state.json and
     the Prometheus textfile on each node and records the run. Exits 1 when any node is not
     ready. With a signing key each ready node gets a handover certificate in the run folder
-    (`gpunode cert`). `gpunode accept parse FILE` reads a captured nccl-tests output instead.
+    (`gpunode cert`). `gpunode accept parse FILE` reads a captured nccl-tests output or
+    `dcgmi diag -j` document instead.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -131,18 +132,27 @@ def _fmt(value: Any) -> str:
 )
 @json_option
 def parse_cmd(file: Path, allow_truncated: bool, as_json: bool) -> None:
-    """Parse a captured nccl-tests output (text or -J JSON).
+    """Parse a captured nccl-tests output (text or -J JSON) or `dcgmi diag -j` document.
 
     With NCCL_DEBUG=INFO lines in the capture, what they say of the transports (network,
     GPUDirect RDMA, NVLS) is shown as well. Exit 0 when the output is correct (no wrong
     values, footer OK, every row readable), 1 when not, 2 when the file is not an nccl-tests
-    output.
+    output. A DCGM document (JSON with `DCGM Diagnostic`) shows the DCGM version and each
+    plugin's outcome (passed, failed, not measured) with DCGM's error, severity and category
+    names; exit 1 when a plugin failed, 0 when every plugin measured passed.
     """
-    # Imported when a capture is parsed: the parser loads pydantic (its transport rules),
-    # which `gpunode accept --help` must not wait for.
-    from toolkit.acceptance.nccltests import parse_file
+    # Imported when a capture is parsed: the parsers load pydantic (their rules), which
+    # `gpunode accept --help` must not wait for.
+    from toolkit.acceptance import dcgm, nccltests
 
-    result = parse_file(file, allow_truncated=allow_truncated)
+    report = dcgm.read_capture(file)
+    if report is not None:
+        if as_json:
+            emit_json(report.to_dict())
+        else:
+            _print_dcgm(file, report.to_dict())
+        click.get_current_context().exit(EXIT_OK if report.ok else EXIT_FAILED)
+    result = nccltests.parse_file(file, allow_truncated=allow_truncated)
     document = result.to_dict()
     if as_json:
         emit_json(document)
@@ -177,3 +187,29 @@ def _print_parsed(file: Path, doc: dict[str, Any]) -> None:
         out_console.print(shown(f"transport (NCCL log): {transport['describe']}"), soft_wrap=True)
     for reason in [*doc["errors"], *doc["problems"]]:
         out_console.print(shown(f"not ok: {reason}"), soft_wrap=True)
+
+
+def _print_dcgm(file: Path, doc: dict[str, Any]) -> None:
+    title = f"{file.name}: dcgmi diag, DCGM {doc['version'] or 'version not reported'}"
+    table = Table(title=shown(title))
+    for column in ("category", "plugin", "outcome", "DCGM error (severity)"):
+        table.add_column(column)
+    for plugin in doc["plugins"]:
+        codes = [
+            f"{w['error_id']} ({w['severity_name'] or w['severity'] or '-'})"
+            for w in plugin["warnings"]
+            if w["error_id"] is not None and plugin["outcome"] != "passed"
+        ]
+        table.add_row(
+            shown(plugin["category"] or "-"),
+            shown(plugin["plugin"]),
+            shown(plugin["outcome"]),
+            shown(", ".join(dict.fromkeys(codes)) or "-"),
+        )
+    out_console.print(table)
+    driver = f"; driver {doc['driver']}" if doc["driver"] else ""
+    verdict = "OK" if doc["ok"] else "NOT OK"
+    out_console.print(shown(f"DCGM {doc['version'] or 'version not reported'}{driver}; {verdict}"))
+    for plugin in doc["plugins"]:
+        if plugin["outcome"] != "passed":
+            out_console.print(shown(plugin["message"]), soft_wrap=True)

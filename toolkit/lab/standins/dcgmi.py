@@ -4,12 +4,17 @@
 Installed as /usr/bin/dcgmi on every lab node (the real tool comes with NVIDIA's
 datacenter-gpu-manager packages, ``datacenter-gpu-manager-4-core`` in DCGM 4: DCGM user guide,
 "Installation"). It reads /var/lib/gpunode-lab/hardware.json (toolkit/lab/hardware.py) and
-prints DCGM 4's document (DCGM @ 72fa3fe, nvvs/include/NvvsJsonStrings.h, dcgmi/Diag.cpp):
-``DCGM Diagnostic`` > ``test_categories`` > ``tests`` > ``results`` with ``entity_group``,
-``entity_id``, ``status`` and ``warnings``. A GPU whose ``dcgm_failing_plugin`` is set (the
-lab's ``dcgm-fail`` fault) fails that plugin with DCGM's own error
-(dcgmlib/dcgm_errors.h: DCGM_FR_FAULTY_MEMORY, 52), and dcgmi then exits 226
-(DCGM_ST_NVVS_ERROR, -30, as an unsigned byte: NVIDIA/DCGM issue 158) after printing the
+prints DCGM 4's document as a real DCGM 4 prints it and nothing more (DCGM @ 72fa3fe,
+nvvs/include/NvvsJsonStrings.h, dcgmi/Diag.cpp ``HelperJsonBuildOutput``; compared field by field
+with the real DCGM 4.2.3 and 4.5.2 captures in tests/data/real/dcgm/): ``DCGM Diagnostic`` holds
+only ``test_categories`` > ``tests`` (``name``, ``results`` with ``entity_group``,
+``entity_group_id``, ``entity_id``, ``status`` and, on a failure, ``warnings``;
+``test_summary``); beside it ``entity_groups`` and ``metadata`` (``version`` and, when the
+driver is loaded, ``Driver Version Detected``). Keys are sorted, as jsoncpp writes them.
+
+A GPU whose ``dcgm_failing_plugin`` is set (the lab's ``dcgm-fail`` fault) fails that plugin
+with DCGM's own error (dcgmlib/dcgm_errors.h: DCGM_FR_FAULTY_MEMORY, 52), and dcgmi then exits
+226 (DCGM_ST_NVVS_ERROR, -30, as an unsigned byte: NVIDIA/DCGM issue 158) after printing the
 document, as the real tool does (Diag::GetFailureResult).
 
 GPUNODE_LAB_ROOT (default "/") relocates the hardware file, so tests run it without a node.
@@ -25,24 +30,42 @@ from pathlib import Path
 from typing import Any
 
 VERSION = "4.2.3"
-HARDWARE = Path(os.environ.get("GPUNODE_LAB_ROOT", "/")) / "var/lib/gpunode-lab/hardware.json"
+STATE = Path(os.environ.get("GPUNODE_LAB_ROOT", "/")) / "var/lib/gpunode-lab"
+HARDWARE = STATE / "hardware.json"
+# The loaded kernel module's version (the stand-in nvidia-smi's, smi/state.py): what DCGM
+# reports as the driver it detected, left out as DCGM leaves it out when it has none.
+LOADED = STATE / "loaded-driver-version"
 EXIT_NVVS_ERROR = 226
-# The plugins of each run level and their categories (DCGM user guide, "DCGM Diagnostics",
-# Run Levels and Tests; nvvs/include/PluginStrings.h for the categories).
-LEVELS: dict[int, tuple[tuple[str, str], ...]] = {
-    1: (("Deployment", "software"),),
-    2: (("Deployment", "software"), ("Integration", "pcie"), ("Hardware", "memory")),
+# Each plugin's category (nvvs/include/PluginStrings.h, <PLUGIN>_PLUGIN_CATEGORY).
+CATEGORY = {
+    "software": "Deployment",
+    "memory": "Hardware",
+    "diagnostic": "Hardware",
+    "pulse_test": "Hardware",
+    "pcie": "Integration",
+    "targeted_stress": "Stress",
+    "targeted_power": "Stress",
+    "memory_bandwidth": "Stress",
+    "memtest": "Stress",
+}
+# The plugins of each run level (DCGM user guide, "DCGM Diagnostics", Run Levels and Tests), in
+# the order DCGM runs them: a category is printed where its first test is recorded
+# (nvvs/src/DcgmNvvsResponseWrapper.cpp), so a real level 2 prints Deployment (software),
+# Hardware (memory), Integration (pcie), as the DCGM 4.5.2 capture does.
+LEVELS: dict[int, tuple[str, ...]] = {
+    1: ("software",),
+    2: ("software", "memory", "pcie"),
     3: (
-        ("Deployment", "software"),
-        ("Integration", "pcie"),
-        ("Hardware", "memory"),
-        ("Hardware", "diagnostic"),
-        ("Stress", "targeted_stress"),
-        ("Stress", "targeted_power"),
-        ("Stress", "memory_bandwidth"),
+        "software",
+        "memory",
+        "diagnostic",
+        "pcie",
+        "targeted_stress",
+        "targeted_power",
+        "memory_bandwidth",
     ),
 }
-LEVELS[4] = (*LEVELS[3], ("Hardware", "memtest"), ("Stress", "pulse_test"))
+LEVELS[4] = (*LEVELS[3], "memtest", "pulse_test")
 # dcgmlib/dcgm_errors.h: DCGM_FR_FAULTY_MEMORY (52), DCGM_FR_EC_HARDWARE_MEMORY (10),
 # DCGM_ERROR_ISOLATE (2).
 FAULTY_MEMORY = {"error_category": 10, "error_id": 52, "error_severity": 2}
@@ -61,34 +84,50 @@ def _result(gpu: dict[str, Any], plugin: str) -> dict[str, Any]:
     return entry
 
 
+def _device_id(gpu: dict[str, Any]) -> str:
+    """DCGM's ``device_id``: the SKU's PCI device id, four lower-case hex digits (``2330``),
+    from nvidia-smi's ``0x233010DE`` (device, then vendor)."""
+    return str(gpu["pci_device_id"])[2:6].lower()
+
+
+def _driver() -> str | None:
+    try:
+        return LOADED.read_text().strip() or None
+    except OSError:
+        return None
+
+
 def document(hardware: dict[str, Any], level: int) -> tuple[dict[str, Any], bool]:
     """The JSON document and whether a plugin failed."""
     gpus = hardware["gpus"]
     categories: dict[str, list[dict[str, Any]]] = {}
     failed = False
-    for category, plugin in LEVELS[level]:
+    for plugin in LEVELS[level]:
         results = [_result(gpu, plugin) for gpu in gpus]
         status = "Fail" if any(r["status"] == "Fail" for r in results) else "Pass"
         failed = failed or status == "Fail"
-        categories.setdefault(category, []).append(
+        categories.setdefault(CATEGORY[plugin], []).append(
             {"name": plugin, "results": results, "test_summary": {"status": status}}
         )
+    metadata = {"version": VERSION}
+    driver = _driver()
+    if driver:
+        metadata["Driver Version Detected"] = driver
     return {
         "DCGM Diagnostic": {
             "test_categories": [{"category": c, "tests": t} for c, t in categories.items()],
-            "version": VERSION,
         },
         "entity_groups": [
             {
                 "entities": [
-                    {"device_id": "", "entity_id": g["index"], "serial_num": g["serial"]}
+                    {"device_id": _device_id(g), "entity_id": g["index"], "serial_num": g["serial"]}
                     for g in gpus
                 ],
                 "entity_group": "GPU",
                 "entity_group_id": 1,
             }
         ],
-        "metadata": {"version": VERSION},
+        "metadata": metadata,
     }, failed
 
 
@@ -111,7 +150,7 @@ def main(argv: list[str]) -> int:
         return 1
     doc, failed = document(hardware, level)
     # dcgmi prints its JSON with tabs and " : " (jsoncpp's styled writer).
-    sys.stdout.write(json.dumps(doc, indent="\t", separators=(",", " : ")) + "\n")
+    sys.stdout.write(json.dumps(doc, indent="\t", separators=(",", " : "), sort_keys=True) + "\n")
     return EXIT_NVVS_ERROR if failed else 0
 
 
