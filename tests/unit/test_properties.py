@@ -141,6 +141,69 @@ def test_a_capture_with_a_corrupt_row_is_never_ok(text: str, allow_truncated: bo
     assert any("unparsed row" in p for p in result.problems)
 
 
+# Issue 41, class 6: lines that are no row but fit between the rows (NCCL's own log lines).
+LOG_NOISE = st.sampled_from(
+    [
+        "node-a:10204:10204 [0] NCCL INFO Channel 00/32 : 0 1",
+        "10-0-0-1:77:77 [3] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB",
+        "",
+    ]
+)
+_FOOTER_LIKE = re.compile(r"#\s*(?:Out of bounds values|Avg bus bandwidth)\s*:", re.IGNORECASE)
+
+
+@st.composite
+def validated_capture_with_na(draw: st.DrawFn) -> str:
+    """A healthy validated capture where some rows print N/A in `#wrong` (one placement or
+    both), with NCCL log lines between the rows."""
+    rows = []
+    marked = draw(st.sets(st.integers(0, len(ROWS) - 1), min_size=1))
+    for index, row in enumerate(ROWS):
+        tokens = row.split()
+        if index in marked:
+            for column in draw(st.sampled_from([(8,), (12,), (8, 12)])):
+                tokens[column] = "N/A"
+        rows.extend(draw(st.lists(LOG_NOISE, max_size=2)))
+        rows.append("  ".join(tokens))
+    return capture(rows, draw(st.sampled_from(PREFIXES)))
+
+
+@configured
+@given(validated_capture_with_na(), st.booleans())
+def test_a_validated_capture_with_an_na_wrong_is_never_ok(text: str, allow_truncated: bool) -> None:
+    result = parse_or_refuse(text, allow_truncated=allow_truncated)
+    assert result is not None and not result.ok
+    assert any(p.startswith("unvalidated row at line ") for p in result.problems)
+
+
+@st.composite
+def capture_with_a_hash_line_in_its_table(draw: st.DrawFn) -> str:
+    """A healthy capture with a `#`-led line put inside its table (after the units line,
+    before the footer): a row whose size became `#` and anything, or any `#` line."""
+    rows = [*ROWS]
+    after = draw(st.text(alphabet=st.characters(blacklist_characters="\n"), max_size=60))
+    if draw(st.booleans()):
+        index = draw(st.integers(0, len(rows) - 1))
+        line = "#" + after + rows[index].lstrip().split(None, 1)[1]
+        rows[index] = line
+    else:
+        line = "#" + after
+        rows.insert(draw(st.integers(0, len(rows))), line)
+    assume(not _FOOTER_LIKE.match(line.strip()))  # the footer itself ends the table
+    noisy = []
+    for row in rows:
+        noisy.extend(draw(st.lists(LOG_NOISE, max_size=2)))
+        noisy.append(row)
+    return capture(noisy, draw(st.sampled_from(PREFIXES)))
+
+
+@configured
+@given(capture_with_a_hash_line_in_its_table(), st.booleans())
+def test_a_hash_line_inside_the_table_is_never_ok(text: str, allow_truncated: bool) -> None:
+    result = parse_or_refuse(text, allow_truncated=allow_truncated)
+    assert result is not None and not result.ok
+
+
 @configured
 @given(st.integers(0, 10_000), st.sampled_from(PREFIXES))
 def test_a_capture_cut_before_its_footer_is_never_ok(cut: int, prefix: str) -> None:
