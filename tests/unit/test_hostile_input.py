@@ -287,6 +287,112 @@ def test_the_acceptance_verdict_fails_on_a_corrupt_row() -> None:
     assert "unparsed row at line 12" in check.message
 
 
+# --- issue 41, class 6: a validated row that was not, a row behind '#' --------------------------
+
+
+def _na(row: str, placement: str) -> str:
+    """The row with `#wrong` of one placement (or both) printed as N/A."""
+    tokens = row.split()
+    for column in {"out": (8,), "in": (12,), "both": (8, 12)}[placement]:
+        tokens[column] = "N/A"
+    return "  ".join(tokens)
+
+
+@pytest.mark.parametrize("placement", ["out", "in", "both"])
+def test_an_unvalidated_row_in_a_validated_capture_is_not_ok(
+    placement: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = capture([ROWS[0], _na(ROWS[1], placement), ROWS[2]])
+    result = parse(text)
+    assert not result.ok
+    assert result.problems[0].startswith("unvalidated row at line 12: #wrong is N/A")
+    path = tmp_path / "na.txt"
+    path.write_text(text)
+    code, out, _err = gpunode(capsys, "accept", "parse", str(path))
+    assert code == 1 and "not ok: unvalidated row at line 12" in out
+    # The same capture from a run without validation is consistent (and says it is unvalidated).
+    off = parse(
+        capture([_na(row, "both") for row in ROWS]).replace("validation: 1", "validation: 0")
+    )
+    assert off.ok and not off.validated
+
+
+def test_a_counted_row_in_an_unvalidated_capture_is_not_ok() -> None:
+    result = parse(capture().replace("validation: 1", "validation: 0"))
+    assert not result.ok
+    assert result.problems[0].startswith("row at line 11 reports #wrong although the run says")
+
+
+def test_an_unvalidated_row_in_a_validated_legacy_capture_is_not_ok() -> None:
+    legacy = [" ".join(row.split()[:4] + row.split()[5:]) for row in ROWS]
+    legacy = [row.replace(" 0 ", " 2e-07 ").removesuffix(" 0") + " 2e-07" for row in legacy]
+    header = HEADER.replace("    root", "")
+    text = header + "\n".join([legacy[0], legacy[1].replace("2e-07", "N/A", 1), legacy[2]])
+    result = parse(text + "\n" + FOOTER)
+    assert not result.ok and result.layout == "legacy"
+    assert result.problems[0].startswith("unvalidated row at line 12")
+    assert parse(header + "\n".join(legacy) + "\n" + FOOTER).ok
+
+
+def test_an_unvalidated_json_row_in_a_validated_document_is_not_ok() -> None:
+    document = json.loads(_json_capture())
+    document["results"][1]["in_place"]["nwrong"] = None
+    result = parse(json.dumps(document))
+    assert not result.ok
+    assert result.problems[0].startswith("unvalidated row at results[1]")
+    document["config"]["validation"] = 0
+    assert not parse(json.dumps(document)).ok  # results[0] and [2] are counted
+    for item in document["results"]:
+        item["out_of_place"]["nwrong"] = item["in_place"]["nwrong"] = None
+    assert parse(json.dumps(document)).ok
+
+
+@pytest.mark.parametrize(
+    "mark",
+    ["# x", "#\r", "#", "#:", "# x\r", "#\t", "#!", "# 1", "#\r\r", "#wrong"],
+)
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_row_behind_any_hash_inside_the_table_is_not_ok(
+    mark: str, whole: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row whose size column became `#` and anything (`# x`, `#` then a carriage return),
+    or whose whole text became that: nccl-tests prints no `#` line between its rows."""
+    row = mark if whole else mark + ROWS[1].lstrip().removeprefix("16777216")
+    text = capture([ROWS[0], row, ROWS[2]])
+    result = parse(text)
+    assert not result.ok and len(result.rows) == 2
+    assert "line 12" in result.problems[0]
+    path = tmp_path / "hash.txt"
+    path.write_bytes(text.encode())
+    code, out, _err = gpunode(capsys, "accept", "parse", str(path))
+    assert code == 1 and "not ok: " in out and "line 12" in out
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)",
+        "# Using devices",
+        "#  Rank  2 Group  0 Pid  10206 on     node-a device  2 [0000:44:00] NVIDIA H200",
+        HEADER_LINES[1],  # the run's parameters
+        "# Collective test concluded: all_reduce_perf",
+    ],
+)
+def test_a_header_line_between_the_rows_is_not_ok(line: str) -> None:
+    """The lines nccl-tests prints before a table or after its footer are no row, but between
+    the rows they mean the table is not one run's (the units line: only after the header)."""
+    result = parse(capture([ROWS[0], line, *ROWS[1:]]))
+    assert not result.ok
+    assert result.problems[0].startswith("line 12 inside the result table is a '#' line")
+    assert len(result.devices) == 2
+
+
+def test_a_table_cut_short_by_a_new_run_is_not_ok() -> None:
+    result = parse(HEADER + ROWS[0] + "\n" + capture())
+    assert not result.ok
+    assert result.problems[0].startswith("line 12 inside the result table is a '#' line")
+
+
 # --- strict JSON, and one document on failure ----------------------------------------------------
 
 

@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from toolkit.errors import ImageError
-from toolkit.images.layerstore import StoredTar, chain_id
+from toolkit.images.layerstore import LayerRecordError, StoredTar, chain_id
 from toolkit.images.normalise import (
     ChunkReader,
     FileEntry,
@@ -430,4 +431,106 @@ def test_an_unreadable_store_record_fails_naming_it(tmp_path: Path) -> None:
     record = tmp_path / "tar-split.json.gz"
     record.write_bytes(b"not gzip")
     with pytest.raises(ImageError, match=r"tar-split\.json\.gz"):
+        StoredTar(record, tmp_path)
+
+
+# --- issue 41, class 8: every record taken from the engine's store is bounded and validated ------
+
+
+def _record(tmp_path: Path, *lines: bytes, compressed: bytes | None = None) -> Path:
+    record = tmp_path / "tar-split.json.gz"
+    record.write_bytes(gzip.compress(b"".join(lines)) if compressed is None else compressed)
+    return record
+
+
+def _entry(**fields: Any) -> bytes:
+    return json.dumps(fields).encode() + b"\n"
+
+
+def test_a_gzip_record_that_expands_to_gigabytes_is_refused_unread(tmp_path: Path) -> None:
+    """2 GiB of zeros in 2 MB of gzip members: read a line at a time, refused at the first."""
+    member = gzip.compress(bytes(1 << 20), compresslevel=9)
+    record = _record(tmp_path, compressed=member * 2048)
+    with pytest.raises(LayerRecordError, match=r"line 1: an entry longer than 1048576 bytes"):
+        StoredTar(record, tmp_path, layer="sha256:" + "ab" * 32)
+    # Lines of the right length that add up past the record's bound.
+    line = _entry(type=2, payload=base64.b64encode(b"h" * 300).decode())
+    many = _record(tmp_path, line * 10_000)
+    with pytest.raises(LayerRecordError, match=r"tar-split\.json\.gz: expands past 65536 bytes"):
+        StoredTar(many, tmp_path, max_bytes=65536)
+    with pytest.raises(LayerRecordError, match=r"more than 100 entries"):
+        StoredTar(many, tmp_path, max_entries=100)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"[" * 100_000 + b"\n",
+        b'{"type": 2, "payload": ' + b"[" * 100_000 + b"\n",
+        b'{"type": 2, "payload": ' + b'{"a": ' * 50_000 + b"1" + b"}" * 50_001 + b"\n",
+        b'{"type": 1, "name": "a", "size": [1]}\n',
+    ],
+)
+def test_a_deeply_nested_json_record_is_a_named_error(tmp_path: Path, line: bytes) -> None:
+    record = _record(tmp_path, _entry(type=2, payload=""), line)
+    with pytest.raises(LayerRecordError, match=r"tar-split\.json\.gz, line 2: nested JSON"):
+        StoredTar(record, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"type": 2, "payload": "!!!!"}, "payload is not base64"),
+        ({"type": 2, "payload": "QUJD RA=="}, "payload is not base64"),
+        ({"type": 2, "payload": "QUJDRA"}, "payload is not base64"),  # no padding
+        ({"type": 2, "payload": "QUJD\u00e9RA=="}, "payload is not base64"),
+        ({"type": 2, "payload": 1234}, "payload 1234 is not a base64 string"),
+        ({"type": 1, "name_raw": "not*base64", "size": 0}, "name_raw is not base64"),
+        ({"type": 1, "name": "a", "payload": "%%%%", "size": 1}, "payload is not base64"),
+        ({"type": 1, "name": "a", "size": -5}, "size -5 is not an integer from 0"),
+        ({"type": 1, "name": "a", "size": "12"}, "size '12' is not an integer"),
+        ({"type": 1, "name": "a", "size": 1.5}, "size 1.5 is not an integer"),
+        ({"type": 1, "name": "a", "size": True}, "size True is not an integer"),
+        ({"type": 1, "name": "a", "size": 1 << 63}, "is not an integer from 0 to 2"),
+        ({"type": 2, "payload": "QUJD", "size": 4}, "size 4 where the payload has 3"),
+        ({"type": 2, "payload": "QUJD", "size": -3}, "size -3 is not an integer"),
+        ({"type": 1, "name": "a\u0000b", "size": 1}, "holds a NUL"),
+        ({"type": 1, "name": 7, "size": 1}, "name 7 is not a string"),
+        ({"type": 1, "name": "a\ud800", "size": 1}, "is no path of bytes"),
+        ({"type": 1, "size": 1}, "name None is not a string"),
+        ({"type": 3}, "entry type 3 is neither"),
+        ({"type": True, "payload": ""}, "entry type True is neither"),
+        ({"payload": ""}, "entry type None is neither"),
+    ],
+)
+def test_an_invalid_record_entry_is_a_named_error(
+    tmp_path: Path, fields: dict[str, Any], reason: str
+) -> None:
+    record = _record(tmp_path, _entry(type=2, payload="QUJD"), _entry(**fields))
+    with pytest.raises(LayerRecordError, match=re.escape(reason)) as caught:
+        StoredTar(record, tmp_path / "diff", layer="sha256:0123")
+    assert caught.value.message.startswith(
+        f"layer sha256:0123: the layer store's record {record}, line 2: "
+    )
+    assert isinstance(caught.value, ImageError)
+
+
+@pytest.mark.parametrize(
+    "line", [b"\n", b"NaN\n", b'"entry"\n', b'{"type": 2, "payload": "QUJD"\n', b"\xff\xfe\n"]
+)
+def test_a_record_line_that_is_no_entry_is_a_named_error(tmp_path: Path, line: bytes) -> None:
+    with pytest.raises(LayerRecordError, match=r"line 1: "):
+        StoredTar(_record(tmp_path, line), tmp_path)
+
+
+@pytest.mark.parametrize(
+    "compressed",
+    [b"", b"\x1f\x8b", gzip.compress(_entry(type=2, payload=""))[:-6], b"\x1f\x8b\x08" + bytes(40)],
+)
+def test_a_cut_or_corrupt_gzip_record_is_a_named_error(tmp_path: Path, compressed: bytes) -> None:
+    record = _record(tmp_path, compressed=compressed)
+    if not compressed:
+        assert StoredTar(record, tmp_path).read() == b""  # an empty record: an empty layer
+        return
+    with pytest.raises(LayerRecordError, match=r"tar-split\.json\.gz is unreadable"):
         StoredTar(record, tmp_path)

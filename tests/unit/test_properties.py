@@ -1,5 +1,6 @@
 """Property-based tests (hypothesis) of what reads hostile input: the nccl-tests parser, the
-stack loader, the YAML loader's limits, the inventory reader and the topology parser.
+stack loader, the YAML loader's limits, the inventory reader, the topology parser and the
+layer store's tar-split records.
 
 Properties: only gpunode's own errors escape (never a Python exception), ``--json`` output is
 strict JSON (RFC 8259: no NaN or Infinity), and a capture containing a corrupt row is never ok.
@@ -15,7 +16,9 @@ Neither profile keeps an example database: runs leave nothing behind in the chec
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import gzip
 import io
 import json
 import os
@@ -36,8 +39,9 @@ from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse
 from toolkit.acceptance.topology import MAX_NUMA_NODES, TopologyUnreadable, parse_topo
 from toolkit.acceptance.verdict import judge
 from toolkit.config import MAX_YAML_INT_CHARS, MAX_YAML_NODES, load_yaml
-from toolkit.errors import ToolkitError
+from toolkit.errors import ImageError, ToolkitError
 from toolkit.hardware import load_stack_file
+from toolkit.images.layerstore import LayerRecordError, StoredTar
 from toolkit.inventory import MAX_INVENTORY_HOSTS, load_inventory
 from toolkit.names import NAME_RE
 
@@ -139,6 +143,69 @@ def test_a_capture_with_a_corrupt_row_is_never_ok(text: str, allow_truncated: bo
     assert result is not None
     assert not result.ok
     assert any("unparsed row" in p for p in result.problems)
+
+
+# Issue 41, class 6: lines that are no row but fit between the rows (NCCL's own log lines).
+LOG_NOISE = st.sampled_from(
+    [
+        "node-a:10204:10204 [0] NCCL INFO Channel 00/32 : 0 1",
+        "10-0-0-1:77:77 [3] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB",
+        "",
+    ]
+)
+_FOOTER_LIKE = re.compile(r"#\s*(?:Out of bounds values|Avg bus bandwidth)\s*:", re.IGNORECASE)
+
+
+@st.composite
+def validated_capture_with_na(draw: st.DrawFn) -> str:
+    """A healthy validated capture where some rows print N/A in `#wrong` (one placement or
+    both), with NCCL log lines between the rows."""
+    rows = []
+    marked = draw(st.sets(st.integers(0, len(ROWS) - 1), min_size=1))
+    for index, row in enumerate(ROWS):
+        tokens = row.split()
+        if index in marked:
+            for column in draw(st.sampled_from([(8,), (12,), (8, 12)])):
+                tokens[column] = "N/A"
+        rows.extend(draw(st.lists(LOG_NOISE, max_size=2)))
+        rows.append("  ".join(tokens))
+    return capture(rows, draw(st.sampled_from(PREFIXES)))
+
+
+@configured
+@given(validated_capture_with_na(), st.booleans())
+def test_a_validated_capture_with_an_na_wrong_is_never_ok(text: str, allow_truncated: bool) -> None:
+    result = parse_or_refuse(text, allow_truncated=allow_truncated)
+    assert result is not None and not result.ok
+    assert any(p.startswith("unvalidated row at line ") for p in result.problems)
+
+
+@st.composite
+def capture_with_a_hash_line_in_its_table(draw: st.DrawFn) -> str:
+    """A healthy capture with a `#`-led line put inside its table (after the units line,
+    before the footer): a row whose size became `#` and anything, or any `#` line."""
+    rows = [*ROWS]
+    after = draw(st.text(alphabet=st.characters(blacklist_characters="\n"), max_size=60))
+    if draw(st.booleans()):
+        index = draw(st.integers(0, len(rows) - 1))
+        line = "#" + after + rows[index].lstrip().split(None, 1)[1]
+        rows[index] = line
+    else:
+        line = "#" + after
+        rows.insert(draw(st.integers(0, len(rows))), line)
+    assume(not _FOOTER_LIKE.match(line.strip()))  # the footer itself ends the table
+    noisy = []
+    for row in rows:
+        noisy.extend(draw(st.lists(LOG_NOISE, max_size=2)))
+        noisy.append(row)
+    return capture(noisy, draw(st.sampled_from(PREFIXES)))
+
+
+@configured
+@given(capture_with_a_hash_line_in_its_table(), st.booleans())
+def test_a_hash_line_inside_the_table_is_never_ok(text: str, allow_truncated: bool) -> None:
+    result = parse_or_refuse(text, allow_truncated=allow_truncated)
+    assert result is not None and not result.ok
 
 
 @configured
@@ -451,3 +518,84 @@ def test_any_affinity_parses_bounded_or_fails_its_node(cpus: str, numa: str, num
     else:
         nodes = topo.gpus[0].numa_nodes
         assert len(nodes) <= MAX_NUMA_NODES and all(0 <= n < MAX_NUMA_NODES for n in nodes)
+
+
+# --- issue 41, class 8: the layer store's tar-split records ---------------------------------------
+
+_RECORD_ENTRIES: list[dict[str, Any]] = [
+    {"type": 2, "payload": base64.b64encode(b"h" * 512).decode()},
+    {"type": 1, "name": "usr/bin/x", "size": 5, "payload": "AAAAAAAAAAA="},
+    {"type": 1, "name_raw": base64.b64encode(b"caf\xe9").decode(), "size": 0},
+    {"type": 2, "payload": base64.b64encode(bytes(1024)).decode()},
+]
+# Caps small enough that a hostile record reaches them in a few lines.
+RECORD_CAPS = {"max_bytes": 8192, "max_entry": 2048, "max_entries": 32}
+json_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**64), 2**64),
+        st.floats(),
+        st.text(max_size=12),
+        st.sampled_from(["QUJD", "QUJD RA==", "!!!!", "usr/../../etc", "\ud800"]),
+    ),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=6,
+)
+
+
+@st.composite
+def tar_split_record(draw: st.DrawFn) -> bytes:
+    """A gzip tar-split record: valid entries with fields set to any JSON, their lines cut,
+    spliced, repeated or nested deep, and perhaps the gzip stream itself mutated."""
+    entries = [dict(e) for e in _RECORD_ENTRIES]
+    for _ in range(draw(st.integers(0, 3))):
+        entry = draw(st.sampled_from(entries))
+        key = draw(st.sampled_from(["type", "payload", "size", "name", "name_raw", "x"]))
+        entry[key] = draw(json_values)
+    lines = [json.dumps(e).encode() + b"\n" for e in entries]
+    for _ in range(draw(st.integers(0, 3))):
+        index = draw(st.integers(0, len(lines) - 1))
+        line = lines[index]
+        how = draw(st.sampled_from(["splice", "repeat", "deep", "drop"]))
+        if how == "splice":
+            at = draw(st.integers(0, len(line)))
+            end = draw(st.integers(at, len(line)))
+            lines[index] = line[:at] + draw(st.binary(max_size=8)) + line[end:]
+        elif how == "repeat":
+            lines[index] = line * draw(st.integers(2, 300))
+        elif how == "deep":
+            depth = draw(st.integers(1, 100_000))
+            lines[index] = line[:-2] + b', "n": ' + b"[" * depth + b"]" * depth + b"}\n"
+        else:
+            del lines[index]
+            if not lines:
+                break
+    compressed = gzip.compress(b"".join(lines))
+    if draw(st.booleans()):
+        at = draw(st.integers(0, len(compressed) - 1))
+        compressed = compressed[:at] + draw(st.binary(max_size=4)) + compressed[at + 1 :]
+    return compressed
+
+
+@configured
+@given(tar_split_record())
+def test_any_tar_split_record_reads_bounded_or_fails_with_the_named_error(
+    tmp_path_factory: Any, compressed: bytes
+) -> None:
+    folder = tmp_path_factory.mktemp("layer")
+    record = folder / "tar-split.json.gz"
+    record.write_bytes(compressed)
+    try:
+        stored = StoredTar(record, folder / "diff", layer="sha256:ab", **RECORD_CAPS)
+    except LayerRecordError as err:
+        assert err.message.startswith(f"layer sha256:ab: the layer store's record {record}")
+        return
+    raw = [p for p in stored.pieces if isinstance(p, bytes)]
+    assert sum(map(len, raw)) <= RECORD_CAPS["max_bytes"]
+    assert all(size >= 0 for _name, size in (p for p in stored.pieces if isinstance(p, tuple)))
+    with stored:
+        try:
+            stored.read(RECORD_CAPS["max_bytes"])
+        except ImageError as err:  # the files are not there: named, never followed out
+            assert "cannot read" in err.message or "outside its layer" in err.message

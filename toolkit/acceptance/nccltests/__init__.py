@@ -18,11 +18,14 @@ When device lines are absent the rank count is inferred from busbw/algbw = 2(n-1
 holds for all_reduce only.
 
 The parser is strict, because its verdict is the product. One row grammar: inside a results
-table (from its column header or first row to its footer) every line is a comment (``#``), a
-whole NCCL log line, a bare ``NCCL version`` line, or a row that parses; anything else is a
-problem ("unparsed row at line N"). Before the first table other tools' lines are skipped, but
-a line that starts like a row must parse; after a footer only comments, NCCL log lines and a
-new table may follow. ``#wrong`` is a non-negative integer; sizes and counts are below 10**18;
+table (from its column header or first row to its footer) every line is the units line (right
+after the column header), a whole NCCL log line, a bare ``NCCL version`` line, a footer line
+or a row that parses; anything else, any other ``#`` line included, is a problem ("unparsed
+row at line N"), since nccl-tests prints no other ``#`` line there. Before the first table
+other tools' lines are skipped, but a line that starts like a row must parse; after a footer
+only comments, NCCL log lines and a new table may follow. ``#wrong`` is ``N/A`` exactly when
+the run's ``validation:`` (JSON ``config.validation``) is 0: a row that disagrees is a
+problem. ``#wrong`` is a non-negative integer; sizes and counts are below 10**18;
 non-finite numbers are invalid data; a footer other than ``N OK`` fails; a capture whose last
 table has no footer is incomplete; any entry of the JSON ``errors`` list fails. A result with a
 problem is never ok. It streams (:func:`parse_stream`): lines are cut at

@@ -19,6 +19,7 @@ from toolkit.acceptance.nccltests.result import (
     Row,
     Rows,
     ranks_of,
+    validation_mismatch,
     version_from_code,
 )
 from toolkit.errors import clip
@@ -60,16 +61,23 @@ def parse_json(document: Any) -> NcclTestsResult:
         raise NotNcclTestsOutput("not an nccl-tests JSON document: no 'results' list")
     problems = Problems()
     table = Rows(problems)
+    config = _json_dict(document.get("config"))
+    validation = config.get("validation")
+    validation_on = validation != 0 if _is_count(validation) else None
     for index, item in enumerate(document["results"]):
         try:
-            table.add(_json_row(item))
+            row = _json_row(item)
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             problems.add(f"unparsed row results[{index}]: {clip(str(err))}")
+            continue
+        table.add(row)
+        unvalidated = any(p.wrong is None for p in row.placements())
+        if validation_on is not None and validation_on == unvalidated:
+            problems.add(validation_mismatch(f"results[{index}]", str(item), validation_on))
     rows = table.rows
     if not rows:
         first = f" ({problems.listed[0]})" if problems.listed else ""
         raise NotNcclTestsOutput(f"not an nccl-tests output: no result rows found{first}")
-    config = _json_dict(document.get("config"))
     devices: dict[int, Device] = {}
     for dev in config.get("devices") or []:
         try:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.acceptance import nccllog
-from toolkit.errors import EXIT_USAGE, AcceptanceError
+from toolkit.errors import EXIT_USAGE, AcceptanceError, clip
 
 # Bounds that keep a hostile or runaway capture in bounded memory and time.
 MAX_LINE_BYTES = 64 * 1024  # a longer line is cut there (a row is about 130 bytes)
@@ -284,6 +284,34 @@ def _acc(placement: Placement | None) -> _Acc | None:
 
 def _placement_of(acc: _Acc | None) -> Placement | None:
     return None if acc is None else Placement(*acc)
+
+
+def validation_mismatch(where: str, row: str, validation_on: bool) -> str:
+    """Why a row disagrees with its run's ``validation:`` (``config.validation`` in JSON).
+
+    nccl-tests prints ``N/A`` in ``#wrong`` (JSON: ``"nwrong": null``) exactly when validation
+    is off: ``run()`` in ``src/common.cu`` sets every thread's ``args.reportErrors =
+    datacheck`` (``-c``, which ``writeDeviceReport`` in ``src/util.cu`` prints as ``validation:
+    %d``), and ``writeBenchmarkLineBody`` in ``src/util.cu`` prints the count (``%6g``) when
+    ``reportErrors`` and ``N/A`` otherwise; before 2.13 ``BenchTime`` in ``src/common.cu``
+    printed the relative error when ``datacheck`` and ``N/A`` otherwise. A row that says
+    otherwise is not what the run printed: an unvalidated row of a validated run was not
+    validated, so the capture cannot be ok.
+
+    Args:
+        where: The row's place (``line 12``, ``results[3]``).
+        row: The row as read, for the message.
+        validation_on: What the run says of validation.
+    """
+    if validation_on:
+        return (
+            f"unvalidated row at {where}: #wrong is N/A although the run says validation is "
+            f"on (nccl-tests prints N/A only with validation off): {clip(row)!r}"
+        )
+    return (
+        f"row at {where} reports #wrong although the run says validation: 0 (nccl-tests "
+        f"prints N/A then): {clip(row)!r}"
+    )
 
 
 def version_from_code(code: int) -> str:

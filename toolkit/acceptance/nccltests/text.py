@@ -22,6 +22,7 @@ from toolkit.acceptance.nccltests.result import (
     Row,
     Rows,
     ranks_of,
+    validation_mismatch,
     version_from_code,
 )
 from toolkit.errors import clip
@@ -38,9 +39,17 @@ _TESTS_VERSION_RE = re.compile(
     r"^#\s*nccl-tests version (?P<v>\S+).*?nccl-library=(?P<lib>[0-9]{1,9})", re.IGNORECASE
 )
 _HEADER_COLS_RE = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+(?P<rest>.*)$")
-# Inside a table, nccl-tests prints "#" only before the units line and in the footer: a "#"
-# line that reads like a row (a number, then the row's other columns) is a row made a comment
-# (a size column that became "#" or "#:"), never skipped as one.
+# Inside a table (from its column header to its footer) nccl-tests prints one "#" line: the
+# units line, right after the column header (writeResultHeader in src/util.cu; print_header
+# of each src/<coll>.cu before 2.13); the rows come from one thread of rank 0 (TimeTest in
+# src/common.cu) with no "#" line between them, and the footer is writeResultFooter's. Any
+# other "#" line there is refused, whatever follows the "#": a row whose size column became
+# "#", "# x" or "#\r" must not be dropped as a comment. The units line ends with the time
+# format when timestamps are on (-R), printed as the text "%Y-%m-%d %H:%M:%S".
+_UNITS_RE = re.compile(
+    r"^#\s+\(B\)\s+\(elements\)(?:\s+\((?:us|GB/s|%)\))*(?:\s+%Y-%m-%d %H:%M:%S)?\s*$"
+)
+# A "#" line that reads like a row (a number, then the row's other columns): named as such.
 _COMMENTED_ROW_RE = re.compile(r"^#\S*\s+[0-9]{1,20}(?:\s+\S+){7,}\s*$")
 _PARAMS_RE = re.compile(r"^#\s*nThread\s+(?P<nthread>[0-9]{1,9})\s+nGpus\s+(?P<ngpus>[0-9]{1,9})\b")
 _VALIDATION_RE = re.compile(r"validation:\s*([0-9]{1,9})")
@@ -124,6 +133,7 @@ def parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRes
     ngpus: int | None = None
     validation_on: bool | None = None
     in_table = False  # between a column header (or first row) and its footer
+    units_next = False  # right after a column header: the units line may come
     shape: int | None = None  # the column count of the table's rows: all rows have it
     footer: set[str] = set()  # footer lines seen since the last row (or column header)
     log = nccllog.LogReader()
@@ -139,12 +149,28 @@ def parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRes
             oop = [float(g[5]), float(g[6]), float(g[7]), _fast_wrong(g[8]), None]
             inp = [float(g[9]), float(g[10]), float(g[11]), _fast_wrong(g[12]), None]
             table.add_values(key, oop, inp)
-            in_table, shape = True, 13
+            if validation_on is not None and (validation_on == ("N/A" in (g[8], g[12]))):
+                problems.add(validation_mismatch(f"line {number}", body, validation_on))
+            in_table, shape, units_next = True, 13, False
             layout = layout or "current"
             footer.clear()
             continue
         if body[0] == "#":
             # A header or footer line; the body keeps its leading "#".
+            if in_table and not (_OOB_RE.match(body) or _AVG_RE.match(body)):
+                if units_next and _UNITS_RE.match(body):
+                    units_next = False
+                    continue
+                if _COMMENTED_ROW_RE.match(body):
+                    reason = f"unparsed row at line {number}: a row behind '#'"
+                else:
+                    reason = (
+                        f"line {number} inside the result table is a '#' line nccl-tests "
+                        "does not print there (only its units line, then rows to the footer)"
+                    )
+                problems.add(f"{reason}: {clip(body)!r}")
+                if not _HEADER_COLS_RE.match(body):
+                    continue  # a new column header still starts its table (below)
             if m := _DEVICE_RE.match(body):
                 rank = int(m["rank"])
                 if rank in devices:
@@ -188,7 +214,7 @@ def parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRes
                 rest = m["rest"].split()
                 layout = "current" if rest and rest[0] == "root" else "legacy"
                 # A new table: it needs rows and a footer of its own.
-                in_table, shape = True, None
+                in_table, shape, units_next = True, None, True
                 footer.clear()
             elif m := _TESTS_VERSION_RE.match(body):
                 tests_version = clip(m["v"])
@@ -196,10 +222,9 @@ def parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRes
             elif m := _PARAMS_RE.match(body):
                 ngpus = int(m["ngpus"])
                 vm = _VALIDATION_RE.search(body)
-                if vm:
-                    validation_on = vm.group(1) != "0"
-            elif in_table and _COMMENTED_ROW_RE.match(body):
-                problems.add(f"unparsed row at line {number}: a row behind '#': {clip(body)!r}")
+                # Each run prints its own parameters: one without `validation:` (before 2.6)
+                # says nothing of it.
+                validation_on = vm.group(1) != "0" if vm else None
             continue
         if "failure" in body and _FAILURE_RE.search(body):
             problems.add(f"nccl-tests reported a failure at line {number}: {clip(body)!r}")
@@ -225,7 +250,10 @@ def parse_lines(lines: Iterable[Line], *, allow_truncated: bool) -> NcclTestsRes
         if row is not None:
             shape = len(tokens)
             table.add(row)
-            in_table = True
+            unvalidated = any(p.wrong is None and p.error is None for p in row.placements())
+            if validation_on is not None and validation_on == unvalidated:
+                problems.add(validation_mismatch(f"line {number}", body, validation_on))
+            in_table, units_next = True, False
             footer.clear()
             if layout is None:
                 layout = "current" if row.root is not None else "legacy"
