@@ -61,11 +61,13 @@ def _history(state: Path) -> tuple[Path, Path]:
 
 
 def _release(paths: list[Path]) -> None:
-    """Give every FIFO among ``paths`` a writer that closes at once: a reader blocked on one
-    reads its end, so a hung command ends (and the test fails instead of hanging)."""
+    """Give every FIFO among ``paths`` a writer and a reader that close at once: a reader
+    blocked on one reads its end, a writer its broken pipe, so a hung command ends (and the
+    test fails instead of hanging)."""
     for path in paths:
-        with contextlib.suppress(OSError):
-            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        for flags in (os.O_WRONLY, os.O_RDONLY):  # a blocked reader, a blocked writer
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, flags | os.O_NONBLOCK))
 
 
 def _within(seconds: float, run: Callable[[], Any], fifos: list[Path]) -> Any:
@@ -89,7 +91,7 @@ def _within(seconds: float, run: Callable[[], Any], fifos: list[Path]) -> Any:
             thread.join(0.1)
             if not thread.is_alive():
                 break
-        pytest.fail(f"still running after {seconds} s (a FIFO read blocks)")
+        pytest.fail(f"still running after {seconds} s (blocked on a FIFO)")
     if "error" in box:
         raise box["error"]
     assert took < seconds, took
@@ -171,6 +173,16 @@ def test_a_fifo_in_a_run_folder_hangs_neither_report_nor_history(tmp_path: Path,
             "file must be a regular file" if name == "result" else "record must be a regular file"
         )
     assert f"problem: run {path.parent.name if name == 'check' else accept.name}" in report.stderr
+
+
+def test_a_fifo_where_the_report_goes_is_replaced_not_written_through(tmp_path: Path) -> None:
+    _inventory(tmp_path)
+    _history(tmp_path / "state")
+    page = tmp_path / "state" / "runs" / "fleet-report.html"
+    os.mkfifo(page)
+    report = _invoke(tmp_path / "state", "report", "-i", str(tmp_path / "inv"), fifos=(page,))
+    assert report.exit_code == 0, report.output
+    assert page.is_file() and "gpunode fleet report" in page.read_text()
 
 
 @pytest.mark.parametrize("kind", ["link-to-dev-zero", "directory", "huge", "not-json"])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from toolkit import runs
+from toolkit import nodefile, runs
 from toolkit.cli.options import compose, inventory_option, json_option, limit_option
 from toolkit.cli.output import emit_json, say
 from toolkit.errors import EXIT_USAGE, ConfigError
@@ -47,9 +47,11 @@ def report(
     history = fleet_history(runs.runs_dir(), hosts)
     cards = passports(hosts, runs.runs_dir())
     target = out or runs.runs_dir() / "fleet-report.html"
+    page = render_fleet_html(str(inventory), history, cards)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(render_fleet_html(str(inventory), history, cards), encoding="utf-8")
+        # A new file renamed over the old one: a FIFO, a link or a reader there is never
+        # written through, and a report is never half-written.
+        nodefile.replace(str(target), page)
     except OSError as err:
         raise ConfigError(f"{target}: cannot write the report: {err.strerror or err}") from None
     summary = fleet_summary(history, cards)
