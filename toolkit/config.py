@@ -8,6 +8,7 @@ in size, aliases and depth, and strict about duplicate keys.
 from __future__ import annotations
 
 import difflib
+import errno
 import json
 import math
 import os
@@ -60,11 +61,19 @@ FILE_LIMITS: dict[str, int] = {
     "allowed-signers file": 1024 * 1024,
     # An acceptance run's run.json: about 50 KB per node with topology and training sections.
     "run record": 64 * 1024 * 1024,
+    # What gpunode reads back from a run folder (toolkit.runs): a node's runner result (its
+    # NCCL log and DCGM output are cut at 4 MB each), a passive check's record (about 20 KB
+    # a node) and the passport's observations of a run.
+    "result file": 64 * 1024 * 1024,
+    "check record": 64 * 1024 * 1024,
+    "observations": 64 * 1024 * 1024,
 }
 
 
-def read_regular(path: str | Path, what: str) -> bytes:
-    """The bytes of a regular file, at most the limit of its kind (:data:`FILE_LIMITS`).
+def read_regular(path: str | Path, what: str, *, follow: bool = True) -> bytes:
+    """The bytes of a regular file, at most the limit of its kind (:data:`FILE_LIMITS`): the
+    one bounded read of every file gpunode reads (configuration, certificates, keys, and
+    what it reads back from a run folder).
 
     FIFOs, devices (``/dev/zero``) and directories are refused before anything is read: they
     block or never end.
@@ -72,13 +81,15 @@ def read_regular(path: str | Path, what: str) -> bytes:
     Args:
         path: The file.
         what: Its kind, a key of :data:`FILE_LIMITS`, named in messages.
+        follow: Whether a symbolic link is followed (False: refused; for the files gpunode
+            wrote itself, in a run folder, where a link is nothing gpunode made).
 
     Raises:
-        ConfigError: The file is missing, not a regular file, unreadable or larger than
-            its kind's limit; the message names the file.
+        ConfigError: The file is missing, not a regular file (a link, when not followed),
+            unreadable or larger than its kind's limit; the message names the file.
     """
     limit = FILE_LIMITS[what]
-    with open_regular(path, what) as stream:
+    with open_regular(path, what, follow=follow) as stream:
         try:
             data = stream.read(limit + 1)
         except OSError as err:
@@ -122,30 +133,33 @@ def parse_json(text: str | bytes, source: str | Path) -> Any:
     return value
 
 
-def load_json(path: str | Path, what: str) -> Any:
+def load_json(path: str | Path, what: str, *, follow: bool = True) -> Any:
     """Read one JSON file of a kind of :data:`FILE_LIMITS` (:func:`read_regular`,
     :func:`parse_json`).
 
     Raises:
         ConfigError: The file cannot be read or is not a strict, bounded JSON document.
     """
-    return parse_json(read_regular(path, what), path)
+    return parse_json(read_regular(path, what, follow=follow), path)
 
 
-def open_regular(path: str | Path, what: str = "file") -> BinaryIO:
+def open_regular(path: str | Path, what: str = "file", *, follow: bool = True) -> BinaryIO:
     """Open a regular file for reading (binary), refusing anything else.
 
     Raises:
-        ConfigError: The file is missing, not a regular file or unreadable; the message names
-            the file.
+        ConfigError: The file is missing, not a regular file (a symbolic link, when
+            ``follow`` is False) or unreadable; the message names the file.
     """
     path = Path(path)
+    # O_NONBLOCK: opening a FIFO must not wait for a writer before it can be refused.
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer before it can be refused.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except OSError as err:
+        if not follow and err.errno == errno.ELOOP:
+            raise ConfigError(f"{path}: a symbolic link; a {what} must be a regular file") from None
         raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
     try:
         mode = os.fstat(fd).st_mode

@@ -1,10 +1,13 @@
 """The node passport: a node's hardware identity, counters and figures over time, and flags.
 
-Read from the recorded runs (``toolkit.runs``): acceptance runs (``run.json`` and each node's
-``nodes/<host>.result.json``: evidence, never rotated away) and passive checks (``check.json``,
-routine runs: the latest 30 are kept). The passport is a reading of the runs, so it is as old
-as the oldest run kept; what was read from each run is kept in its folder
-(``observations.json``, :func:`run_observations`) so that each run is parsed once.
+Read from the recorded runs (``toolkit.runs``, whose readers bound and check each file):
+acceptance runs (``run.json`` and each node's ``nodes/<host>.result.json``: evidence, never
+rotated away) and passive checks (``check.json``, routine runs: the latest 30 are kept). The
+passport is a reading of the runs, so it is as old as the oldest run kept; what was read from
+each run is kept in its folder (``observations.json``, :func:`read_run`) so that each run is
+parsed once. A run file that cannot be read (not a regular file, too large, not JSON, or not
+the shape its schema says) is a :class:`Problem` naming the run, the node, the file and the
+key path: the other runs and nodes are still read, and the problem is shown with the passport.
 
 Per observation (one run that reached the node): the system's DMI serials, each GPU's slot
 (PCI bus id), serial and UUID, NIC MACs and disk serials (what the runner records), the
@@ -37,18 +40,21 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from toolkit import runs
 from toolkit.config import load_json
 from toolkit.errors import ConfigError
 from toolkit.names import name_path
 
-CHECK_RECORD = "check.json"  # a passive check's record (toolkit.steps.check writes it)
+CHECK_RECORD = runs.CHECK_RECORD
 OBSERVATIONS = "observations.json"  # what the passport read from a run, kept in its folder
 BASELINE_RUNS = 5
 MIN_BASELINE_RUNS = 3
@@ -116,13 +122,38 @@ class Flag:
         return {"kind": self.kind, "message": self.message, "run_id": self.run_id}
 
 
+@dataclass(frozen=True)
+class Problem:
+    """A run file the passport could not read: its run, the node it is about (None: the whole
+    run) and what is wrong with it (the file, the key path and the rule)."""
+
+    run_id: str
+    host: str | None
+    message: str
+
+    def to_dict(self) -> dict[str, str | None]:
+        """As JSON-ready data."""
+        return {"run_id": self.run_id, "host": self.host, "message": self.message}
+
+
+@dataclass
+class Reading:
+    """What the recorded runs say: every node's observations, oldest first, and the problems
+    with the run files that could not be read."""
+
+    observations: dict[str, list[Observation]]
+    problems: list[Problem]
+
+
 @dataclass
 class Passport:
-    """A node's observations, oldest first, and its flags."""
+    """A node's observations, oldest first, its flags, and the problems with the run files
+    that may concern it (its own, and those of whole runs)."""
 
     host: str
     observations: list[Observation]
     flags: list[Flag]
+    problems: list[Problem] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON-ready data."""
@@ -130,6 +161,7 @@ class Passport:
             "host": self.host,
             "observations": [o.to_dict() for o in self.observations],
             "flags": [f.to_dict() for f in self.flags],
+            "problems": [p.to_dict() for p in self.problems],
         }
 
 
@@ -194,7 +226,7 @@ def accept_observation(
     runner result (None: the run kept none)."""
     obs = Observation(run_id, "accept", started, node.get("group"))
     obs.ok = node.get("verdict") == "ready"
-    result = result if isinstance(result, Mapping) else {}
+    result = result or {}
     _identity(obs, result.get("identity"))
     obs.gpus = _gpus((result.get("gpus") or {}).get("list") or [])
     obs.failed_slots = _failed_slots(
@@ -212,32 +244,48 @@ def accept_observation(
     return obs
 
 
-def _accept_observations(info: runs.RunInfo) -> dict[str, Observation]:
+Observations = tuple[dict[str, Observation], list[Problem]]
+
+
+def _accept_observations(info: runs.RunInfo) -> Observations:
     path = info.path / runs.RECORD
     if not os.path.lexists(path):  # a run cut short has no record
-        return {}
-    record = runs.read_record(path)
-    out = {}
+        return {}, []
+    try:
+        record = runs.read_record(path)
+    except ConfigError as err:
+        return {}, [Problem(info.run_id, None, err.message)]
+    out: dict[str, Observation] = {}
+    problems: list[Problem] = []
     for node in record["nodes"]:
-        host = str(node["host"])
-        result_path = name_path(info.path / "nodes", host, ".result.json")
-        result = load_json(result_path, "run record") if result_path.is_file() else None
+        host = node["host"]
+        result = None
+        try:
+            result_path = name_path(info.path / "nodes", host, runs.RESULT_SUFFIX)
+            if os.path.lexists(result_path):  # a node the runner never reached keeps none
+                result = runs.read_result(result_path)
+        except ConfigError as err:  # its record still says its verdict and busbw
+            problems.append(Problem(info.run_id, host, err.message))
         out[host] = accept_observation(info.run_id, record.get("started"), node, result)
-    return out
+    return out, problems
 
 
-def _check_observations(info: runs.RunInfo) -> dict[str, Observation]:
+def _check_observations(info: runs.RunInfo) -> Observations:
     path = info.path / CHECK_RECORD
     if not os.path.lexists(path):
-        return {}
-    record = load_json(path, "run record")
-    nodes = record.get("nodes") if isinstance(record, dict) else None
-    if not isinstance(nodes, dict):
-        raise ConfigError(f"{path}: nodes: expected an object of nodes")
+        return {}, []
+    try:
+        nodes = runs.read_check_record(path)
+    except ConfigError as err:
+        return {}, [Problem(info.run_id, None, err.message)]
     started = info.started.isoformat() if info.started else None
-    out = {}
+    out: dict[str, Observation] = {}
+    problems: list[Problem] = []
     for host, node in nodes.items():
-        if not isinstance(node, dict) or node.get("error"):
+        if isinstance(node, ConfigError):
+            problems.append(Problem(info.run_id, host, node.message))
+            continue
+        if node.get("error"):
             continue  # a node the check could not read says nothing about its hardware
         facts = node.get("facts") or {}
         obs = Observation(info.run_id, "check", started, ok=bool(node.get("ok")))
@@ -245,8 +293,8 @@ def _check_observations(info: runs.RunInfo) -> dict[str, Observation]:
         obs.gpus = _gpus(facts.get("gpus") or [])
         failed = (str(c.get("message") or "") for c in node.get("checks") or [] if not c.get("ok"))
         obs.failed_slots = _failed_slots(obs.gpus, failed)
-        out[str(host)] = obs
-    return out
+        out[host] = obs
+    return out, problems
 
 
 @functools.cache
@@ -263,64 +311,162 @@ def _inputs(info: runs.RunInfo, record: str) -> list[list[Any]] | None:
     files = [info.path / record]
     if record == runs.RECORD:
         with contextlib.suppress(OSError):
-            files += sorted((info.path / "nodes").glob("*.result.json"))
+            files += sorted((info.path / "nodes").glob(f"*{runs.RESULT_SUFFIX}"))
     found = []
     for path in files:
         try:
-            stat = path.stat()
-        except OSError:
-            if path.name == record and not os.path.lexists(path):
+            stat = os.lstat(path)  # a link is refused when read: its own size and time
+        except FileNotFoundError:
+            if path.name == record:
                 return None  # a run cut short has no record
-            raise ConfigError(f"{path}: cannot read the run record") from None
+            continue  # removed since it was listed
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
         found.append([path.name, stat.st_size, stat.st_mtime_ns])
     return found
 
 
-def run_observations(info: runs.RunInfo) -> dict[str, Observation]:
-    """Every node's observation in one recorded run, read once: what was read is kept in the
-    run's folder (``OBSERVATIONS``), keyed by the files it was read from and this reading
-    code, so an acceptance does not parse every earlier run's results again (a fleet's
-    history grows by a run per node per acceptance). A changed file or reader reads again; a
-    folder that cannot be written is read each time."""
+# --- what was read from a run, kept in its folder ---------------------------------------------
+# observations.json is the passport's own file, read back like every run file: bounded, no
+# link, and checked against this schema; one that does not match is read again from the run.
+
+
+class _Kept(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class _KeptGpu(_Kept):
+    index: int | None
+    bus_id: str | None
+    serial: str | None
+    uuid: str | None
+    remapped_rows: int | None
+
+
+class _KeptObservation(_Kept):
+    run_id: str
+    kind: Literal["accept", "check"]
+    started: str | None
+    group: str | None
+    ok: bool | None
+    system: dict[str, str | None]
+    gpus: list[_KeptGpu]
+    nics: dict[str, str | None]
+    disks: dict[str, str | None]
+    failed_slots: list[str]
+    figures: dict[Literal["busbw_gbps", "gemm_tflops", "mem_bw_gbps", "storage_p99_ms"], float]
+
+
+class _KeptProblem(_Kept):
+    run_id: str
+    host: str | None
+    message: str
+
+
+class _KeptRun(_Kept):
+    key: dict[str, Any]
+    observations: dict[str, _KeptObservation]
+    problems: list[_KeptProblem]
+
+
+def _kept(path: Path, key: dict[str, Any]) -> Observations | None:
+    """What was kept of a run, if it was read from these files by this code (None: read the
+    run again: no such file, another key, or a file that is not what gpunode writes)."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        data = _KeptRun.model_validate(load_json(path, "observations", follow=False))
+    except (ConfigError, ValidationError):
+        return None
+    if json.loads(json.dumps(data.key)) != key:
+        return None
+    return (
+        {h: Observation(**o.model_dump()) for h, o in data.observations.items()},
+        [Problem(**p.model_dump()) for p in data.problems],
+    )
+
+
+def _keep(path: Path, key: dict[str, Any], seen: Observations) -> None:
+    """Keep what was read in the run's folder; a folder that cannot keep it is read each time.
+
+    The temporary file is new (``mkstemp``: never a FIFO or link someone left), and replaces
+    the kept one whole."""
+    observations, problems = seen
+    text = json.dumps(
+        {
+            "key": key,
+            "observations": {h: o.to_dict() for h, o in observations.items()},
+            "problems": [p.to_dict() for p in problems],
+        }
+    )
+    with contextlib.suppress(OSError):
+        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.replace(temporary, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+
+
+def read_run(info: runs.RunInfo) -> Observations:
+    """Every node's observation in one recorded run, and the problems with its files, read
+    once: what was read is kept in the run's folder (``OBSERVATIONS``), keyed by the files it
+    was read from and this reading code, so an acceptance does not parse every earlier run's
+    results again (a fleet's history grows by a run per node per acceptance). A changed file
+    or reader reads again; a folder that cannot be written is read each time."""
     record = runs.RECORD if info.kind == "accept" else CHECK_RECORD
-    inputs = _inputs(info, record)
+    try:
+        inputs = _inputs(info, record)
+    except ConfigError as err:
+        return {}, [Problem(info.run_id, None, err.message)]
     if inputs is None:
-        return {}
+        return {}, []
     key = {"reader": _reader_digest(), "inputs": inputs}
     kept = info.path / OBSERVATIONS
-    with contextlib.suppress(OSError, ValueError, TypeError, KeyError, AttributeError):
-        data = json.loads(kept.read_text())
-        if data["key"] == key:
-            return {h: Observation(**o) for h, o in data["observations"].items()}
+    found = _kept(kept, key)
+    if found is not None:
+        return found
     seen = _accept_observations(info) if record == runs.RECORD else _check_observations(info)
-    text = json.dumps({"key": key, "observations": {h: o.to_dict() for h, o in seen.items()}})
-    with contextlib.suppress(OSError):
-        temporary = kept.with_name(f".{OBSERVATIONS}.{os.getpid()}")
-        temporary.write_text(text)
-        os.replace(temporary, kept)
+    _keep(kept, key, seen)
     return seen
+
+
+def read_fleet(runs_dir: Any = None, hosts: Iterable[str] | None = None) -> Reading:
+    """Every node's observations in the recorded runs, oldest first, and the problems with
+    the run files that could not be read; only those of ``hosts`` (an inventory's nodes: the
+    fleet a node is compared with) when given (a problem of a whole run is always kept).
+
+    Raises:
+        ConfigError: The runs folder itself cannot be read.
+    """
+    wanted = None if hosts is None else set(hosts)
+    found: dict[str, list[Observation]] = {}
+    problems: list[Problem] = []
+    for info in runs.list_runs(runs_dir):
+        if info.kind not in ("accept", "check"):
+            continue
+        seen, trouble = read_run(info)
+        for host, obs in seen.items():
+            if wanted is None or host in wanted:
+                found.setdefault(host, []).append(obs)
+        problems += [p for p in trouble if wanted is None or p.host in wanted or p.host is None]
+    for observations in found.values():
+        observations.sort(key=lambda o: o.run_id[:16])  # the id's UTC time, then the kind
+    return Reading(found, problems)
 
 
 def fleet_observations(
     runs_dir: Any = None, hosts: Iterable[str] | None = None
 ) -> dict[str, list[Observation]]:
-    """Every node's observations in the recorded runs, oldest first; only those of ``hosts``
-    (an inventory's nodes: the fleet a node is compared with) when given.
+    """Every node's observations in the recorded runs (:func:`read_fleet`), without the
+    problems: a run file that cannot be read adds nothing.
 
     Raises:
-        ConfigError: A run's record is unreadable or malformed (named).
+        ConfigError: The runs folder itself cannot be read.
     """
-    wanted = None if hosts is None else set(hosts)
-    found: dict[str, list[Observation]] = {}
-    for info in runs.list_runs(runs_dir):
-        if info.kind not in ("accept", "check"):
-            continue
-        for host, obs in run_observations(info).items():
-            if wanted is None or host in wanted:
-                found.setdefault(host, []).append(obs)
-    for observations in found.values():
-        observations.sort(key=lambda o: o.run_id[:16])  # the id's UTC time, then the kind
-    return found
+    return read_fleet(runs_dir, hosts).observations
 
 
 def with_run(
@@ -334,7 +480,13 @@ def with_run(
     written."""
     out = {host: list(observations) for host, observations in fleet.items()}
     for node, result in nodes:
-        obs = accept_observation(run_id, started, node, result)
+        # A node's result as it came back from the node, checked as it will be read back.
+        where = f"{run_id}: {node['host']}{runs.RESULT_SUFFIX}"
+        try:
+            checked = runs.check_result(result, where) if result is not None else None
+        except ConfigError:
+            checked = None  # what the node sent is no result: it tells nothing of the node
+        obs = accept_observation(run_id, started, node, checked)
         out.setdefault(str(node["host"]), []).append(obs)
     return out
 
@@ -510,9 +662,13 @@ def _below_fleet(host: str, fleet: Mapping[str, list[Observation]], share: float
 
 
 def passport(
-    host: str, fleet: Mapping[str, list[Observation]], share: float = DEFAULT_SHARE
+    host: str,
+    fleet: Mapping[str, list[Observation]],
+    share: float = DEFAULT_SHARE,
+    problems: Iterable[Problem] = (),
 ) -> Passport:
-    """One node's passport from the fleet's observations (:func:`fleet_observations`).
+    """One node's passport from the fleet's observations (:func:`fleet_observations`), with
+    the problems of its runs' files that concern it (``problems``: :func:`read_fleet`'s).
 
     Raises:
         ConfigError: ``share`` is not between 0 and 1.
@@ -527,7 +683,8 @@ def passport(
         + _below_baseline(observations, share)
         + _below_fleet(host, fleet, share)
     )
-    return Passport(host, observations, flags)
+    mine = [p for p in problems if p.host in (host, None)]
+    return Passport(host, observations, flags, mine)
 
 
 def passports(
@@ -540,8 +697,8 @@ def passports(
         ConfigError: A run's record is unreadable or malformed, or ``share`` out of range.
     """
     wanted = list(hosts)
-    fleet = fleet_observations(runs_dir, wanted)
-    return {host: passport(host, fleet, share) for host in wanted}
+    reading = read_fleet(runs_dir, wanted)
+    return {host: passport(host, reading.observations, share, reading.problems) for host in wanted}
 
 
 def summary(card: Passport) -> dict[str, Any]:

@@ -12,8 +12,13 @@ count configured for its own kind (``$GPUNODE_KEEP_EVIDENCE_RUNS``) is exceeded.
 name is not a run id (older formats, anything a person put there) are never removed
 automatically.
 
-An acceptance run's record (``run.json``) is read here too, once for its readers: the node
-passport and the fleet report (``read_record``).
+What gpunode reads back from a run folder is read here too, each kind of file by one reader
+with its schema, through the one bounded read (``toolkit.config.read_regular``: a regular
+file, no link, at most its kind's size): an acceptance run's record (``run.json``,
+``read_record``: the node passport and the fleet report read it), each node's runner result
+(``nodes/<host>.result.json``, ``read_result``) and a passive check's record (``check.json``,
+``read_check_record``). A file that does not match is a ``ConfigError`` naming the file and
+the key path.
 """
 
 from __future__ import annotations
@@ -253,9 +258,19 @@ class _Floor(_Entry):
     min_busbw_gbps: float = Field(ge=0)
 
 
+class _Reads(_Entry):
+    p99_ms: float | None = Field(default=None, ge=0)
+
+
+class _Training(_Entry):
+    reads: _Reads | None = None
+
+
 class _Node(_Entry):
     host: str
     verdict: str
+    group: str | None = None
+    training: _Training | None = None
     installed_stack_id: str | None = None
     busbw_at_largest_gbps: float | None = Field(default=None, ge=0)
     checks: list[_Check] = []
@@ -279,4 +294,138 @@ def read_record(path: Path) -> dict[str, Any]:
         ConfigError: Not a regular file, too large, not strict JSON, or not a run record
             (the file, the key path and the rule are named; exit 2).
     """
-    return validate(RunRecord, load_json(path, "run record"), path).model_dump()
+    data = load_json(path, "run record", follow=False)
+    return validate(RunRecord, data, path).model_dump()
+
+
+# --- a node's runner result and a passive check's record, as the passport reads them ----------
+# Only the keys the passport reads are checked (a node's identity, its GPUs and counters, the
+# GEMM and memory-bandwidth figures); the rest of what the runner or the check keeps is left as
+# it is. A value the node could not read is null, never another type.
+
+RESULT_SUFFIX = ".result.json"  # nodes/<host>.result.json (toolkit.steps.accept writes it)
+CHECK_RECORD = "check.json"  # a passive check's record (toolkit.steps.check writes it)
+
+
+class _RemappedRows(_Entry):
+    correctable: int | None = None
+    uncorrectable: int | None = None
+
+
+class _Gpu(_Entry):
+    index: int | None = None
+    bus_id: str | None = None
+    serial: str | None = None
+    uuid: str | None = None
+    remapped_rows: _RemappedRows | None = None
+
+
+class _Dmi(_Entry):
+    sys_vendor: str | None = None
+    product_name: str | None = None
+    product_serial: str | None = None
+    board_serial: str | None = None
+
+
+class _Nic(_Entry):
+    name: str | None = None
+    mac: str | None = None
+    physical: bool | None = None
+
+
+class _BlockDevice(_Entry):
+    name: str | None = None
+    type: str | None = None
+    serial: str | None = None
+
+
+class _Lsblk(_Entry):
+    blockdevices: list[_BlockDevice] | None = None
+
+
+class _Identity(_Entry):
+    dmi: _Dmi | None = None
+    nics: list[_Nic] | None = None
+    lsblk: _Lsblk | None = None
+
+
+class _GpuList(_Entry):
+    listed: list[_Gpu] | None = Field(default=None, alias="list")
+
+
+class _Gemm(_Entry):
+    tflops: float | None = Field(default=None, ge=0)
+
+
+class _MemBw(_Entry):
+    gbps: float | None = Field(default=None, ge=0)
+
+
+class _GpuPerf(_Entry):
+    gemm: list[_Gemm] | None = None
+    mem_bw: list[_MemBw] | None = None
+
+
+class NodeResult(_Entry):
+    """A node's runner result (``nodes/<host>.result.json``): the keys the passport reads."""
+
+    identity: _Identity | None = None
+    gpus: _GpuList | None = None
+    gpu_perf: _GpuPerf | None = None
+
+
+class _CheckFacts(_Entry):
+    gpus: list[_Gpu] | None = None
+    identity: _Identity | None = None
+
+
+class CheckNode(_Entry):
+    """One node of a passive check's record: its checks and what it read of the node."""
+
+    ok: bool | None = None
+    error: str | None = None
+    checks: list[_Check] | None = None
+    facts: _CheckFacts | None = None
+
+
+class CheckRecord(_Entry):
+    """A passive check's ``check.json``: one entry per node, each checked on its own."""
+
+    nodes: dict[str, Any]
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    """One node's runner result, checked against :class:`NodeResult`.
+
+    Raises:
+        ConfigError: Not a regular file, too large, not strict JSON, or not a result (the
+            file, the key path and the rule are named).
+    """
+    return check_result(load_json(path, "result file", follow=False), path)
+
+
+def check_result(data: Any, source: str | Path) -> dict[str, Any]:
+    """A node's runner result (as it came back from the node, or read back from its file)
+    checked against :class:`NodeResult`.
+
+    Raises:
+        ConfigError: Not a result (``source``, the key path and the rule are named).
+    """
+    return validate(NodeResult, data, source).model_dump(by_alias=True)
+
+
+def read_check_record(path: Path) -> dict[str, dict[str, Any] | ConfigError]:
+    """A passive check's record: per node, its entry checked against :class:`CheckNode`, or
+    the problem with it (one malformed node does not hide the others).
+
+    Raises:
+        ConfigError: The file as a whole cannot be read or has no object of nodes.
+    """
+    record = validate(CheckRecord, load_json(path, "check record", follow=False), path)
+    nodes: dict[str, dict[str, Any] | ConfigError] = {}
+    for host, node in record.nodes.items():
+        try:
+            nodes[host] = validate(CheckNode, node, path, prefix=("nodes", host)).model_dump()
+        except ConfigError as err:
+            nodes[host] = err
+    return nodes

@@ -12,21 +12,34 @@ priority a job can have (toolkit/acceptance/executors/slurm.py). The timer start
 interval after the last one ended (``OnUnitInactiveSec``, systemd.timer(5)), so two runs never
 overlap, and exit status 1 (a node not ready) is a run that worked.
 
-This module renders the two units; ``gpunode schedule`` prints or writes them.
+This module renders the two units; ``gpunode schedule`` prints or writes them. Every value
+that reaches a unit is checked against the unit-file grammar first (systemd.syntax(7): a
+setting is one line, so no newline or other control character; no specifier ``%`` or variable
+``$`` that systemd would expand, no ``\\`` escape; the interval as systemd.time(7) reads one),
+and the rendered units again as a whole; they are written into an existing, writable folder
+that is not a kernel's pseudo filesystem, both or neither.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shlex
+import stat
+import tempfile
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.errors import ConfigError, clip
 from toolkit.names import NAME_RE
 
-# A systemd time span of one unit (systemd.time(5)): the forms a site writes for an interval.
-_SPAN_RE = re.compile(r"^(?P<n>[0-9]{1,6})(?P<unit>min|h|d|w)$")
+# A systemd time span of one unit (systemd.time(7)): the forms a site writes for an interval.
+# fullmatch, not `$`: `$` also matches before a final newline (`6h\n` would end a setting).
+_SPAN_RE = re.compile(r"(?P<n>[0-9]{1,6})(?P<unit>min|h|d|w)")
+# Folders of the kernel's pseudo filesystems (proc(5), sysfs(5), devtmpfs): never unit folders.
+PSEUDO_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 _SPAN_MINUTES = {"min": 1, "h": 60, "d": 24 * 60, "w": 7 * 24 * 60}
 # Each run reads every node and re-accepts some: more often than this only adds load.
 MIN_INTERVAL_MINUTES = 15
@@ -51,7 +64,7 @@ def interval_minutes(every: str) -> int:
     Raises:
         ConfigError: Not one of those forms, or shorter than ``MIN_INTERVAL_MINUTES``.
     """
-    match = _SPAN_RE.match(every)
+    match = _SPAN_RE.fullmatch(every)
     if match is None:
         raise ConfigError(
             f"--every {clip(every)!r}: write a number and one unit of min, h, d or w (6h, 1d)"
@@ -62,6 +75,26 @@ def interval_minutes(every: str) -> int:
             f"--every {every}: at least {MIN_INTERVAL_MINUTES}min (each run reads every node)"
         )
     return minutes
+
+
+def unit_value(what: str, value: str) -> str:
+    """``value`` if it can stand in a unit file's setting as it is (systemd.syntax(7)).
+
+    Raises:
+        ConfigError: It holds a control character (a newline would start another setting) or
+            a character systemd reads as a specifier (%), a variable ($) or an escape (\\).
+    """
+    bad = next(
+        (c for c in value if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") or c in "%$\\"),
+        None,
+    )
+    if bad is not None:
+        char = bad if bad.isprintable() else repr(bad)
+        raise ConfigError(
+            f"{what} {clip(value)!r}: holds {char}; a unit file's setting is one line, and "
+            "systemd expands %, $ and \\ in it (systemd.syntax(7))"
+        )
+    return value
 
 
 def unit_name(inventory: Path) -> str:
@@ -95,12 +128,13 @@ def render(
     Raises:
         ConfigError: A bad interval or inventory folder name; nothing written.
     """
+    unit_value("--every", every)
     interval_minutes(every)
     name = unit_name(inventory)
     for what, path in (("inventory", inventory), ("gpunode", gpunode), ("state dir", state_dir)):
-        # systemd expands % (specifiers) and $ (variables) in these lines (systemd.service(5)).
-        if any(c in str(path.resolve()) for c in "%$\n\\"):
-            raise ConfigError(f"{what} path {clip(str(path))!r}: holds %, $, \\ or a newline")
+        unit_value(f"{what} path", str(path.resolve()))
+    for hook in hooks:
+        unit_value("--hook", hook)
     command = [str(gpunode.resolve()), "up", "-i", str(inventory.resolve()), "--accept-only"]
     for hook in hooks:
         command += ["--hook", hook]
@@ -136,21 +170,75 @@ RandomizedDelaySec=5min
 [Install]
 WantedBy=timers.target
 """
-    return Units(name=name, service=service, timer=timer)
+    units = Units(name=name, service=service, timer=timer)
+    for filename, text in units.files().items():  # the whole of each, again
+        for line in text.splitlines():
+            unit_value(filename, line)
+    return units
+
+
+def check_dest(dest: Path) -> Path:
+    """``dest`` resolved, if units can be written there.
+
+    Raises:
+        ConfigError: It is not an existing directory, is on a kernel's pseudo filesystem
+            (/proc, /sys, /dev: named) or is not writable.
+    """
+    try:
+        where = dest.resolve(strict=True)
+    except (OSError, RuntimeError) as err:
+        why = getattr(err, "strerror", None) or "cannot be resolved"
+        raise ConfigError(f"--dest {clip(str(dest))!r}: {why}") from None
+    for root in PSEUDO_ROOTS:
+        if where == root or root in where.parents:
+            raise ConfigError(
+                f"--dest {clip(str(dest))!r}: inside {root}, a pseudo filesystem of the kernel; "
+                "units go into a folder such as /etc/systemd/system"
+            )
+    if not where.is_dir():
+        raise ConfigError(f"--dest {clip(str(dest))!r}: not a directory")
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise ConfigError(f"--dest {clip(str(dest))!r}: not writable by this user")
+    return where
 
 
 def write(units: Units, dest: Path) -> list[Path]:
     """Write both units into ``dest`` (for example /etc/systemd/system); returns their paths.
 
+    Each unit is written to a new temporary file beside its place first, and only when both
+    are whole do they replace their names: a failure leaves no unit half-written.
+
     Raises:
-        ConfigError: ``dest`` is not a directory; nothing written.
+        ConfigError: ``dest`` is refused (:func:`check_dest`), or writing failed (the file
+            and the reason are named); nothing written.
     """
-    if not dest.is_dir():
-        raise ConfigError(f"--dest {dest}: not a directory")
-    written = []
-    for filename, text in units.files().items():
-        path = dest / filename
-        path.write_text(text)
-        path.chmod(0o644)
-        written.append(path)
-    return written
+    folder = check_dest(dest)
+    for filename in units.files():
+        try:
+            there = (folder / filename).lstat()
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise ConfigError(f"{folder / filename}: cannot read: {err.strerror}") from None
+        if not stat.S_ISREG(there.st_mode):  # os.replace would write one unit and not this
+            raise ConfigError(f"{folder / filename}: not a regular file; remove it first")
+    staged: list[tuple[str, Path]] = []
+    try:
+        for filename, text in units.files().items():
+            fd, temporary = tempfile.mkstemp(prefix=f".{filename}.", dir=folder)
+            staged.append((temporary, dest / filename))
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+                os.fchmod(out.fileno(), 0o644)
+        for temporary, path in staged:
+            os.replace(temporary, path)
+    except OSError as err:
+        where = err.filename or folder
+        raise ConfigError(
+            f"--dest {clip(str(dest))!r}: cannot write {where}: {err.strerror or err}"
+        ) from None
+    finally:
+        for temporary, _path in staged:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+    return [path for _temporary, path in staged]

@@ -10,10 +10,10 @@ from rich.text import Text
 
 from toolkit import runs
 from toolkit.cli.options import inventory_option, json_option
-from toolkit.cli.output import emit_json, out_console, shown
-from toolkit.errors import ConfigError
+from toolkit.cli.output import emit_json, out_console, say, shown
+from toolkit.errors import EXIT_USAGE, ConfigError
 from toolkit.inventory import load_inventory
-from toolkit.passport import DEFAULT_SHARE, FIGURES, fleet_observations, passport
+from toolkit.passport import DEFAULT_SHARE, FIGURES, passport, read_fleet
 
 
 @click.group()
@@ -23,7 +23,8 @@ def node() -> None:
 
 @node.command(
     epilog="""\b
-Exit codes: 0 shown (flags or not), 2 the node is not in the inventory or a record is bad.
+Exit codes: 0 shown (flags or not), 2 the node is not in the inventory or a record is bad
+(a run file that cannot be read is named, and the rest is still shown).
 
 \b
 Examples:
@@ -42,7 +43,8 @@ Examples:
     "before it is flagged.",
 )
 @json_option
-def history(name: str, inventory: Path, share: float, as_json: bool) -> None:
+@click.pass_context
+def history(ctx: click.Context, name: str, inventory: Path, share: float, as_json: bool) -> None:
     """Show a node's passport: identity, counters and figures over time, with flags.
 
     From the recorded acceptance runs and passive checks: each GPU's slot, serial and UUID,
@@ -53,11 +55,13 @@ def history(name: str, inventory: Path, share: float, as_json: bool) -> None:
     hosts = [h.name for h in load_inventory(inventory).hosts_for(None)]
     if name not in hosts:
         raise ConfigError(f"{inventory}: no host {name!r} (hosts: {', '.join(hosts)})")
-    fleet = fleet_observations(runs.runs_dir(), hosts)
-    card = passport(name, fleet, share)
+    reading = read_fleet(runs.runs_dir(), hosts)
+    card = passport(name, reading.observations, share, reading.problems)
+    for problem in card.problems:
+        say(f"problem: run {problem.run_id}: {problem.message}")
     if as_json:
         emit_json(card.to_dict())
-        return
+        ctx.exit(EXIT_USAGE if card.problems else 0)
     table = Table(title=shown(f"{name}: {len(card.observations)} run(s)"), title_justify="left")
     for column in ("run", "kind", "ok", "GPU serials", "remapped rows", *FIGURES):
         table.add_column(column)
@@ -77,3 +81,5 @@ def history(name: str, inventory: Path, share: float, as_json: bool) -> None:
         )
     if not card.flags:
         out_console.print(shown("no flags", "green"))
+    if card.problems:
+        ctx.exit(EXIT_USAGE)

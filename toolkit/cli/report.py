@@ -6,14 +6,19 @@ from pathlib import Path
 
 import click
 
-from toolkit import runs
+from toolkit import nodefile, runs
 from toolkit.cli.options import compose, inventory_option, json_option, limit_option
 from toolkit.cli.output import emit_json, say
-from toolkit.errors import ConfigError
+from toolkit.errors import EXIT_USAGE, ConfigError
 from toolkit.passport import passports
 
 
-@click.command()
+@click.command(
+    epilog="""\b
+Exit codes: 0 written, 2 a bad inventory or run record (a node's result or a check's record
+that cannot be read is named in the report and on stderr, and the report is still written).
+"""
+)
 @compose(inventory_option, limit_option, json_option)
 @click.option(
     "-o",
@@ -22,7 +27,10 @@ from toolkit.passport import passports
     default=None,
     help="Where to write the HTML [default: <runs folder>/fleet-report.html].",
 )
-def report(inventory: Path, limit: str | None, as_json: bool, out: Path | None) -> None:
+@click.pass_context
+def report(
+    ctx: click.Context, inventory: Path, limit: str | None, as_json: bool, out: Path | None
+) -> None:
     """Write the fleet's HTML report from the recorded acceptance runs.
 
     One page: the readiness table (each node's latest verdict), every check of that verdict,
@@ -39,12 +47,19 @@ def report(inventory: Path, limit: str | None, as_json: bool, out: Path | None) 
     history = fleet_history(runs.runs_dir(), hosts)
     cards = passports(hosts, runs.runs_dir())
     target = out or runs.runs_dir() / "fleet-report.html"
+    page = render_fleet_html(str(inventory), history, cards)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(render_fleet_html(str(inventory), history, cards), encoding="utf-8")
+        # A new file renamed over the old one: a FIFO, a link or a reader there is never
+        # written through, and a report is never half-written.
+        nodefile.replace(str(target), page)
     except OSError as err:
         raise ConfigError(f"{target}: cannot write the report: {err.strerror or err}") from None
+    summary = fleet_summary(history, cards)
+    for problem in summary["problems"]:
+        say(f"problem: run {problem['run_id']}: {problem['message']}")
     if as_json:
-        emit_json({**fleet_summary(history, cards), "report": str(target)})
+        emit_json({**summary, "report": str(target)})
     else:
         say(f"fleet report: {target}")
+    if summary["problems"]:
+        ctx.exit(EXIT_USAGE)

@@ -94,9 +94,12 @@ def fleet_summary(
                 for e in node.entries
             ],
         }
+    problems = {p for card in passports.values() for p in card.problems}
     return {
         "nodes": nodes,
         "all_ready": bool(nodes) and all(n["verdict"] == "ready" for n in nodes.values()),
+        # Run files that could not be read (each names its run, node, file and key path).
+        "problems": [p.to_dict() for p in sorted(problems, key=lambda p: (p.run_id, p.message))],
     }
 
 
@@ -206,6 +209,12 @@ def render_fleet_html(
             f"<td>{node['runs']}</td></tr>"
         )
     out.append("</table>")
+    if summary["problems"]:
+        items = "".join(
+            f"<li>run <code>{escape(str(p['run_id']))}</code>: {escape(p['message'])}</li>"
+            for p in summary["problems"]
+        )
+        out.append(f"<h2>Run files that could not be read</h2><ul class='flags'>{items}</ul>")
     for host, node in sorted(history.items()):
         latest = node.latest
         out.append(f"<h2>{escape(host)}</h2>")

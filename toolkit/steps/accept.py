@@ -613,8 +613,12 @@ def _record(run: AcceptanceRun, progress: Progress = lambda _m: None) -> None:
             )
     # Each certificate carries its node's passport at issue time, this run included.
     try:
+        reading = passport.read_fleet(run.run_dir.parent)
+        if reading.problems:  # the passport would leave that run out without saying so
+            first, more = reading.problems[0], len(reading.problems) - 1
+            raise ConfigError(first.message + (f" (and {more} more)" if more else ""))
         fleet: passport.Fleet | ConfigError = passport.with_run(
-            passport.fleet_observations(run.run_dir.parent),
+            reading.observations,
             run.run_id,
             run.started,
             [(_node_summary(p), p.result) for p in run.plans],
