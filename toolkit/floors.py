@@ -21,6 +21,7 @@ peak); :func:`build_profile` derives them. A site's own floors are plain numbers
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal, TypeVar
@@ -490,3 +491,71 @@ def _measured(model: type[_M], entry: Any, key: str, loc: tuple[str | int, ...],
 def _floor(item: Measured, factor: FloorFactor) -> float:
     """factor x measured, to the thousandth (what a verdict prints as the floor)."""
     return round(factor.factor * item.measured, 3)
+
+
+# --- a group's floors against its profile's ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LooserFloor:
+    """A floor a group sets looser than the shipped profile it names (or drops: ``own`` None).
+
+    ``key`` is the AcceptanceSpec key (``allreduce 16GiB`` for one size of a floor list).
+    """
+
+    key: str
+    own: float | None
+    profile: str
+    profile_value: float
+    source: str
+
+
+def _looser(key: str, own: float | None, theirs: float) -> bool:
+    """Whether ``own`` asks less than ``theirs``: a ``min_*`` (or PCIe link) floor lower, a
+    ``max_*`` ceiling higher, or either dropped."""
+    if own is None:
+        return True
+    return own > theirs if key.startswith("max_") else own < theirs
+
+
+def _floor_source(profile: str, key: str) -> str:
+    """Where the profile's figure for ``key`` comes from: factor x measured with its source
+    for a measured floor, else the profile in floors.yml."""
+    raw = shipped_profiles()[profile].get("acceptance", {}).get(key)
+    if isinstance(raw, dict) and "measured" in raw and key in MEASURED_FLOORS:
+        own = shipped_profiles()[profile].get("floor_factors") or {}
+        factor = (own.get(key) or {}).get("factor") or getattr(floor_factors(), key).factor
+        return f"{factor} x {raw['measured']} {raw.get('unit')} measured: {raw.get('source')}"
+    return f"{PROFILES_FILE}, profile {profile}, {key}"
+
+
+def looser_floors(spec: AcceptanceSpec) -> list[LooserFloor]:
+    """Every floor ``spec`` sets (or drops) looser than the shipped profile it names.
+
+    Only keys the group writes are compared (the profile's own are in force otherwise):
+    ``min_*`` floors and the PCIe link lower, ``max_*`` ceilings higher, and each size of a
+    profile's all-reduce floor list the group's list lowers or leaves out.
+
+    Raises:
+        ConfigError: The profile's data is malformed.
+    """
+    if spec.profile is None:
+        return []
+    name = spec.profile
+    base = shipped_profile(name).acceptance
+    found: list[LooserFloor] = []
+    for key in sorted(spec.model_fields_set):
+        theirs = getattr(base, key)
+        if key.startswith(("min_", "max_", "pcie_")) and isinstance(theirs, int | float):
+            own = getattr(spec, key)
+            if _looser(key, own, theirs):
+                found.append(LooserFloor(key, own, name, theirs, _floor_source(name, key)))
+        elif key in ("allreduce", "multi_node_allreduce"):
+            mine = {f.size_bytes: f.min_busbw_gbps for f in getattr(spec, key)}
+            for floor in getattr(base, key):
+                own = mine.get(floor.size_bytes)
+                if _looser("min_busbw_gbps", own, floor.min_busbw_gbps):
+                    source = floor.source or f"{PROFILES_FILE}, profile {name}, {key}"
+                    label = f"{key} {floor.size}"
+                    found.append(LooserFloor(label, own, name, floor.min_busbw_gbps, source))
+    return found

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import ConfigError, StackError
+from toolkit.floors import looser_floors
 from toolkit.hardware import HardwareProfile, load_stack_file
 from toolkit.inventory import load_inventory
 from toolkit.stack.aptindex import Fetch, fetch_url
@@ -38,6 +39,36 @@ from toolkit.stack.resolve import repository_variables, resolve, stack_id
 
 # Where a lock came from when no file is known (a `stack_lock` given inline).
 LOCK_FILE_UNKNOWN = "group_vars (stack_lock)"
+
+# A group's floor looser than its profile's: a warning (the site may know better), never
+# silent (issue 38: thresholds that know the SKU, one source per floor).
+FLOOR_RULE = "floors.below_profile"
+FLOOR_RULE_TEXT = "a group's acceptance floor is at least the one its profile ships"
+
+
+def _number(value: float | None) -> str:
+    return "none (the floor is dropped)" if value is None else f"{value:g}"
+
+
+def floor_violations(hardware: HardwareProfile, group: str | None) -> list[Violation]:
+    """Each floor the hardware profile sets looser than the shipped profile it names, as a
+    warning naming the group, the key, both values and the profile's source.
+
+    Raises:
+        ConfigError: The shipped profile's data is malformed.
+    """
+    if hardware.acceptance is None:
+        return []
+    who = f"group {group}" if group is not None else "the stack file"
+    found = []
+    for loose in looser_floors(hardware.acceptance):
+        text = (
+            f"{who} sets {loose.key} {_number(loose.own)}, looser than profile "
+            f"{loose.profile}'s {loose.profile_value:g}"
+        )
+        message = f"{text} [rule {FLOOR_RULE}: {FLOOR_RULE_TEXT}; source: {loose.source}]"
+        found.append(Violation(FLOOR_RULE, "warning", message, loose.source))
+    return found
 
 
 @dataclass(frozen=True)
@@ -113,9 +144,11 @@ class Target:
         """Every violation of the compatibility matrix and the security floors, the group's
         and its hosts' own."""
         found = self._violations(self.stack, self.hardware, today) + self.lock_violations()
+        found += floor_violations(self.hardware, self.group)
         seen = {(v.rule, v.message) for v in found}
         for host, (stack, hardware) in self.host_overrides.items():
-            for violation in self._violations(stack, hardware, today):
+            own = self._violations(stack, hardware, today) + floor_violations(hardware, self.group)
+            for violation in own:
                 if (violation.rule, violation.message) not in seen:
                     seen.add((violation.rule, violation.message))
                     found.append(replace(violation, message=f"host {host}: {violation.message}"))

@@ -85,7 +85,7 @@ LAB_ONLY: dict[str, str] = {
     "(kernel log, boot id), run no udev, read DMI from a file; its packages are stand-ins",
     "gpunode_accept_container_options": "lab nodes are unprivileged containers: no memlock",
     "hardware.acceptance": "the lab's floors (toolkit/lab/acceptance.yml) in place of the "
-    "all-reduce, host-to-device and memory-bandwidth floors: emulated GPUs, a CPU all-reduce",
+    "sample's profile (h100-sxm-8) and its GPU floors: emulated GPUs, a CPU all-reduce",
     "hardware.data_disks.layout": "btrfs-raid0 where the host kernel has no md",
 }
 GPU_FLOORS = ("allreduce", "min_h2d_gbps", "min_mem_bw_gbps")

@@ -60,11 +60,12 @@ def test_the_edited_repository_keys_are_the_samples_own() -> None:
         assert re.search(rf"^#? ?{key}:", text, re.MULTILINE), key
 
 
-def test_the_lab_only_floors_are_the_samples_gpu_floors() -> None:
-    # What the lab replaces by its profile is exactly what needs GPU arithmetic.
+def test_the_lab_replaces_the_profile_the_sample_names() -> None:
+    # The sample's GPU floors are its profile's alone (one source per floor): the lab drops
+    # the profile name and writes its own floors for what needs GPU arithmetic.
     floors = _literal("GPU_FLOORS")
     hardware = yaml.safe_load((SAMPLE / "group_vars/h100_sxm/hardware.yml").read_text())
     acceptance = hardware["hardware"]["acceptance"]
     assert isinstance(floors, tuple)
-    assert set(floors) <= set(acceptance)
-    assert "profile" not in acceptance
+    assert acceptance["profile"] == "h100-sxm-8"
+    assert not set(floors) & set(acceptance)

@@ -9,13 +9,16 @@ utilisation loop, and the shipped critical XIDs (``xids.yml`` next to this modul
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
 from pydantic import Field
 
+# The step's constants are the runner's (re-exported: the tests and reports name them here).
+from toolkit.acceptance.node_runner.train import GPU_STEP_GEMM_N as GPU_STEP_GEMM_N
+from toolkit.acceptance.node_runner.train import GPU_STEP_MIN_S as GPU_STEP_MIN_S
+from toolkit.acceptance.node_runner.train import size_gpu_step
 from toolkit.config import StrictModel, parse_yaml, validate
 from toolkit.errors import ConfigError
 from toolkit.floors import AcceptanceSpec, parse_size, shipped_profile
@@ -82,18 +85,10 @@ def sweep_sizes(spec: AcceptanceSpec, *, multi_node: bool = False) -> list[int]:
     return sorted(sizes)
 
 
-# The GPU-utilisation loop's step (issue 23): bf16 GEMMs of GPU_STEP_GEMM_N x GPU_STEP_GEMM_N
-# (the runner's gemm_n), as many as take at least GPU_STEP_MIN_S at the profile's GEMM floor,
-# and at least the emulated compute of a step (`train_compute_s`), so that the loader has the
-# same time per batch as in the storage check and a GPU at its floor is busy for tens of
-# milliseconds per step, not microseconds.
-GPU_STEP_GEMM_N = 8192
-GPU_STEP_MIN_S = 0.05
-
-
 @dataclass(frozen=True)
 class GpuStep:
-    """One step of the GPU-utilisation loop, sized on the controller; ``at_floor_s`` is
+    """One step of the GPU-utilisation loop, sized on the controller
+    (``node_runner.train.size_gpu_step``: its GEMM_N, MIN_S and the rule); ``at_floor_s`` is
     computed (the step's FLOPs at the floor), never measured."""
 
     gemm_n: int
@@ -112,13 +107,11 @@ def gpu_step(spec: AcceptanceSpec) -> GpuStep | None:
     sets no GEMM floor (the step cannot be sized)."""
     if spec.min_gemm_tflops is None:
         return None
-    target = max(GPU_STEP_MIN_S, spec.train_compute_s or 0.0)
-    tflop = 2 * GPU_STEP_GEMM_N**3 / 1e12  # one n x n by n x n product: 2 n^3 FLOPs
-    gemms = max(1, math.ceil(target * spec.min_gemm_tflops / tflop))
+    step = size_gpu_step(spec.min_gemm_tflops, spec.train_compute_s)
     return GpuStep(
-        gemm_n=GPU_STEP_GEMM_N,
-        gemms=gemms,
-        tflop=gemms * tflop,
+        gemm_n=int(step["gemm_n"]),
+        gemms=int(step["gemms"]),
+        tflop=float(step["tflop"]),
         floor_tflops=spec.min_gemm_tflops,
-        at_floor_s=gemms * tflop / spec.min_gemm_tflops,
+        at_floor_s=float(step["at_floor_s"]),
     )

@@ -5,6 +5,7 @@ and the framework process's side of them (the ranks' train spec, the result's se
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import time
@@ -224,6 +225,30 @@ def emulated_compute(seconds: float) -> Callable[[], None]:
     """MLPerf Storage's accelerator: a sleep of the step's compute time (DLIO's
     ``train.computation_time``), so the loop measures the storage and the loader alone."""
     return lambda: time.sleep(seconds)
+
+
+# The GPU-utilisation loop's step (issue 23): bf16 GEMMs of GPU_STEP_GEMM_N x GPU_STEP_GEMM_N
+# (the runner's gemm_n), as many as take at least GPU_STEP_MIN_S at the profile's GEMM floor,
+# and at least the emulated compute of a step (`train_compute_s`), so that the loader has the
+# same time per batch as in the storage check and a GPU at its floor is busy for tens of
+# milliseconds per step, not microseconds. Sized on the controller (thresholds.gpu_step) and
+# by scripts/gpu-proof, from the floor in force.
+GPU_STEP_GEMM_N = 8192
+GPU_STEP_MIN_S = 0.05
+
+
+def size_gpu_step(floor_tflops: float, compute_s: float | None = None) -> dict[str, Any]:
+    """The GPU step for a GEMM floor: ``gemm_n``, ``gemms``, ``tflop`` (the step's work) and
+    ``at_floor_s`` (its time at the floor: computed, never measured)."""
+    target = max(GPU_STEP_MIN_S, compute_s or 0.0)
+    tflop = 2 * GPU_STEP_GEMM_N**3 / 1e12  # one n x n by n x n product: 2 n^3 FLOPs
+    gemms = max(1, math.ceil(target * floor_tflops / tflop))
+    return {
+        "gemm_n": GPU_STEP_GEMM_N,
+        "gemms": gemms,
+        "tflop": gemms * tflop,
+        "at_floor_s": gemms * tflop / floor_tflops,
+    }
 
 
 def gemm_compute(torch: Any, device: Any, n: int, gemms: int) -> Callable[[], None]:
