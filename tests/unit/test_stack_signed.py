@@ -199,6 +199,22 @@ def test_a_non_utf8_byte_in_a_packages_file_is_refused_naming_the_offset(
     )
 
 
+def test_crlf_packages_read_as_lf_and_a_lone_carriage_return_is_refused(
+    tmp_path: Path, signer: tuple[str, bytes]
+) -> None:
+    stanza = _stanza("aa", "1.0-1")
+    lf = read_index(_signed_repo(tmp_path / "lf", signer, stanza), signer[1])
+    crlf = _signed_repo(tmp_path / "crlf", signer, stanza.replace(b"\n", b"\r\n"))
+    assert read_index(crlf, signer[1]) == lf
+    uri = _signed_repo(tmp_path / "cr", signer, stanza, b"Label: a\rb\n")
+    with pytest.raises(StackError) as err:
+        read_index(uri, signer[1])
+    assert err.value.message == (
+        f"{uri}/InRelease (its signed text): refused: byte 21 is a carriage return that ends "
+        "no line"
+    )
+
+
 # --- Debian versions ---------------------------------------------------------------------------
 
 

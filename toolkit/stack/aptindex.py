@@ -264,11 +264,15 @@ def signed_text(data: bytes, where: str) -> str:
             f"{where}: refused: byte {err.start} (0x{data[err.start]:02x}) is not UTF-8 "
             "(Debian Policy 5.1: control files are UTF-8)"
         ) from None
-    text = text.replace("\r\n", "\n")
-    if "\r" in text:
-        offset = len(text[: text.index("\r")].replace("\n", "\r\n").encode())
-        raise IndexRefused(f"{where}: refused: a carriage return alone near byte {offset}")
-    return text
+    lone = _LONE_CR.search(data)
+    if lone is not None:
+        raise IndexRefused(
+            f"{where}: refused: byte {lone.start()} is a carriage return that ends no line"
+        )
+    return text.replace("\r\n", "\n")
+
+
+_LONE_CR = re.compile(rb"\r(?!\n)")
 
 
 def paragraphs(text: str) -> list[dict[str, str]]:

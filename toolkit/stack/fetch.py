@@ -53,7 +53,10 @@ def _too_large(url: str, limit: int) -> IndexRefused:
 
 
 def _read_local(url: str, limit: int) -> bytes:
-    path = urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
+    parts = urllib.parse.urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise StackError(f"cannot read {url}: a file URL names another host")
+    path = urllib.request.url2pathname(parts.path)
     try:
         # O_NONBLOCK: opening a FIFO for reading must not wait for a writer.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
