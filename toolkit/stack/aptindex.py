@@ -140,7 +140,7 @@ def armor_problem(data: bytes) -> str | None:
         elif state == "text":
             if line == BEGIN_SIGNATURE:
                 state = "signature"
-            elif line.startswith(b"-") and not line.startswith(b"- "):
+            elif line.startswith(b"-") and not raw.startswith(b"- "):
                 return f"{where}: a line starting with '-' that is not dash-escaped"
         elif state == "signature":
             if line == END_SIGNATURE:
