@@ -6,13 +6,29 @@ from __future__ import annotations
 
 import re
 
-# A Debian version (Debian policy 5.6.12): ``[epoch:]upstream[-revision]``; the upstream part
-# starts with a digit and holds alphanumerics and ``. + ~`` (``-`` only when a revision
-# follows); the revision holds alphanumerics and ``. + ~``. Nothing else: no whitespace, no
-# newline, no control character, so a version is one token wherever it is written (apt's
-# preferences, ``name=version`` on apt's command line, a terminal).
+# A Debian version (Debian Policy 5.6.12, deb-version(7)): ``[epoch:]upstream[-revision]``.
+# The epoch is an unsigned integer (here at most 9 digits: dpkg refuses one over INT_MAX,
+# and real epochs are one digit). The upstream part starts with a digit and holds
+# alphanumerics and ``. + ~``, plus ``-`` only when a revision follows and ``:`` only when an
+# epoch precedes ("if there is no debian_revision then hyphens are not allowed; if there is
+# no epoch then colons are not allowed"): dpkg splits the epoch at the first colon and the
+# revision at the last hyphen, so ``1:2:3-1`` is epoch 1, upstream ``2:3``, revision 1. The
+# revision holds alphanumerics and ``. + ~``. Nothing else: no whitespace, no newline, no
+# control character, so a version is one token wherever it is written (apt's preferences,
+# ``name=version`` on apt's command line, a terminal). dpkg only warns about an upstream part
+# that does not start with a digit (Policy: "should start with a digit"); gpunode refuses it.
+_UPSTREAM = r"[0-9][A-Za-z0-9.+~{colon}]*"
+_WITH_REVISION = r"[0-9][A-Za-z0-9.+~{colon}-]*-[A-Za-z0-9.+~]+"
 DEB_VERSION_RE = re.compile(
-    r"^(?:[0-9]{1,9}:)?[0-9](?:[A-Za-z0-9.+~-]*[A-Za-z0-9.+~])?(?:-[A-Za-z0-9.+~]+)?\Z"
+    r"^(?:[0-9]{1,9}:(?:"
+    + _UPSTREAM.format(colon=":")
+    + "|"
+    + _WITH_REVISION.format(colon=":")
+    + ")|"
+    + _UPSTREAM.format(colon="")
+    + "|"
+    + _WITH_REVISION.format(colon="")
+    + r")\Z"
 )
 # A Debian package name (Debian policy 5.6.1): lower-case letters, digits and ``+ - .``, at
 # least two characters, starting with a letter or digit.
@@ -49,15 +65,71 @@ def _compare_part(a: str, b: str) -> int:
     return 0
 
 
+def version_problem(text: str) -> str | None:
+    """Why ``text`` is not a Debian version (Debian Policy 5.6.12), or None when it is one.
+
+    The reasons are dpkg's own (``parseversion``), so that a refusal reads like apt's.
+    """
+    if len(text) > MAX_DEB_TOKEN:
+        return f"longer than {MAX_DEB_TOKEN} characters"
+    if DEB_VERSION_RE.match(text):
+        return None
+    if not text:
+        return "empty"
+    if any(c.isspace() for c in text):
+        return "it has embedded whitespace"
+    epoch, colon, rest = text.partition(":")
+    if not colon:
+        epoch, rest = "", text
+    elif not epoch:
+        return "the epoch before ':' is empty"
+    elif not epoch.isascii() or not epoch.isdigit():
+        return "the epoch before the first ':' is not a number"
+    elif len(epoch) > 9:
+        return "the epoch has more than 9 digits"
+    upstream, hyphen, revision = rest.rpartition("-")
+    if not hyphen:
+        upstream, revision = rest, ""
+    elif not revision:
+        return "the revision after the last '-' is empty"
+    if not upstream:
+        return "the upstream version is empty"
+    if not upstream[0].isascii() or not upstream[0].isdigit():
+        return "the upstream version does not start with a digit"
+    if any(not _plain(c, ".+~-:") for c in upstream):
+        return "the upstream version has a character outside A-Za-z0-9 . + ~ - :"
+    return "the revision has a character outside A-Za-z0-9 . + ~"
+
+
+def _plain(char: str, others: str) -> bool:
+    return (char.isascii() and char.isalnum()) or char in others
+
+
 def split_version(version: str) -> tuple[int, str, str]:
-    """``[epoch:]upstream[-revision]`` -> (epoch, upstream, revision)."""
-    epoch, _, rest = version.rpartition(":") if ":" in version else ("0", "", version)
-    upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "")
-    return int(epoch or 0), upstream, revision
+    """``[epoch:]upstream[-revision]`` -> (epoch, upstream, revision), split as dpkg splits:
+    the epoch at the first colon, the revision at the last hyphen.
+
+    Raises:
+        ValueError: Not a Debian version (the message says why).
+    """
+    problem = version_problem(version)
+    if problem is not None:
+        raise ValueError(f"not a Debian version ({problem}): {version[:MAX_DEB_TOKEN]!r}")
+    epoch, colon, rest = version.partition(":")
+    if not colon:
+        epoch, rest = "0", version
+    upstream, hyphen, revision = rest.rpartition("-")
+    if not hyphen:
+        upstream, revision = rest, ""
+    return int(epoch), upstream, revision
 
 
 def compare_versions(a: str, b: str) -> int:
-    """dpkg's order of two versions: -1, 0 or 1 (Debian policy 5.6.12)."""
+    """dpkg's order of two versions: -1, 0 or 1 (Debian Policy 5.6.12).
+
+    Raises:
+        ValueError: Either is not a Debian version.
+    """
     ea, ua, ra = split_version(a)
     eb, ub, rb = split_version(b)
     if ea != eb:
@@ -74,10 +146,14 @@ def satisfies(requirement: str, version: str) -> bool:
     """
     if requirement.startswith(">="):
         floor = requirement[2:].strip()
-        return bool(floor and version) and compare_versions(version, floor) >= 0
+        if version_problem(floor) is not None or version_problem(version) is not None:
+            return False
+        return compare_versions(version, floor) >= 0
     if not requirement.endswith("-*"):
         return requirement == version
     wanted = requirement[:-2]
+    if version_problem(version) is not None:
+        return False
     epoch, upstream, _revision = split_version(version)
     if ":" in wanted:
         return wanted == f"{epoch}:{upstream}"

@@ -44,6 +44,7 @@ from toolkit.stack.debversion import (
     compare_versions,
     satisfies,
 )
+from toolkit.stack.fetch import MAX_SIGNED_BYTES
 from toolkit.stack.resolve import DEB_ARCH, check_url
 from toolkit.stack.systems import SUPPORTED_OS
 
@@ -272,7 +273,7 @@ class _Indexes:
     def entries(self, repo: Mapping[str, str]) -> list[IndexEntry]:
         key = (repo["uri"], repo["key_url"], repo["fingerprint"])
         if key not in self.cache:
-            data = self.fetch(repo["key_url"])
+            data = self.fetch(repo["key_url"], MAX_SIGNED_BYTES)
             try:
                 found = key_fingerprints(data)
             except ValueError as err:
