@@ -50,6 +50,7 @@ KEYS = (
     "reboot_pending",
     "check",
     "turned_seen",
+    "failure_class",
 )
 # The reason a ready node carries while a provision run is changing it (see begin_provision).
 IN_PROGRESS = "provision in progress"
@@ -61,6 +62,9 @@ CHECK_PREFIX = "check: "
 # had read from the second it started (its baseline's ``xid_seen``). Times are whole seconds,
 # so a line of the second the state's ``time`` names may be one it acted on or a new one; a
 # re-acceptance tells them apart by these lines (``health_checks``).
+# ``failure_class``: the leading class of the last acceptance's failed checks (configuration,
+# hardware, transient, harness: toolkit/acceptance/failure.py) while that verdict holds the
+# node not ready; `up --accept-only` does not re-accept a node held for hardware.
 # ``reboot_pending``: {"loaded": <driver version the kernel runs>, "installed": <the pinned one>}
 # while the node runs another driver than the one installed; absent once it runs the pin.
 REBOOT_KEYS = ("loaded", "installed")
@@ -327,12 +331,14 @@ def after_acceptance(
     results_digest: str | None = None,
     image_id: str | None = None,
     busbw_gbps: float | None = None,
+    failure_class: str | None = None,
 ) -> State:
     """The state after an acceptance verdict.
 
     ``ready`` only when the verdict passed **and** the stack id the node has installed (the
     one in its state file) is the one the verdict was given for; otherwise ``not-ready``
-    with the reasons (a passing verdict for another stack says so).
+    with the reasons (a passing verdict for another stack says so) and ``failure_class``, the
+    verdict's leading class (a passing verdict for another stack is a configuration's).
     """
     reasons = [str(r) for r in reasons]
     installed = current.get("stack_id")
@@ -355,6 +361,9 @@ def after_acceptance(
     }
     if image_id is not None:
         state["image_id"] = image_id
+    state.pop("failure_class", None)
+    if not ready:
+        state["failure_class"] = failure_class or ("configuration" if passed else None)
     state.pop("suspended", None)  # a new verdict supersedes a provision left in progress
     state.pop("turned_seen", None)  # and the passive check that turned the node not ready
     return _stamp(state, run_id, now)

@@ -10,10 +10,17 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from toolkit.acceptance import failure
+
 
 @dataclass(frozen=True)
 class Check:
-    """One check of one node."""
+    """One check of one node.
+
+    A failed check carries its failure class and the recommended next action with its source
+    (``failure.py``): set by the check where what it read decides them (an XID's catalog
+    action, a DCGM severity), else from ``failure.RULES`` by its name. A passed check has none.
+    """
 
     name: str
     ok: bool
@@ -21,6 +28,26 @@ class Check:
     measured: Any = None
     floor: Any = None
     unit: str | None = None
+    failure_class: str | None = None
+    action: str | None = None
+    action_source: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.ok:
+            advice = None
+        elif self.failure_class is not None and self.action is not None:
+            return
+        else:
+            advice = failure.advice_for(self.name)
+        # Frozen: the class is part of the record from the start, set once here.
+        object.__setattr__(self, "failure_class", advice.failure_class if advice else None)
+        object.__setattr__(self, "action", advice.action if advice else None)
+        object.__setattr__(self, "action_source", advice.source if advice else None)
+
+    @property
+    def advice(self) -> str:
+        """``[class] action`` of a failed check, empty for a passed one."""
+        return f"[{self.failure_class}] {self.action}" if self.failure_class else ""
 
     def to_dict(self) -> dict[str, Any]:
         """The check as JSON-ready data."""

@@ -37,6 +37,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from toolkit.acceptance import failure
 from toolkit.config import StrictModel, open_regular, parse_json, parse_yaml, validate
 from toolkit.errors import EXIT_USAGE, AcceptanceError, ConfigError, clip
 from toolkit.floors import DcgmDiagSpec
@@ -457,6 +458,26 @@ def judge(diag: Diagnostic, spec: DcgmDiagSpec) -> list[Finding]:
             )
         )
     return findings
+
+
+def advice(finding: Finding) -> failure.Advice | None:
+    """A failed plugin's class and next action, by DCGM's own severity of its warnings (the
+    most consequential class among them: ``failure.DCGM_SEVERITY``), else by its test category
+    (a Deployment test checks the software); not measured is the harness's; None for ``run``
+    (the check's name decides) and for a plugin that passed."""
+    if finding.plugin == "run" or finding.ok is True:
+        return None
+    if finding.ok is None:
+        return failure.DCGM_NOT_MEASURED
+    by_severity = [
+        failure.DCGM_SEVERITY[name]
+        for name in (severity_name(w.severity) for w in finding.warnings)
+        if name in failure.DCGM_SEVERITY
+    ]
+    chosen = failure.worst(by_severity)
+    if chosen is not None:
+        return chosen
+    return failure.DCGM_CATEGORY.get(finding.category or "", failure.DCGM_DEFAULT)
 
 
 def read_section(

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
 from toolkit import nodestate
-from toolkit.acceptance import memory_health
+from toolkit.acceptance import failure, memory_health
 from toolkit.acceptance.check import Check, some
 
 
@@ -34,12 +34,23 @@ class HealthSpec(Protocol):
 
 
 class XidInfo(Protocol):
-    """One critical XID's name and NVIDIA's action for it (``thresholds.CriticalXid``)."""
+    """One catalogued XID's name, NVIDIA's action for it (the catalog's bucket), and what
+    gpunode makes of that: the failure class and the action in words
+    (``thresholds.CatalogXid``)."""
 
     @property
     def name(self) -> str: ...
     @property
     def action(self) -> str: ...
+    @property
+    def failure_class(self) -> str: ...
+    @property
+    def todo(self) -> str: ...
+
+
+# NVIDIA's Xid catalog bucket of the XIDs it says to ignore: shown, never failed, unless a
+# profile lists them in `critical_xids`.
+IGNORE = "IGNORE"
 
 
 # `clocks_throttle_reasons.active` bits that mean the hardware is slowing itself down
@@ -65,7 +76,15 @@ def health_checks(
     if gpus.get("ok"):
         # The memory-error rules and their sources live in memory_health.py.
         checks += [
-            Check(f.check, f.ok, f.message, measured=f.measured or None)
+            Check(
+                f.check,
+                f.ok,
+                f.message,
+                measured=f.measured or None,
+                failure_class=failure.HARDWARE if f.actions else None,
+                action="; ".join(f.actions) or None,
+                action_source="; ".join(f.sources) or None,
+            )
             for f in memory_health.judge(listed, gpus.get("memory_error"))
         ]
         if spec.check_pcie:
@@ -203,13 +222,29 @@ def xid_window_start(result: dict[str, Any], spec: HealthSpec) -> tuple[datetime
     return max(starts, key=lambda s: s[0])
 
 
+def critical_set(spec: HealthSpec, named: Mapping[int, XidInfo]) -> set[int]:
+    """The XIDs that fail a node: the profile's list, else every catalogued XID but those
+    NVIDIA's catalog says to ignore (63, 92 ...)."""
+    if spec.critical_xids is not None:
+        return set(spec.critical_xids)
+    return {n for n, x in named.items() if x.action != IGNORE}
+
+
 def _xid_check(result: dict[str, Any], spec: HealthSpec, named: Mapping[int, XidInfo]) -> Check:
-    """Critical XIDs (``xids.yml`` or the profile's list) within the window fail the node;
-    every XID of the boot is still shown."""
+    """Critical XIDs (``xids.yml`` or the profile's list) within the window fail the node,
+    classed and with NVIDIA's action; every XID of the boot is still shown, with its action."""
     log = result.get("kernel_log") or {}
     if not log.get("ok"):
-        return Check("health.xid", False, f"kernel log unreadable: {log.get('error')}")
-    critical = set(spec.critical_xids) if spec.critical_xids is not None else set(named)
+        harness = failure.HARNESS_RUN
+        return Check(
+            "health.xid",
+            False,
+            f"kernel log unreadable: {log.get('error')}",
+            failure_class=harness.failure_class,
+            action=harness.action,
+            action_source=harness.source,
+        )
+    critical = critical_set(spec, named)
     start, window = xid_window_start(result, spec)
     events = list(log.get("xid_events") or [])
     state = result.get("state") or {}
@@ -230,6 +265,9 @@ def _xid_check(result: dict[str, Any], spec: HealthSpec, named: Mapping[int, Xid
 
     def why_not(event: dict[str, Any]) -> str:
         if event.get("xid") not in critical:
+            known = named.get(event["xid"])
+            if known is not None and known.action == IGNORE:
+                return "NVIDIA's catalog says to ignore it"
             return "not critical"
         if event.get("line") in acted:
             return "read by the passive check that turned the node not ready"
@@ -244,14 +282,25 @@ def _xid_check(result: dict[str, Any], spec: HealthSpec, named: Mapping[int, Xid
 
     def about(event: dict[str, Any]) -> str:
         known = named.get(event["xid"])
-        return f" ({known.name}; NVIDIA's action: {known.action})" if known else ""
+        return f"{known.name}; NVIDIA's action: {known.action}" if known else ""
+
+    def advice(xid: int) -> failure.Advice:
+        known = named.get(xid)
+        if known is None:  # a profile's own critical XID the catalog table does not hold
+            return failure.advice_for("health.xid")
+        return failure.Advice(known.failure_class, f"XID {xid}: {known.todo}", failure.XID_CATALOG)
 
     failing = [e for e in events if e.get("xid") in critical and in_window(e)]
     shown = [
         f"XID {e['xid']} on {e['bus_id']} {when(e)}"
-        + (about(e) if e in failing else f" (not judged: {why_not(e)})")
+        + (
+            f" ({about(e)})"
+            if e in failing
+            else f" (not judged: {why_not(e)})" + (f" [{about(e)}]" if about(e) else "")
+        )
         for e in events
     ]
+    chosen = failure.worst([advice(x) for x in dict.fromkeys(e["xid"] for e in failing)])
     message = f"{len(failing)} critical XID(s) {window}" if failing else f"no critical XID {window}"
     if shown:
         message += ": " + some(shown, 5)
@@ -261,4 +310,7 @@ def _xid_check(result: dict[str, Any], spec: HealthSpec, named: Mapping[int, Xid
         message,
         measured=[e["xid"] for e in failing],
         floor=start.isoformat() if start else None,
+        failure_class=chosen.failure_class if chosen else None,
+        action=chosen.action if chosen else None,
+        action_source=chosen.source if chosen else None,
     )

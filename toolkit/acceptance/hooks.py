@@ -1,11 +1,14 @@
 """Marking hooks, run after the verdict: tell the scheduler which nodes may take work.
 
-- Slurm: a not-ready node is drained with ``Reason="gpunode: ..."``; a ready node is resumed
-  only when gpunode drained it (its drain reason starts with ``gpunode:``), never when
+- Slurm: a not-ready node is drained with ``Reason="gpunode[<class>]: ..."``, the verdict's
+  leading failure class first (``hardware``, ``configuration``, ``transient``, ``harness``:
+  ``failure.py``), so an operator sees whether to repair, reprovision or just wait; a ready
+  node is resumed only when gpunode drained it (its drain reason starts with ``gpunode[<a
+  class>]:``, or ``gpunode:`` as written before the class and without one), never when
   somebody else did (the LBNL NHC rule). A node drained by someone else keeps its reason.
 - Kubernetes: label ``gpunode.io/ready=true|false``; a not-ready node gets the taint
-  ``gpunode.io/not-ready:NoSchedule`` and the reason as an annotation; a ready node loses
-  the taint.
+  ``gpunode.io/not-ready:NoSchedule`` and the same reason as an annotation; a ready node
+  loses the taint.
 
 Commands run through a :class:`CommandRunner` (locally by default: ``scontrol``/``kubectl``
 on the control machine, talking to the cluster), so a site can run them elsewhere: acceptance
@@ -21,9 +24,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from toolkit.acceptance import failure
 from toolkit.errors import AcceptanceError
 
 REASON_PREFIX = "gpunode:"
+# gpunode's reasons: ``gpunode:`` (written before the failure class, and without a class) or
+# ``gpunode[<class>]:`` with one of failure.CLASSES, nothing else (``gpunode[x]:`` is not ours).
+_OURS_RE = re.compile(r"^gpunode(?:\[(?:" + "|".join(failure.CLASSES) + r")\])?:")
 K8S_LABEL = "gpunode.io/ready"
 K8S_TAINT = "gpunode.io/not-ready"
 K8S_REASON_ANNOTATION = "gpunode.io/reason"
@@ -64,6 +71,7 @@ class NodeMark:
     scheduler_name: str  # the node's name in Slurm/Kubernetes
     ready: bool
     reasons: tuple[str, ...] = ()
+    failure_class: str | None = None  # the verdict's leading class (failure.CLASSES)
 
 
 @dataclass
@@ -87,9 +95,20 @@ class HookAction:
         }
 
 
-def drain_reason(reasons: Sequence[str]) -> str:
-    """The Slurm drain reason: gpunode's prefix, then the failed checks, shortened."""
-    text = f"{REASON_PREFIX} " + ("; ".join(reasons) or "not ready")
+def reason_prefix(failure_class: str | None = None) -> str:
+    """gpunode's reason prefix: ``gpunode[hardware]:`` with a class, ``gpunode:`` without."""
+    return f"gpunode[{failure_class}]:" if failure_class else REASON_PREFIX
+
+
+def is_gpunode_reason(reason: str | None) -> bool:
+    """Whether a drain reason is gpunode's own, with a class or in the older classless form."""
+    return bool(reason) and _OURS_RE.match(reason or "") is not None
+
+
+def drain_reason(reasons: Sequence[str], failure_class: str | None = None) -> str:
+    """The Slurm drain reason: gpunode's prefix (with the leading failure class when there is
+    one), then the failed checks, shortened."""
+    text = f"{reason_prefix(failure_class)} " + ("; ".join(reasons) or "not ready")
     text = re.sub(r"\s+", " ", text)
     return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
 
@@ -145,7 +164,7 @@ class SlurmHook:
                 self.name, mark.host, "failed", (result.stderr or result.stdout).strip(), [show]
             )
         current = parse_scontrol_node(result.stdout)
-        ours = (current.reason or "").startswith(REASON_PREFIX)
+        ours = is_gpunode_reason(current.reason)
         if mark.ready:
             if not current.drained:
                 return HookAction(
@@ -169,7 +188,7 @@ class SlurmHook:
                 f"already drained by someone else ({current.reason!r}); reason kept",
                 [show],
             )
-        reason = drain_reason(mark.reasons)
+        reason = drain_reason(mark.reasons, mark.failure_class)
         cmd = [
             self.scontrol,
             "update",
@@ -227,7 +246,7 @@ class KubernetesHook:
                 "annotate",
                 "node",
                 node,
-                f"{K8S_REASON_ANNOTATION}={drain_reason(mark.reasons)}",
+                f"{K8S_REASON_ANNOTATION}={drain_reason(mark.reasons, mark.failure_class)}",
                 "--overwrite",
             ],
             [

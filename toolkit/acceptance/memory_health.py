@@ -37,6 +37,7 @@ class Rule:
     source: str
     value: Callable[[dict[str, Any]], Any]  # the counter in one GPU's runner record
     fails: Callable[[Any], bool]
+    action: str = ""  # the next action, imperative (the failed check's, failure.py's class)
 
 
 def _rows(key: str) -> Callable[[dict[str, Any]], Any]:
@@ -55,6 +56,7 @@ RULES: tuple[Rule, ...] = (
         "NVIDIA GPU Memory Error Management; Meta GCM check-nvidia-smi",
         lambda gpu: gpu.get("ecc_uncorrected_volatile"),
         lambda v: isinstance(v, int) and v > 0,
+        action="reset the GPU (nvidia-smi -r) or reboot the node",
     ),
     # "Row-remapping pending flag: this flag indicates that row-remapping will happen at the
     # next GPU reset" (MEM_ERROR_FLAGS); GCM's row_remap check is CRITICAL on a pending remap.
@@ -65,6 +67,7 @@ RULES: tuple[Rule, ...] = (
         f"{MEM_ERROR_FLAGS}; Meta GCM row_remap",
         _rows("pending"),
         lambda v: v is True,
+        action="reset the GPU (nvidia-smi -r) to activate the remap",
     ),
     # "Row-remapping failure flag" (MEM_ERROR_FLAGS), defined by the guide's "RMA Policy
     # Thresholds for Row-Remapping": the GPU is an RMA candidate; GCM's row_remap_failed
@@ -76,6 +79,7 @@ RULES: tuple[Rule, ...] = (
         f"{MEM_ERROR_FLAGS}, RMA Policy Thresholds; Meta GCM row_remap_failed",
         _rows("failure"),
         lambda v: v is True,
+        action="contact NVIDIA support: replace the GPU (RMA)",
     ),
     # Dynamic page retirement (Volta and older): a page retired while the driver runs is only
     # blacklisted at the next driver load (NVIDIA, Dynamic Page Retirement, Visibility: XID 63
@@ -88,6 +92,7 @@ RULES: tuple[Rule, ...] = (
         "NVIDIA Dynamic Page Retirement, Visibility; Meta GCM gpu_retired_pages",
         lambda gpu: gpu.get("retired_pages_pending"),
         lambda v: v is True,
+        action="reset the GPU or reboot the node to reload the driver",
     ),
     # The recovery action flag: None ("the GPU can be immediately used again"), Reset
     # ("requires a reset to recover"), Reboot, Drain P2P, Drain and Reset (MEM_ERROR_FLAGS;
@@ -100,6 +105,7 @@ RULES: tuple[Rule, ...] = (
         MEM_ERROR_FLAGS,
         lambda gpu: gpu.get("recovery_action"),
         lambda v: isinstance(v, str) and v.strip().lower() not in {"", "none"},
+        action="do the recovery action the driver names (Reset: nvidia-smi -r; Reboot: reboot)",
     ),
 )
 
@@ -112,6 +118,8 @@ class Finding:
     ok: bool
     message: str
     measured: list[str]
+    actions: tuple[str, ...] = ()  # the failing rules' actions, in RULES order
+    sources: tuple[str, ...] = ()
 
 
 def _gpu(gpu: dict[str, Any]) -> str:
@@ -151,6 +159,7 @@ def judge(gpus: list[dict[str, Any]], error: str | None = None) -> list[Finding]
     """
     order: list[str] = []
     failing: dict[str, list[str]] = {}
+    fired: dict[str, list[Rule]] = {}
     unreported: dict[str, list[str]] = {}
     for rule in RULES:
         if rule.check not in order:
@@ -162,6 +171,8 @@ def judge(gpus: list[dict[str, Any]], error: str | None = None) -> list[Finding]
             if value is None:
                 unreported[rule.check].append(f"{rule.counter} on GPU {gpu.get('index')}")
             elif rule.fails(value):
+                if rule not in fired.setdefault(rule.check, []):
+                    fired[rule.check].append(rule)
                 failing[rule.check].append(
                     f"{_gpu(gpu)}: {rule.counter} = {_shown(value)}: {rule.asks} "
                     f"(rule: {rule.source})"
@@ -179,5 +190,15 @@ def judge(gpus: list[dict[str, Any]], error: str | None = None) -> list[Finding]
                 message += f" (nvidia-smi -q: {error})"
         if check == "health.ecc":
             message += f"; {history(gpus)}"
-        findings.append(Finding(check, not bad, message, bad))
+        rules = fired.get(check, [])
+        findings.append(
+            Finding(
+                check,
+                not bad,
+                message,
+                bad,
+                tuple(r.action for r in rules),
+                tuple(dict.fromkeys(r.source for r in rules)),
+            )
+        )
     return findings

@@ -216,13 +216,20 @@ def dcgm_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
         findings = dcgm.judge(diag, rule)
     # A plugin not measured (it ran on no GPU) never passes: like a floor's figure that was not
     # measured (check.floor_check), its check fails, the reason in the message.
-    return [
-        Check(
-            f"dcgm.{f.plugin}",
-            f.ok is True,
-            f"level {rule.level}: {f.message}",
-            measured=f.measured,
-            floor=f.floor,
+    checks = []
+    for f in findings:
+        # DCGM's severity of what it found decides the class (dcgm.advice); else the name.
+        advice = dcgm.advice(f)
+        checks.append(
+            Check(
+                f"dcgm.{f.plugin}",
+                f.ok is True,
+                f"level {rule.level}: {f.message}",
+                measured=f.measured,
+                floor=f.floor,
+                failure_class=advice.failure_class if advice else None,
+                action=advice.action if advice else None,
+                action_source=advice.source if advice else None,
+            )
         )
-        for f in findings
-    ]
+    return checks

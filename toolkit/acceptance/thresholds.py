@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Literal
 
 from pydantic import Field
 
@@ -23,14 +24,27 @@ from toolkit.config import StrictModel, parse_yaml, validate
 from toolkit.errors import ConfigError
 from toolkit.floors import AcceptanceSpec, parse_size, shipped_profile
 
+FailureClass = Literal["configuration", "hardware", "transient", "harness"]
+
+
+class XidAdvice(StrictModel):
+    """What gpunode makes of one of the catalog's buckets: the class and the action in words."""
+
+    failure_class: FailureClass
+    todo: str = Field(min_length=1)
+
 
 class CriticalXid(StrictModel):
-    """One XID that marks a node not ready, with where that judgement comes from."""
+    """One catalogued XID, with NVIDIA's action, gpunode's class for it and where that comes
+    from; it marks a node not ready unless the action is IGNORE (``health_checks``)."""
 
     xid: int = Field(gt=0)
     name: str
     # NVIDIA's Xid catalog "Resolution Bucket (Immediate Action)" (RESET_GPU, RESTART_BM ...)
     action: str = Field(pattern=r"^[A-Z0-9_]+$")
+    # The bucket's (``actions:`` in xids.yml), unless the entry gives its own.
+    failure_class: FailureClass
+    todo: str = Field(min_length=1)
     sources: list[str] = Field(min_length=1)
 
 
@@ -43,13 +57,26 @@ def critical_xids() -> dict[int, CriticalXid]:
     """
 
     text = resources.files("toolkit.acceptance").joinpath("xids.yml").read_text("utf-8")
-    data = parse_yaml(text, "toolkit/acceptance/xids.yml")
+    source = "toolkit/acceptance/xids.yml"
+    data = parse_yaml(text, source)
     entries = data.get("critical") if isinstance(data, dict) else None
     if not isinstance(entries, list):
-        raise ConfigError("toolkit/acceptance/xids.yml: expected a `critical:` list")
+        raise ConfigError(f"{source}: expected a `critical:` list")
+    raw = data.get("actions")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected an `actions:` mapping")
+    buckets = {
+        str(k): validate(XidAdvice, v, source, prefix=("actions", str(k))) for k, v in raw.items()
+    }
     out: dict[int, CriticalXid] = {}
     for i, entry in enumerate(entries):
-        item = validate(CriticalXid, entry, "toolkit/acceptance/xids.yml", prefix=("critical", i))
+        bucket = buckets.get(str(entry.get("action"))) if isinstance(entry, dict) else None
+        if isinstance(entry, dict) and bucket is None:
+            raise ConfigError(
+                f"{source}: critical[{i}]: action {entry.get('action')!r} is not in `actions:`"
+            )
+        merged = {**bucket.model_dump(), **entry} if bucket is not None else entry
+        item = validate(CriticalXid, merged, source, prefix=("critical", i))
         out[item.xid] = item
     return out
 

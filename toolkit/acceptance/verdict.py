@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.acceptance import failure
 from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.node_checks import stack_check
 from toolkit.acceptance.passive import passive_checks
@@ -62,14 +63,34 @@ class Verdict:
         """One line per failed check: ``check: message``."""
         return [f"{c.name}: {c.message}" for c in self.failed]
 
+    def advised_reasons(self) -> list[str]:
+        """One line per failed check with its class and next action (the node state's
+        reasons): ``check: message -> [class] action``."""
+        return [f"{c.name}: {c.message} -> {c.advice}" for c in self.failed]
+
+    @property
+    def failure_class(self) -> str | None:
+        """The leading class of the failed checks (``failure.CLASSES`` order), None when
+        every check passed."""
+        return failure.leading([c.failure_class for c in self.failed])
+
     def to_dict(self) -> dict[str, Any]:
         """The verdict as JSON-ready data."""
         return {
             "host": self.host,
             "verdict": self.verdict,
             "checks": [c.to_dict() for c in self.checks],
+            "failure_class": self.failure_class,
             "failed_checks": [
-                {"check": c.name, "message": c.message, "measured": c.measured, "floor": c.floor}
+                {
+                    "check": c.name,
+                    "message": c.message,
+                    "measured": c.measured,
+                    "floor": c.floor,
+                    "failure_class": c.failure_class,
+                    "action": c.action,
+                    "action_source": c.action_source,
+                }
                 for c in self.failed
             ],
         }

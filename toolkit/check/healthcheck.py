@@ -78,10 +78,14 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class XidName:
-    """One critical XID's name and NVIDIA's action (``health_checks.XidInfo``)."""
+    """One catalogued XID's name, NVIDIA's action, gpunode's failure class and the action in
+    words (``health_checks.XidInfo``). Settings written before the class read as hardware,
+    the class never re-accepted on its own."""
 
     name: str
     action: str
+    failure_class: str = "hardware"
+    todo: str = "do the action NVIDIA's Xid catalog gives this XID"
 
 
 @dataclass(frozen=True)

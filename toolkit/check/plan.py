@@ -129,6 +129,7 @@ def judge(
 # library only, tests/unit/test_healthcheck.py checks it), shipped as one program.
 HEALTHCHECK_MODULES = (
     "toolkit.acceptance.check",
+    "toolkit.acceptance.failure",
     "toolkit.acceptance.health_checks",
     "toolkit.acceptance.hooks",
     "toolkit.acceptance.memory_health",
@@ -174,7 +175,10 @@ def healthcheck_settings(
             critical_xids=list(spec.critical_xids) if spec.critical_xids is not None else None,
             xid_window_h=spec.xid_window_h,
         ),
-        xids={n: healthcheck.XidName(x.name, x.action) for n, x in critical_xids().items()},
+        xids={
+            n: healthcheck.XidName(x.name, x.action, x.failure_class, x.todo)
+            for n, x in critical_xids().items()
+        },
         gpu_models=catalog.model_index(),
         compute_nics=node.compute_nics,
         scontrol=scontrol,

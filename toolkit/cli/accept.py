@@ -107,7 +107,11 @@ def _print_verdicts(summary: dict[str, Any]) -> None:
     for column in ("node", "verdict", "stack id", "busbw (GB/s)", "failed checks"):
         table.add_column(column)
     for node in summary["nodes"]:
-        failed = "; ".join(f"{f['check']}: {f['message']}" for f in node["failed_checks"])
+        failed = "; ".join(
+            f"{f['check']}: {f['message']}"
+            + (f" -> [{f['failure_class']}] {f['action']}" if f.get("failure_class") else "")
+            for f in node["failed_checks"]
+        )
         table.add_row(
             shown(node["host"]),
             shown(node["verdict"]),

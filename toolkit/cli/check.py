@@ -52,7 +52,8 @@ def check(inventory: Path, limit: str | None, as_json: bool) -> None:
                 out_console.print(Text.assemble(shown("  error: ", "bold red"), shown(node.error)))
             for c in node.checks:
                 mark = shown("  ok   ", "green") if c.ok else shown("  FAIL ", "bold red")
-                out_console.print(Text.assemble(mark, shown(f"{c.name}: {c.message}")))
+                advice = f" -> {c.advice}" if c.advice else ""
+                out_console.print(Text.assemble(mark, shown(f"{c.name}: {c.message}{advice}")))
         out_console.print(
             shown(f"run {run.run_id}: {len(run.nodes)} node(s) in {run.wall_s:.2f}s wall")
         )

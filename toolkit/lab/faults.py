@@ -67,6 +67,11 @@ FAULTS: dict[str, str] = {
         "one compute NIC's link went down and came back up a few times and settled: its port "
         "is ACTIVE, LinkUp again and its link_downed counter moved"
     ),
+    # Listed last to keep the order of the faults above; it belongs with `xid` and `xid154`.
+    "xid63": (
+        "one GPU logs XID 63 (a row remapping recorded), which NVIDIA's Xid catalog says to "
+        "ignore: the XID is shown with its action and the node stays ready"
+    ),
 }
 # The `ecc` fault's counts (uncorrectable, corrected); `remapped` and `returned-gpu` keep them as
 # the board's lifetime history.
@@ -108,8 +113,19 @@ XID_MESSAGE = (
 # Reset, GPU Reset Required and Node Reboot Required; nvidia-smi -q then reports "GPU
 # Recovery Action : Reset" (public captures of R565+ drivers, tests/data/real/SOURCES.md).
 XID154_MESSAGE = "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+# XID 63 (`xid63`): "ECC page retirement or row remapping recording event", immediate action
+# IGNORE in NVIDIA's Xid catalog (toolkit/acceptance/xids.yml). The text is the driver's, from a
+# public kernel log (stas00/ml-engineering, compute/accelerator/nvidia/debug.md: "NVRM: Xid
+# (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to
+# activate."). The event alone: the GPU's counters are the `remapped` and `ecc` faults' business.
+XID63_MESSAGE = "Row Remapper: New row marked for remapping, reset gpu to activate."
 # Faults whose event the lab writes into the node's kernel log, and the XID each one logs.
-KERNEL_LOG_FAULTS: dict[str, int] = {"xid": XID_CODE, "old-xid": XID_CODE, "xid154": 154}
+KERNEL_LOG_FAULTS: dict[str, int] = {
+    "xid": XID_CODE,
+    "old-xid": XID_CODE,
+    "xid154": 154,
+    "xid63": 63,
+}
 # The `remap-failure` fault: a bank with 8 rows remapped for uncorrectable errors is one of
 # the row-remapping failure conditions of NVIDIA's RMA policy (NVIDIA GPU Memory Error
 # Management, "RMA Policy Thresholds for Row-Remapping", as quoted in awslabs/

@@ -36,6 +36,7 @@ from toolkit.lab.faults import (
     KERNEL_LOG_FAULTS,
     LINK_FLAP_DOWNS,
     REMAP_FAILURE_ROWS,
+    XID63_MESSAGE,
     XID154_MESSAGE,
     XID_MESSAGE,
 )
@@ -70,6 +71,7 @@ FaultName = Literal[
     "remap-rising",
     "returned-gpu",
     "link-flap",
+    "xid63",
 ]
 
 
@@ -355,7 +357,7 @@ class XidEvent(_Strict):
     pci_bus_id: str
     xid: int = Field(gt=0)
     kernel_line: str
-    fault: Literal["xid", "old-xid", "xid154"] = "xid"
+    fault: Literal["xid", "old-xid", "xid154", "xid63"] = "xid"
 
 
 class NodeHardware(_Strict):
@@ -543,17 +545,15 @@ class NodeHardware(_Strict):
                 gpu["pcie_gen_idle"] = IDLE_PCIE_GEN
         sys_pair = _topo_pair(gpus, seed, index) if "topo" in fault_list else None
         events: list[dict[str, Any]] = []
-        for fault in ("old-xid", "xid", "xid154"):
+        for fault in ("old-xid", "xid", "xid154", "xid63"):
             if fault not in fault_list:
                 continue
             gpu = gpus[_pick(seed, index, fault, present)]
             bus = gpu["pci_bus_id"]
             short_bus = bus[4:14].lower()  # "0000:18:00" as the kernel prints it
             code = KERNEL_LOG_FAULTS[fault]
-            text = (
-                XID154_MESSAGE
-                if fault == "xid154"
-                else "pid=2417, name=python3, " + XID_MESSAGE.format(index=gpu["index"])
+            text = {"xid154": XID154_MESSAGE, "xid63": "pid=2417, " + XID63_MESSAGE}.get(
+                fault, "pid=2417, name=python3, " + XID_MESSAGE.format(index=gpu["index"])
             )
             events.append(
                 {

@@ -579,12 +579,19 @@ def render_html(summary: dict[str, Any]) -> str:
         failed_any = True
         out.append(
             f"<h3>{escape(node['host'])}</h3><table><tr><th>check</th><th>message</th>"
-            "<th>measured</th><th>floor</th></tr>"
+            "<th>class: next action</th><th>measured</th><th>floor</th></tr>"
         )
         for check in failed:
+            advice = (
+                f"{check['failure_class']}: {check.get('action') or '-'}"
+                if check.get("failure_class")
+                else "-"
+            )
             out.append(
                 f"<tr><td>{escape(str(check['check']))}</td>"
                 f"<td class='v'>{escape(str(check['message']))}</td>"
+                f"<td title='{escape(str(check.get('action_source') or ''))}'>"
+                f"{escape(advice)}</td>"
                 f"<td class='v'>{value_cell(check.get('measured'))}</td>"
                 f"<td class='v'>{value_cell(check.get('floor'))}</td></tr>"
             )

@@ -38,6 +38,12 @@ def render_junit(summary: dict[str, Any]) -> str:
                     f"measured: {value_text(check.get('measured'))}; "
                     f"floor: {value_text(check.get('floor'))}"
                 )
+                if check.get("failure_class"):
+                    failure.set("type", str(check["failure_class"]))
+                    failure.text += (
+                        f"; class: {check['failure_class']}; next action: {check.get('action')}"
+                        f" (source: {check.get('action_source')})"
+                    )
         if not checks:
             case = ET.SubElement(suite, "testcase", classname=node["host"], name="verdict")
             ET.SubElement(case, "failure", message="no checks ran")

@@ -264,6 +264,7 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
                 scheduler_name=str(p.host.vars.get("gpunode_scheduler_node_name") or p.host.name),
                 ready=bool(p.verdict and p.verdict.ready),
                 reasons=tuple(p.verdict.reasons() if p.verdict else ()),
+                failure_class=p.verdict.failure_class if p.verdict else None,
             )
             for p in plans
             if p.not_tested is None  # an untested node keeps its mark
@@ -574,7 +575,8 @@ def _write_node_state(plan: NodePlan, run_id: str, when: datetime) -> None:
     state = nodestate.after_acceptance(
         (plan.result or {}).get("state") or nodestate.new(),
         passed=plan.verdict.ready,
-        reasons=plan.verdict.reasons(),
+        reasons=plan.verdict.advised_reasons(),
+        failure_class=plan.verdict.failure_class,
         accepted_stack_id=plan.expect.stack_id if plan.expect else None,
         run_id=run_id,
         now=when,

@@ -25,6 +25,10 @@ is recorded as an evidence run (``toolkit.runs``): ``up.json`` with every stage 
 With ``accept_only`` (``--accept-only``, what the scheduled re-validation runs:
 ``toolkit.schedule``) stages 4 and 5 never run: a node that needs them fails its provision
 stage with why and is left as it is, so a run on a timer never formats, installs or reboots.
+It re-accepts only the failure classes that can heal (transient, harness, configuration once
+provisioned: ``toolkit.acceptance.failure``): a node whose last verdict failed for hardware
+fails its accept stage with its reasons and their actions, until the operator repairs it and
+runs ``up`` without ``--accept-only``.
 
 SIGINT and SIGTERM stop the run between stages (a running playbook is cancelled through
 ansible-runner); a node is never left ``ready`` unless it was accepted for what is installed.
@@ -45,6 +49,7 @@ from types import FrameType
 from typing import Any
 
 from toolkit import cert, nodestate, runs
+from toolkit.acceptance.failure import HARDWARE
 from toolkit.errors import ToolkitError
 from toolkit.images.build import build_recipe, recipe_for
 from toolkit.images.engine import docker_client, find_image
@@ -291,6 +296,8 @@ def _stages(
                 "failed", "needs disks or provisioning: --accept-only changes no node"
             )
         todo_provision = []
+    if opts.accept_only:
+        todo_accept = [h for h in todo_accept if not _held_for_hardware(nodes[h])]
     if todo_provision:
         provisionable = _disks(opts, nodes, todo_provision, stop, progress)
         if provisionable:
@@ -298,6 +305,22 @@ def _stages(
     stop.check()
     if todo_accept:
         _accept(opts, nodes, sorted(todo_accept), outcome, progress)
+
+
+def _held_for_hardware(node: NodeUp) -> bool:
+    """A node whose last verdict failed for hardware is not re-accepted by ``--accept-only``
+    (its stage says why and what to do): a re-acceptance cannot heal a part that needs a
+    reset, a reboot or the vendor. There is no option to force it here: the operator repairs
+    the node and runs ``gpunode up`` without ``--accept-only``, which re-accepts it."""
+    if node.state.get("state") != "not-ready" or node.state.get("failure_class") != HARDWARE:
+        return False
+    reasons = "; ".join(node.state.get("reason") or []) or "no reason recorded"
+    node.stages["accept"] = StageResult(
+        "failed",
+        f"not re-accepted: its last verdict failed for hardware ({reasons}); --accept-only "
+        "re-accepts only what can heal: repair it, then run gpunode up without --accept-only",
+    )
+    return True
 
 
 def _images(opts: UpOptions, nodes: dict[str, NodeUp], progress: Progress) -> dict[str, str]:

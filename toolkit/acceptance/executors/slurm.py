@@ -12,10 +12,11 @@ an inventory host: a login node) or on this machine when there is none.
 Every way a job can fail to test its node is a per-node outcome, never a hang:
 
 - the node is down, drained or failing before the run: not submitted, *not tested*; except a
-  node gpunode drained itself (its drain reason starts with ``gpunode:``, the health check's
-  or a hook's) that runs nothing (``IDLE+DRAIN``): Slurm starts no job on a drained node, and
-  this one is drained precisely until gpunode proves it again, so its re-acceptance runs over
-  SSH on the node (its job record says so) and a ready verdict lets the hook resume it;
+  node gpunode drained itself (its drain reason starts with ``gpunode:`` or
+  ``gpunode[<class>]:``, the health check's or a hook's) that runs nothing (``IDLE+DRAIN``):
+  Slurm starts no job on a drained node, and this one is drained precisely until gpunode
+  proves it again, so its re-acceptance runs over SSH on the node (its job record says so)
+  and a ready verdict lets the hook resume it;
 - the job is still pending after ``gpunode_slurm_start_timeout_s``: cancelled, *not tested*
   with Slurm's pending reason (ReqNodeNotAvail, Licenses, Resources, Priority...);
 - preempted, cancelled by someone else, node failure, boot failure: *not tested*;
@@ -41,9 +42,9 @@ from typing import Any
 
 from toolkit.acceptance.executors.base import SLURM, Launch, NotTested
 from toolkit.acceptance.hooks import (
-    REASON_PREFIX,
     CommandResult,
     CommandRunner,
+    is_gpunode_reason,
     local_runner,
     parse_scontrol_node,
 )
@@ -132,7 +133,7 @@ def drained_by_gpunode(scontrol_node: str) -> str | None:
     """
     node = parse_scontrol_node(scontrol_node)
     flags = set(node.state.upper().split("+"))
-    ours = (node.reason or "").startswith(REASON_PREFIX)
+    ours = is_gpunode_reason(node.reason)
     return node.reason if ours and flags == {"IDLE", "DRAIN"} else None
 
 
