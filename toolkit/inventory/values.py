@@ -90,7 +90,7 @@ def address_error(value: Any) -> str | None:
     try:
         ipaddress.ip_address(address)
     except ValueError:
-        return None if "%" not in value and host_name_error(value) is None else "not a host"
+        return host_name_error(value) if "%" not in value else "not an IPv6 address with a scope"
     if "%" in value and not (":" in address and _IFNAME_RE.match(scope)):
         return "an IPv6 scope must be an interface name"
     return None
