@@ -261,7 +261,7 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
         marks = [
             NodeMark(
                 host=p.host.name,
-                scheduler_name=str(p.host.vars.get("gpunode_scheduler_node_name") or p.host.name),
+                scheduler_name=p.host.scheduler_name,
                 ready=bool(p.verdict and p.verdict.ready),
                 reasons=tuple(p.verdict.reasons() if p.verdict else ()),
                 failure_class=p.verdict.failure_class if p.verdict else None,

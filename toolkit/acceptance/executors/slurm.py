@@ -50,6 +50,7 @@ from toolkit.acceptance.hooks import (
 )
 from toolkit.errors import ConfigError, RemoteError
 from toolkit.inventory import Host
+from toolkit.names import SLURM_NAME_RE
 from toolkit.remote import Node
 
 MAX_NICE = 2147483645  # sbatch(1): the adjustment range of --nice is +/- 2147483645
@@ -65,7 +66,6 @@ UNAVAILABLE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "FUTURE", "MAINT", "PO
 PENDING = ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED")
 RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING")
 FINISHED = ("COMPLETED", "FAILED", "OUT_OF_MEMORY")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def settings_from(variables: Mapping[str, Any], hosts: Mapping[str, Host]) -> Sl
     values: dict[str, str | None] = {}
     for key in (SUBMIT_HOST_VAR, PARTITION_VAR, LICENSE_VAR):
         value = variables.get(key)
-        if value is not None and (not isinstance(value, str) or not _NAME.match(value)):
+        if value is not None and (not isinstance(value, str) or not SLURM_NAME_RE.match(value)):
             raise ConfigError(
                 f"{key} must be a name of letters, digits, '.', '_' and '-' (got {value!r})"
             )
@@ -223,7 +223,7 @@ class SlurmExecutor:
         self, host: Host, node: Node, command: str, workdir: str, timeout_s: float
     ) -> Launch:
         """Submit the runner as a job on the host's Slurm node and wait for it."""
-        slurm_node = str(host.vars.get("gpunode_scheduler_node_name") or host.name)
+        slurm_node = host.scheduler_name  # checked when the inventory was loaded
         shown = self._checked(["scontrol", "show", "node", slurm_node])
         ours = drained_by_gpunode(shown)
         if ours is not None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,9 @@ from typing import Any
 from toolkit.config import did_you_mean, load_yaml, validate
 from toolkit.errors import ConfigError, clip
 from toolkit.hardware import HardwareProfile
-from toolkit.names import check_name, name_path
+from toolkit.inventory.ssh import SSH_ARGS_VARS, check_ssh_args
+from toolkit.inventory.values import check_values
+from toolkit.names import check_name, check_scheduler_name, name_path
 from toolkit.stack.models import Stack
 
 HOSTS_FILES = ("hosts.yml", "hosts.yaml")
@@ -39,34 +40,6 @@ _RANGE_RE = re.compile(r"\[([0-9]{1,9}|[a-z]):([0-9]{1,9}|[a-z])(?::([0-9]{1,9})
 MAX_INVENTORY_HOSTS = 10_000
 # `ansible_group_priority`: ASCII digits only (str.isdigit admits `²`, which int() refuses).
 _PRIORITY_RE = re.compile(r"[0-9]{1,9}\Z")
-# The variables that switch host key checking (ansible-core's ssh and paramiko_ssh connection
-# plugins, `host_key_checking` option). Ansible's config manager reads a boolean option with
-# convert_bool.boolean(value, strict=False) (config/manager.py, ensure_type): anything that is
-# not one of its true values is false, so only those keep checking on.
-HOST_KEY_CHECKING_VARS = (
-    "ansible_host_key_checking",
-    "ansible_ssh_host_key_checking",
-    "ansible_paramiko_host_key_checking",
-)
-# The variables whose words reach ssh, scp or sftp (ansible-core's ssh connection plugin:
-# ssh_args, ssh_common_args, ssh_extra_args, scp_extra_args, sftp_extra_args); the plugin
-# splits each with shlex (_split_ssh_args).
-SSH_ARGS_VARS = (
-    "ansible_ssh_args",
-    "ansible_ssh_common_args",
-    "ansible_ssh_extra_args",
-    "ansible_scp_extra_args",
-    "ansible_sftp_extra_args",
-)
-# OpenSSH's getopt strings (openssh-portable ssh.c, scp.c, sftp.c): the letters that take an
-# argument, which is the rest of the word (`-oX=Y`, `-4o X=Y`) or the next word.
-# ssh: "1246ab:c:e:fgi:kl:m:no:p:qstvx" "AB:CD:E:F:GI:J:KL:MNO:P:Q:R:S:TVw:W:XYy";
-# scp: "12346ABCTdfOpqRrstvD:F:J:P:S:c:i:l:o:X:";
-# sftp: "1246AafhNpqrvCc:D:i:l:o:s:S:b:B:F:J:P:R:X:".
-_SSH_ARG_LETTERS = ("bceilmopBDEFIJLOPQRSwW", "DFJPSciloX", "cDilosSbBFJPRX")
-# StrictHostKeyChecking values that check (readconf.c, multistate_strict_host_key); `no`,
-# `off`, `false` and `accept-new` (a first key trusted unseen) do not.
-_CHECKING = {"yes", "true", "ask"}
 
 
 @dataclass(frozen=True)
@@ -81,6 +54,14 @@ class Host:
     known_hosts_file: Path | None
     groups: tuple[str, ...]
     vars: Mapping[str, Any] = field(repr=False)
+    # The node's name in its scheduler (Slurm, Kubernetes): gpunode_scheduler_node_name, else
+    # the host's name, checked when the inventory is loaded (names.check_scheduler_name). The
+    # executor and the hooks read it here, never the raw variable.
+    scheduler_name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.scheduler_name:
+            object.__setattr__(self, "scheduler_name", self.name)
 
 
 @dataclass(frozen=True)
@@ -140,6 +121,7 @@ class Inventory:
         self.groups: dict[str, Group] = {}
         for name in raw.group_order:
             merged = self._merge(self._lineage(name), host=None)
+            check_values(merged.values, merged.sources, f"group {name!r}")
             self.groups[name] = Group(
                 name=name,
                 parents=tuple(raw.parents.get(name, ())),
@@ -252,54 +234,37 @@ class Inventory:
     def _host(self, name: str) -> Host:
         merged = self.host_vars(name)
         values = merged.values
+        check_values(values, merged.sources, f"host {name!r}")
 
         def var(*keys: str) -> tuple[str | None, Any]:
-            for key in keys:
-                if values.get(key) is not None:
-                    value = values[key]
-                    if isinstance(value, str) and "{{" in value:
-                        raise ConfigError(
-                            f"{merged.sources[key]}: {key} of host {name!r}: templated values "
-                            "are not supported by gpunode's inventory reader; write the value"
-                        )
-                    return key, value
-            return None, None
+            return next(((k, values[k]) for k in keys if values.get(k) is not None), (None, None))
 
-        for key in HOST_KEY_CHECKING_VARS:
-            if key in values and not ansible_boolean(values[key], strict=False):
-                raise ConfigError(
-                    f"{merged.sources[key]}: {key} of host {name!r} is "
-                    f"{clip(repr(values[key]))}, which Ansible reads as false: it turns host "
-                    "key checking off; gpunode never connects without checking host keys "
-                    "(remove it or set it to true)"
-                )
         _key, address = var("ansible_host", "ansible_ssh_host")
-        port_key, port = var("ansible_port", "ansible_ssh_port")
+        _key, port = var("ansible_port", "ansible_ssh_port")
         _key, user = var("ansible_user", "ansible_ssh_user")
         _key, key_file = var("ansible_ssh_private_key_file", "ansible_private_key_file")
-        known_hosts = None
-        for key in SSH_ARGS_VARS:
-            _k, args = var(key)
-            if args is None:
-                continue
-            found = _known_hosts(str(args), f"{merged.sources[key]}: {key} of host {name!r}")
-            known_hosts = found or known_hosts
-        text = "22" if port is None else str(port)
-        port_number = int(text) if re.fullmatch(r"[0-9]{1,5}", text) else 0
-        if not 0 < port_number < 65536:
-            source = merged.sources.get(port_key or "", str(self.hosts_file))
-            raise ConfigError(
-                f"{source}: {port_key} of host {name!r}: not a TCP port: {clip(repr(port))}"
-            )
+        # OpenSSH keeps the first UserKnownHostsFile it reads; Ansible passes ssh_args first.
+        found = (check_ssh_args(str(values[k])) for k in SSH_ARGS_VARS if values.get(k))
+        known_hosts = next((f for f in found if f), None)
+        _key, scheduler = var("gpunode_scheduler_node_name")
+        if scheduler is None:
+            try:
+                check_scheduler_name(name)
+            except ConfigError as err:
+                raise ConfigError(
+                    f"{self.hosts_file}: host {name!r}: {err.message}; set "
+                    "gpunode_scheduler_node_name to its name in the scheduler"
+                ) from None
         return Host(
             name=name,
             address=str(address) if address is not None else name,
-            port=port_number,
+            port=int(port) if port is not None else 22,
             user=str(user) if user is not None else None,
             private_key_file=Path(str(key_file)).expanduser() if key_file else None,
             known_hosts_file=Path(known_hosts).expanduser() if known_hosts else None,
             groups=tuple(self.host_groups(name)),
             vars=values,
+            scheduler_name=str(scheduler or name),
         )
 
     # -- stacks ----------------------------------------------------------------------------
@@ -455,75 +420,6 @@ def inventory_flag(values: Mapping[str, Any], key: str, where: str) -> bool:
         raise ConfigError(
             f"{where}: {key} is {clip(repr(value))}, not a boolean (true/false, yes/no)"
         ) from None
-
-
-def _ssh_words(args: str, where: str) -> list[tuple[str, str]]:
-    """The options of SSH arguments as ssh, scp or sftp would read them: (letter, argument)
-    pairs, every reading of every tool together (a word one tool reads as an argument may be
-    an option to another)."""
-    try:
-        words = shlex.split(args)
-    except ValueError as err:
-        raise ConfigError(f"{where}: cannot parse SSH arguments: {err}") from None
-    found: list[tuple[str, str]] = []
-    for letters in _SSH_ARG_LETTERS:
-        index = 0
-        while index < len(words):
-            word = words[index]
-            index += 1
-            if not word.startswith("-") or word == "-":
-                continue  # not an option word (getopt on Linux reads past it)
-            for at in range(1, len(word)):
-                if word[at] in letters:
-                    argument = word[at + 1 :]
-                    if not argument and index < len(words):
-                        argument, index = words[index], index + 1
-                    found.append((word[at], argument))
-                    break
-    return found
-
-
-def _ssh_option(option: str) -> tuple[str, str]:
-    """``Keyword value`` of one ``-o`` argument, split as OpenSSH splits a config line
-    (readconf.c: the keyword ends at whitespace or one ``=``; the value may be quoted)."""
-    match = re.match(r"\s*([^\s=]*)\s*=?\s*(\S*)", option)
-    assert match is not None  # every part may be empty
-    return match[1].lower(), match[2].strip("\"'")
-
-
-def _known_hosts(args: str, where: str) -> str | None:
-    """The UserKnownHostsFile of SSH arguments; host key checking turned off is an error."""
-    known_hosts = None
-    for letter, argument in _ssh_words(args, where):
-        if letter == "F":
-            raise ConfigError(
-                f"{where}: -F {clip(argument)} names an ssh config file, which could turn host "
-                "key checking off unseen; put the options in the variable itself"
-            )
-        if letter != "o":
-            continue
-        name, value = _ssh_option(argument)
-        if name == "stricthostkeychecking" and value.lower() not in _CHECKING:
-            raise ConfigError(
-                f"{where}: StrictHostKeyChecking={clip(value)} turns host key checking off"
-                + (
-                    " for new hosts (a first key is trusted unseen)"
-                    if value.lower() == "accept-new"
-                    else ""
-                )
-                + " (only yes or ask check); add the host's key to a known_hosts file "
-                "(ssh-keyscan -H <host> >> known_hosts, then compare its fingerprint with the "
-                "host's own `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`) and use "
-                "StrictHostKeyChecking=yes with UserKnownHostsFile=<that file>"
-            )
-        if name == "userknownhostsfile" and value:
-            known_hosts = value
-            if known_hosts == "/dev/null":
-                raise ConfigError(
-                    f"{where}: UserKnownHostsFile=/dev/null turns host key checking off; name "
-                    "a known_hosts file"
-                )
-    return known_hosts
 
 
 def var_files(base: Path, name: str) -> list[Path]:
