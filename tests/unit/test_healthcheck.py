@@ -22,7 +22,7 @@ from test_check import FakeNodeRoot
 
 from toolkit import nodestate
 from toolkit.acceptance import payload
-from toolkit.acceptance.check import NodeExpectation
+from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.hooks import CommandResult
 from toolkit.acceptance.thresholds import critical_xids, effective
 from toolkit.check import healthcheck, plan, rules
@@ -134,7 +134,8 @@ def test_an_xid_turns_a_ready_node_not_ready_and_drains_it_with_gpunode_reason(
     assert [r.split(":")[:2] for r in state["reason"]] == [["check", " health.xid"]]
     show, update = node.scontrol_calls()
     assert show == f"show node {NODE}"
-    assert update.startswith(f"update NodeName={NODE} State=DRAIN Reason=gpunode: health.xid: ")
+    drain = f"update NodeName={NODE} State=DRAIN Reason=gpunode[hardware]: health.xid: "
+    assert update.startswith(drain)
     # The lab's `xid` fault is XID 119 (GSP RPC timeout), named in the reason.
     assert "XID 119 on " in update and len(update.split("Reason=", 1)[1]) <= 200
     assert "slurm: drained" in done.stdout
@@ -212,7 +213,8 @@ def test_mark(
     failures: list[str], state: dict[str, Any], show: str, action: str | None, updated: bool
 ) -> None:
     runner = Scontrol(show)
-    done = healthcheck.mark(_bare_settings(), failures, state, runner)
+    checks = [Check(name, False, message) for name, message in (f.split(": ", 1) for f in failures)]
+    done = healthcheck.mark(_bare_settings(), checks, state, runner)
     assert (done.action if done else None) == action
     updates = [c for c in runner.calls if c[1] == "update"]
     assert bool(updates) is updated
@@ -223,7 +225,8 @@ def test_mark(
                 "update",
                 f"NodeName={NODE}",
                 "State=DRAIN",
-                f"Reason=gpunode: {failures[0]}",
+                # The class leads the reason (issue 38): an XID the check fails is hardware.
+                f"Reason=gpunode[hardware]: {failures[0]}",
             ]
         ]
 

@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from toolkit import nodefile, nodestate
+from toolkit.acceptance import failure
 from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.hooks import (
     CommandRunner,
@@ -184,17 +185,21 @@ class Outcome:
 
 def mark(
     settings: Settings,
-    failures: Sequence[str],
+    checks: Sequence[Check],
     state: Mapping[str, Any],
     runner: CommandRunner,
 ) -> HookAction | None:
     """What Slurm is told after a check: nothing when the check passed or the node is not held
     not-ready by a check; else acceptance's Slurm hook with a not-ready mark, which drains the
-    node with gpunode's reason unless someone else drained it."""
-    if not failures or not nodestate.held_by_check(state):
+    node with gpunode's reason, led by the failures' heaviest class (``gpunode[hardware]:``),
+    unless someone else drained it."""
+    failed = [c for c in checks if not c.ok]
+    if not failed or not nodestate.held_by_check(state):
         return None
     hook = SlurmHook(runner, settings.scontrol)
-    return hook.apply(NodeMark(settings.node_name, settings.node_name, False, tuple(failures)))
+    reasons = tuple(f"{c.name}: {c.message}" for c in failed)
+    leading = failure.leading([c.failure_class for c in failed])
+    return hook.apply(NodeMark(settings.node_name, settings.node_name, False, reasons, leading))
 
 
 def run(
@@ -227,7 +232,7 @@ def run(
 
     outcome.written = nodefile.update(settings.state_file, change) is not None
     if outcome.written and runner is not None:
-        outcome.slurm = mark(settings, outcome.failures, outcome.state, runner)
+        outcome.slurm = mark(settings, outcome.checks, outcome.state, runner)
     outcome.duration_s = time.monotonic() - clock
     if textfile:
         shown = outcome.state if outcome.written else current
