@@ -278,9 +278,9 @@ def test_a_removed_or_added_member_fails(lab: Lab) -> None:
     path, _document = lab.make()
     code, checked = lab.verify(_repack(path, lambda files: files.pop("xid.json")))
     assert code == 1
-    assert checked["problems"] == [
-        "member xid.json: listed in the manifest, not in the archive"
-    ], checked
+    assert checked["problems"] == ["member xid.json: listed in the manifest, not in the archive"], (
+        checked
+    )
     code, checked = lab.verify(_repack(path, lambda files: files.update({"extra.txt": b"x"})))
     assert code == 1
     assert checked["problems"] == ["member extra.txt: in the archive, not in the manifest"]
