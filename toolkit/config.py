@@ -59,6 +59,9 @@ FILE_LIMITS: dict[str, int] = {
     # An OpenSSH key file (private or public) is a few KB even for RSA 16384 bits.
     "SSH key": 64 * 1024,
     "allowed-signers file": 1024 * 1024,
+    # An RMA evidence pack (toolkit.report.evidence): nvidia-smi -q of 8 GPUs is about 80 KB,
+    # DCGM's JSON at most 4 MB, all of it gzip'd.
+    "evidence pack": 64 * 1024 * 1024,
     # An acceptance run's run.json: about 50 KB per node with topology and training sections.
     "run record": 64 * 1024 * 1024,
     # What gpunode reads back from a run folder (toolkit.runs): a node's runner result (its

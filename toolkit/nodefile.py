@@ -30,14 +30,16 @@ LOCK_SUFFIX = ".lock"
 LOCK_TIMEOUT_S = 30.0
 
 
-def replace(path: str, text: str, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``text``: a temporary file in the same folder, fsync, rename."""
+def replace(path: str, text: str | bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``text`` (UTF-8 text, or bytes as they are): a temporary file in
+    the same folder, fsync, rename."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, mode=0o755, exist_ok=True)
     handle, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    data = text.encode("utf-8") if isinstance(text, str) else text
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, mode)

@@ -343,6 +343,8 @@ def lab_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.Fix
 def test_query_gpus_healthy(lab_env: Any) -> None:
     out = query_gpus(lab_env([]))
     assert out["ok"] and out["count"] == 8 and out["unsupported_fields"] == []
+    # The report itself is kept for the RMA evidence pack (toolkit/report/evidence.py).
+    assert out["smi_q"].count("Remapped Rows") == 8
     gpu = out["list"][0]
     assert gpu["name"] == "NVIDIA H100 80GB HBM3"
     assert (gpu["pcie_gen_current"], gpu["pcie_gen_max"]) == (5, 5)

@@ -143,8 +143,12 @@ def armor_of(signature: bytes) -> bytes:
     return ARMOR_BEGIN + "".join(f"{line}\n" for line in lines).encode("ascii") + ARMOR_END
 
 
-def sign(document: Mapping[str, Any], key: SignKey) -> bytes:
+def sign(document: Mapping[str, Any], key: SignKey, namespace: str = NAMESPACE) -> bytes:
     """The certificate file's bytes: the canonical document, then its signature's armor.
+
+    ``namespace`` keeps one kind of signed document from passing for another (PROTOCOL.sshsig:
+    the namespace is signed with the message): certificates are ``gpunode-cert``, evidence
+    packs' manifests ``gpunode-evidence`` (``toolkit.report.evidence``).
 
     Raises:
         CertError: ssh-keygen could not sign (its message is named).
@@ -153,7 +157,7 @@ def sign(document: Mapping[str, Any], key: SignKey) -> bytes:
     with tempfile.TemporaryDirectory(prefix="gpunode-cert-") as tmp:
         message = Path(tmp) / "document.json"
         message.write_bytes(body)
-        process = ssh_keygen(["-Y", "sign", "-n", NAMESPACE, "-f", str(key.path), str(message)])
+        process = ssh_keygen(["-Y", "sign", "-n", namespace, "-f", str(key.path), str(message)])
         sig = message.with_name(message.name + ".sig")
         if process.returncode != 0 or not sig.is_file():
             raise CertError(f"ssh-keygen could not sign with {key.path}: {_first_line(process)}")
@@ -232,15 +236,15 @@ def _key_blob_matches(line: str) -> bool:
 
 
 def check_signature(
-    body: bytes, armor: bytes, allowed: Path, principal: str | None
+    body: bytes, armor: bytes, allowed: Path, principal: str | None, namespace: str = NAMESPACE
 ) -> tuple[bool, str | None, str]:
-    """(verifies, signer fingerprint, why not) with ``ssh-keygen -Y verify``."""
+    """(verifies, signer fingerprint, why not) with ``ssh-keygen -Y verify`` in ``namespace``."""
     with tempfile.TemporaryDirectory(prefix="gpunode-verify-") as tmp:
         sig = Path(tmp) / "cert.sig"
         sig.write_bytes(armor)
         if principal is None:
             found = ssh_keygen(
-                ["-Y", "find-principals", "-n", NAMESPACE, "-s", str(sig), "-f", str(allowed)]
+                ["-Y", "find-principals", "-n", namespace, "-s", str(sig), "-f", str(allowed)]
             )
             names = found.stdout.decode(errors="replace").split()
             principal = names[0] if found.returncode == 0 and names else None
@@ -250,7 +254,7 @@ def check_signature(
                     "-Y",
                     "verify",
                     "-n",
-                    NAMESPACE,
+                    namespace,
                     "-f",
                     str(allowed),
                     "-I",
@@ -264,7 +268,7 @@ def check_signature(
                 return True, signer_of(process), ""
         # Why not: a signature that holds on its own was made by another key; one that does
         # not was changed, or the document was.
-        alone = ssh_keygen(["-Y", "check-novalidate", "-n", NAMESPACE, "-s", str(sig)], body)
+        alone = ssh_keygen(["-Y", "check-novalidate", "-n", namespace, "-s", str(sig)], body)
         if alone.returncode == 0:
             return False, signer_of(alone), "signed by a key that is not the one given"
         return False, None, "the signature does not match the document (changed after signing)"

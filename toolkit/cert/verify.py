@@ -120,21 +120,7 @@ def verify(
         )
     data = read(path)
     with tempfile.TemporaryDirectory(prefix="gpunode-signers-") as tmp:
-        if key is not None:
-            allowed = Path(tmp) / "allowed_signers"
-            allowed.write_text(
-                f'{PRINCIPAL} namespaces="{NAMESPACE}" {public_key_line(key)}\n', encoding="utf-8"
-            )
-            principal: str | None = PRINCIPAL
-        else:
-            assert allowed_signers is not None
-            # ssh-keygen reads a copy: the file itself may be a FIFO or a device.
-            try:
-                signers = read_regular(allowed_signers, "allowed-signers file")
-            except ConfigError as err:
-                raise ConfigError(f"--allowed-signers {err.message}") from None
-            allowed, principal = Path(tmp) / "allowed_signers", None
-            allowed.write_bytes(signers)
+        allowed, principal = signers_file(Path(tmp), key, allowed_signers)
         parsed = parse(data)
         outcome = Verification(path=path, document=parsed.document, problems=parsed.problems)
         if parsed.body is None or parsed.armor is None or not parsed.armor_ok:
@@ -143,6 +129,36 @@ def verify(
         if not ok:
             outcome.problems.insert(0, why)
     return outcome
+
+
+def signers_file(
+    tmp: Path, key: Path | None, allowed_signers: Path | None, namespace: str = NAMESPACE
+) -> tuple[Path, str | None]:
+    """The allowed-signers file ssh-keygen reads, in ``tmp``, and the principal to verify as
+    (None: whoever the file names): from the provider's public key (``--key``, allowed for
+    ``namespace`` only) or a copy of an allowed-signers file.
+
+    Raises:
+        ConfigError: Neither or both given, or the key or file cannot be read.
+    """
+    if (key is None) == (allowed_signers is None):
+        raise ConfigError(
+            "give the provider's public key (--key) or --allowed-signers, one of them"
+        )
+    allowed = tmp / "allowed_signers"
+    if key is not None:
+        allowed.write_text(
+            f'{PRINCIPAL} namespaces="{namespace}" {public_key_line(key)}\n', encoding="utf-8"
+        )
+        return allowed, PRINCIPAL
+    assert allowed_signers is not None
+    # ssh-keygen reads a copy: the file itself may be a FIFO or a device.
+    try:
+        signers = read_regular(allowed_signers, "allowed-signers file")
+    except ConfigError as err:
+        raise ConfigError(f"--allowed-signers {err.message}") from None
+    allowed.write_bytes(signers)
+    return allowed, None
 
 
 def show(path: Path) -> Verification:

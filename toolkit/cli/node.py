@@ -1,4 +1,5 @@
-"""``gpunode node``: one node's records; ``history`` shows its passport."""
+"""``gpunode node``: one node's records; ``history`` shows its passport, ``evidence`` writes
+and verifies the RMA evidence pack of a node that failed."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from rich.text import Text
 
 from toolkit import runs
 from toolkit.cli.options import inventory_option, json_option
-from toolkit.cli.output import emit_json, out_console, say, shown
-from toolkit.errors import EXIT_USAGE, ConfigError
+from toolkit.cli.output import emit_json, err_console, out_console, say, shown
+from toolkit.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError
 from toolkit.inventory import load_inventory
 from toolkit.passport import DEFAULT_SHARE, FIGURES, passport, read_fleet
+from toolkit.report import evidence as core
+
+_FILE = click.Path(dir_okay=False, path_type=Path)
 
 
 @click.group()
@@ -83,3 +87,99 @@ def history(ctx: click.Context, name: str, inventory: Path, share: float, as_jso
         out_console.print(shown("no flags", "green"))
     if card.problems:
         ctx.exit(EXIT_USAGE)
+
+
+@node.command(
+    epilog="""\b
+Exit codes: 0 written (--verify: valid), 1 no pack: the node was ready or no acceptance run
+recorded it (--verify: invalid, every reason named), 2 bad usage: not a host of the
+inventory, no signing key, a file or key that cannot be read.
+
+\b
+Examples:
+  gpunode node evidence gpunode-node-2 -i inventories/lab
+  gpunode node evidence gpunode-node-2 -i inventories/lab --json
+  gpunode node evidence --verify node-2.evidence.tar.gz --key provider_ed25519.pub
+"""
+)
+@click.argument("name", required=False)
+@click.option(
+    "-i",
+    "--inventory",
+    "inventory",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Inventory directory (for example inventories/lab); not with --verify.",
+)
+@click.option(
+    "--sign-key",
+    "sign_key",
+    type=_FILE,
+    default=None,
+    help="Sign the pack's manifest with this OpenSSH key, as certificates are signed "
+    "[default: the inventory's gpunode_sign_key].",
+)
+@click.option("--run", "run_id", default=None, help="The run to take the failure from.")
+@click.option("--out", type=_FILE, default=None, help="Where to write the archive.")
+@click.option("--verify", "archive", type=_FILE, default=None, help="Verify this pack instead.")
+@click.option("--key", type=_FILE, default=None, help="With --verify: the provider's public key.")
+@click.option(
+    "--allowed-signers",
+    type=_FILE,
+    default=None,
+    help="With --verify: an OpenSSH allowed-signers file instead of --key.",
+)
+@json_option
+@click.pass_context
+def evidence(
+    ctx: click.Context,
+    name: str | None,
+    inventory: Path | None,
+    sign_key: Path | None,
+    run_id: str | None,
+    out: Path | None,
+    archive: Path | None,
+    key: Path | None,
+    allowed_signers: Path | None,
+    as_json: bool,
+) -> None:
+    """Write the signed RMA evidence pack of a node that failed, or verify one.
+
+    From the node's last acceptance run, offline (the node may be down): the failed checks
+    with measured values, floors and sources, the recommended action, nvidia-smi -q, the XID
+    lines, DCGM's JSON, ECC and row-remap counters, the parts' serials, UUIDs and PCI
+    addresses, their passport history, the stack lock, and the commands NVIDIA asks for next;
+    a manifest of every member's SHA-256, signed as certificates are (docs/certificates.md).
+    """
+    if archive is not None:
+        if name or inventory or sign_key or run_id or out:
+            raise ConfigError("--verify takes the archive and --key or --allowed-signers only")
+        checked = core.verify(archive, key=key, allowed_signers=allowed_signers)
+        if as_json:
+            emit_json(checked.to_dict())
+        else:
+            out_console.print(shown(str(archive)))
+            if checked.valid:
+                err_console.print(shown(f"valid: signed by {checked.signer}", "green"))
+            for problem in checked.problems:
+                err_console.print(shown(f"invalid: {problem}", "bold red"))
+        ctx.exit(EXIT_OK if checked.valid else EXIT_FAILED)
+    if name is None or inventory is None or key or allowed_signers:
+        raise ConfigError("give NODE and -i INVENTORY (or --verify ARCHIVE with --key)")
+    pack = core.make(name, inventory, sign_key=sign_key, run_id=run_id, out=out)
+    if as_json:
+        emit_json(pack.to_dict())
+        return
+    table = Table(title=shown(f"{name}: run {pack.run_id}"), title_justify="left")
+    for column in ("member", "origin", "bytes", "sha256"):
+        table.add_column(column, overflow="fold")
+    for member in pack.manifest["members"]:
+        table.add_row(
+            shown(member["name"]),
+            shown(member["origin"]),
+            shown(member["bytes"]),
+            shown(member["sha256"]),
+        )
+    err_console.print(table)
+    say(f"signed by {pack.signer}")
+    out_console.print(shown(str(pack.path)))

@@ -71,6 +71,11 @@ SMI_Q_ABSENT = {
 }
 
 
+# The most of `nvidia-smi -q` kept in the result: an 8-GPU H100 report is about 80 KB
+# (tests/data/real/nvidia-smi-q.h100-sxm-8.565.57.01.txt); a longer one is cut, never dropped.
+SMI_Q_MAX_CHARS = 1 << 20
+
+
 XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[^)]*)\): (?P<xid>\d+)(?:, (?P<rest>.*))?")
 
 
@@ -267,6 +272,10 @@ def query_gpus(smi: str) -> dict[str, Any]:
     # The memory-error counters: see SMI_Q_ABSENT's comment (missing ones stay None).
     rc, stdout, stderr = sh([smi, "-q"], timeout=120)
     memory = parse_smi_q(stdout) if rc == 0 else {}
+    # The report itself, as the GPU gave it at acceptance: an RMA asks for it as it was when
+    # the failure was seen (toolkit/report/evidence.py), not after a reset cleared its
+    # volatile counters or with the node down.
+    out["smi_q"] = stdout[:SMI_Q_MAX_CHARS] if rc == 0 else None
     if rc != 0:
         out["memory_error"] = (stdout + stderr).strip()[-300:] or f"nvidia-smi -q exited {rc}"
     for gpu in listed:
