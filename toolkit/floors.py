@@ -171,6 +171,35 @@ class DcgmDiagSpec(StrictModel):
 
 # --- the floors ----------------------------------------------------------------------------------
 
+# The families of acceptance checks (the first part of a check's name: ``gemm.gpu0``,
+# ``dcgm.memory``, ``allreduce.busbw@16GiB``), what ``require_measured`` may name.
+# tests/unit/test_acceptance_outcomes.py keeps it in step with failure.RULES.
+CHECK_FAMILIES = (
+    "allreduce",
+    "checkpoint",
+    "container",
+    "data",
+    "dcgm",
+    "gemm",
+    "gpu",
+    "gpu_perf",
+    "h2d",
+    "health",
+    "mem_bw",
+    "multinode",
+    "nic",
+    "os",
+    "pcie",
+    "scaling",
+    "services",
+    "stack_id",
+    "storage",
+    "topology",
+    "train",
+    "versions",
+)
+_CHECK_NAME = re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_@.-]+)?\Z")
+
 
 class AcceptanceSpec(StrictModel):
     """Floors a node must meet to be marked ready (every floor is optional)."""
@@ -253,11 +282,36 @@ class AcceptanceSpec(StrictModel):
     transport: TransportSpec | None = None
     # `dcgmi diag -r <level> -j` on the node (toolkit/acceptance/dcgm.py); None: not run.
     dcgm_diag: DcgmDiagSpec | None = None
+    # The coverage the profile requires: checks (``train.gpu_util``, ``dcgm.memory``) or
+    # families of checks (``gemm``: every ``gemm.*``) that must have been measured, passed or
+    # failed. A required check that was not measured (skipped, not judged, not covered) or did
+    # not run makes the node not ready for ``coverage`` (check.coverage_check); a check not
+    # measured and not required never fails a node. Only what the nodes can measure: the lab
+    # (CPU ranks) cannot measure GPU utilisation.
+    require_measured: list[str] = Field(default_factory=list)
 
     @field_validator("sweep_min_size", "data_test_size", "checkpoint_size", "train_sample_size")
     @classmethod
     def _sizes(cls, value: str) -> str:
         parse_size(value)
+        return value
+
+    @field_validator("require_measured")
+    @classmethod
+    def _check_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _CHECK_NAME.match(name):
+                raise ValueError(
+                    f"{clip(repr(name))} is not a check name like 'gemm' or 'dcgm.memory'"
+                )
+            family = name.split(".", 1)[0]
+            if family not in CHECK_FAMILIES:
+                raise ValueError(
+                    f"{name!r}: no check family {family!r}"
+                    + did_you_mean(family, list(CHECK_FAMILIES))
+                )
+        if len(value) != len(set(value)):
+            raise ValueError("each check may be named once")
         return value
 
     @field_validator("storage_file_size", "storage_min_read", "storage_max_read")

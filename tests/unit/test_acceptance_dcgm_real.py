@@ -107,7 +107,9 @@ def test_real_plugins_skipped_on_every_gpu_are_not_measured(path: Path, version:
     assert strict == {"software": False, "memory": False, "pcie": False}
 
 
-def test_not_measured_fails_the_nodes_check_and_says_why() -> None:
+def test_not_measured_is_its_own_outcome_and_says_why() -> None:
+    """Not measured is neither passed nor failed (issue 38, item 2): the lab's profile, which
+    requires DCGM to be measured, makes the node not ready for coverage instead."""
     result: dict[str, Any] = {
         "gpus": {"ok": True, "list": [], "count": 0},
         "dcgm": {"level": 2, "raw_output": GATED.read_text(), "rc": 226, "error": None},
@@ -115,7 +117,9 @@ def test_not_measured_fails_the_nodes_check_and_says_why() -> None:
     spec = lab_profile().acceptance.model_copy(update={"dcgm_diag": LEVEL2})
     verdict = judge(result, NodeExpectation(host="n1", stack_id="s"), spec)
     checks = {c.name: c for c in verdict.checks if c.name.startswith("dcgm.")}
-    assert not checks["dcgm.memory"].ok
+    assert checks["dcgm.memory"].outcome == "not_measured" and checks["dcgm.memory"].ok
+    assert "dcgm.memory" not in {c.name for c in verdict.failed}
+    assert "coverage" in {c.name for c in verdict.failed}
     assert checks["dcgm.memory"].message == (
         "level 2: memory: not measured: skipped on every GPU (GPU 0 Skip: no warning given)"
     )

@@ -196,6 +196,11 @@ def test_prometheus_textfile() -> None:
         'gpunode_allreduce_busbw_gbps{stack_id="abcdef012345",size="1073741824"} 92',
         'gpunode_allreduce_busbw_gbps{stack_id="abcdef012345",size="17179869184"} 92.33',
         'gpunode_failed_checks{stack_id="abcdef012345"} 0',
+        # Every check by outcome, and each check's (issue 38: three outcomes).
+        'gpunode_acceptance_checks{stack_id="abcdef012345",outcome="passed"} 1',
+        'gpunode_acceptance_checks{stack_id="abcdef012345",outcome="failed"} 0',
+        'gpunode_acceptance_checks{stack_id="abcdef012345",outcome="not_measured"} 0',
+        'gpunode_acceptance_check{stack_id="abcdef012345",check="gpu.count",outcome="passed"} 1',
         'gpunode_acceptance_timestamp_seconds{stack_id="abcdef012345"} 1764432000',
     ]
     assert "# TYPE gpunode_node_ready gauge" in text and text.endswith("\n")

@@ -490,7 +490,7 @@ def read_section(
     if section.get("error") == NOT_FOUND:
         if spec.required:
             return None, Finding("run", False, f"{NOT_FOUND} (the profile requires it)")
-        return None, Finding("run", True, f"not judged ({NOT_FOUND})")
+        return None, Finding("run", None, f"not judged ({NOT_FOUND})")
     raw = str(section.get("raw_output") or "")
     try:
         return parse_diag(raw), None

@@ -94,6 +94,15 @@ DCGM_NOT_MEASURED = Advice(
     HARNESS_SOURCE,
 )
 
+# A profile's required coverage not met (check.coverage_check): the test setup could not
+# measure what the profile needs, which says nothing against the node.
+COVERAGE = Advice(
+    HARNESS,
+    "make the check measurable on the node (the runner, the image, the profile's tools), "
+    "then re-accept",
+    f"{HARNESS_SOURCE}; the profile's hardware.acceptance.require_measured",
+)
+
 HARNESS_RUN = Advice(
     HARNESS,
     "read the error; fix the test setup (image, container runtime, executor), then re-accept",
@@ -275,6 +284,7 @@ RULES: tuple[tuple[str, Advice], ...] = (
     ("checkpoint.", _LOAD),
     ("train.", _LOAD),
     # The test setup itself.
+    ("coverage", COVERAGE),
     ("runner", HARNESS_RUN),
     ("container.", HARNESS_RUN),
     ("dcgm.run", HARNESS_RUN),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolkit.acceptance import dcgm, nccllog, topology
-from toolkit.acceptance.check import Check, per_gpu
+from toolkit.acceptance.check import Check, not_measured, per_gpu
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse_text
 from toolkit.floors import AcceptanceSpec, BusbwFloor, TransportSpec, format_size
 
@@ -126,26 +126,42 @@ def transport_checks(
         if not judged:
             return []
         engine = (section or {}).get("engine") or "no all-reduce"
-        return [Check(name, True, f"not judged: the all-reduce ({engine}) left no NCCL log")]
+        why = f"the all-reduce ({engine}) left no NCCL log"
+        return [not_measured(name, why, f"not judged: {why}")]
     shown = summary.to_dict()
     if rules is None or not judged:
-        return [Check(name, True, f"{summary.describe()} (shown, not judged)", measured=shown)]
+        return [
+            not_measured(
+                name,
+                "the profile sets no transport rule",
+                f"{summary.describe()} (shown, not judged)",
+                measured=shown,
+            )
+        ]
     checks = [Check(name, True, summary.describe(), measured=shown)]
     for finding in nccllog.judge(summary, rules):
         rule = getattr(rules, finding.rule)
         where = f"profile rule transport.{finding.rule}: {rule}"
+        measured = shown.get(
+            {"network": "network_kind", "nvls": "nvls_channels"}.get(finding.rule, finding.rule)
+        )
+        if finding.ok is None:
+            checks.append(
+                not_measured(
+                    f"{name}.{finding.rule}",
+                    f"the NCCL log cannot tell: {finding.message}",
+                    f"not judged: {finding.message} ({where})",
+                    measured=measured,
+                    floor=rule,
+                )
+            )
+            continue
         checks.append(
             Check(
                 f"{name}.{finding.rule}",
-                finding.ok is not False,
-                f"{finding.message} ({where})"
-                if finding.ok is not None
-                else f"not judged: {finding.message} ({where})",
-                measured=shown.get(
-                    {"network": "network_kind", "nvls": "nvls_channels"}.get(
-                        finding.rule, finding.rule
-                    )
-                ),
+                finding.ok,
+                f"{finding.message} ({where})",
+                measured=measured,
                 floor=rule,
             )
         )
@@ -206,7 +222,9 @@ def topology_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]
 
 def dcgm_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
     """The node's ``dcgmi diag -j`` (``dcgm.py`` holds the parser and the rule), one check per
-    plugin, a plugin not measured failed; no ``dcgm_diag`` in the profile, no check."""
+    plugin; a plugin that ran on no GPU, or dcgmi missing where the profile does not require
+    it, is not measured (a profile that needs it says so in ``require_measured``); no
+    ``dcgm_diag`` in the profile, no check."""
     rule = spec.dcgm_diag
     if rule is None:
         return []
@@ -214,10 +232,20 @@ def dcgm_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
     findings = [finding] if diag is None and finding is not None else []
     if diag is not None:
         findings = dcgm.judge(diag, rule)
-    # A plugin not measured (it ran on no GPU) never passes: like a floor's figure that was not
-    # measured (check.floor_check), its check fails, the reason in the message.
     checks = []
     for f in findings:
+        if f.ok is None:
+            # Not measured, never passed: the profile's required coverage decides readiness.
+            checks.append(
+                not_measured(
+                    f"dcgm.{f.plugin}",
+                    f.message.removeprefix(f"{f.plugin}: ").removeprefix("not measured: "),
+                    f"level {rule.level}: {f.message}",
+                    measured=f.measured,
+                    floor=f.floor,
+                )
+            )
+            continue
         # DCGM's severity of what it found decides the class (dcgm.advice); else the name.
         advice = dcgm.advice(f)
         checks.append(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit.acceptance.check import Check, floor_check, floor_checks
+from toolkit.acceptance.check import Check, floor_check, floor_checks, not_measured
 from toolkit.floors import AcceptanceSpec, format_size
 
 
@@ -165,8 +165,9 @@ def _loop_checks(train: dict[str, Any] | None, spec: AcceptanceSpec) -> list[Che
                 )
             )
     elif not util.get("measured"):
-        # Shown, never judged: say what was (not) measured rather than print a number.
-        checks.append(Check("train.gpu_util", True, f"not judged: {util.get('reason')}"))
+        # Not measured, never passed: say why rather than print a number.
+        reason = str(util.get("reason") or "no sample")
+        checks.append(not_measured("train.gpu_util", reason, f"not judged: {reason}"))
     if spec.min_scaling_efficiency is not None:
         points = (train.get("scaling") or {}).get("points") or []
         checks.append(scaling_check("scaling.efficiency", points, spec.min_scaling_efficiency))
@@ -181,7 +182,9 @@ def scaling_check(
     scored = [p for p in points if p.get("ranks", 0) > 1 and int(p.get("nodes") or 1) >= min_nodes]
     if not scored:
         what = "one GPU (or rank)" if min_nodes == 1 else f"no point spans {min_nodes} nodes"
-        return Check(name, True, f"{what}: nothing to scale", floor=floor)
+        return not_measured(
+            name, f"{what}: nothing to scale", f"{what}: nothing to scale", floor=floor
+        )
     worst = min(scored, key=lambda p: p.get("efficiency") or 0.0)
     value = float(worst.get("efficiency") or 0.0)
     ok = floor is None or value >= floor
@@ -191,16 +194,17 @@ def scaling_check(
     judged = (
         "not judged (no floor set)" if floor is None else f"{'>=' if ok else '<'} floor {floor}"
     )
-    return Check(
-        name,
-        ok,
+    message = (
         f"{value:.2f} at {where} against 1 {judged} ("
         + ", ".join(f"{p['ranks']}: {float(p.get('efficiency') or 0):.2f}" for p in points)
-        + ")",
-        measured=round(value, 3),
-        floor=floor,
-        unit="fraction",
+        + ")"
     )
+    if floor is None:
+        # Shown, not judged: a figure without a floor is not a pass.
+        return not_measured(
+            name, "no floor set", message, measured=round(value, 3), unit="fraction"
+        )
+    return Check(name, ok, message, measured=round(value, 3), floor=floor, unit="fraction")
 
 
 def multi_node_scaling_check(section: dict[str, Any], floor: float | None) -> Check:
@@ -209,6 +213,8 @@ def multi_node_scaling_check(section: dict[str, Any], floor: float | None) -> Ch
     train = section.get("train") or {}
     if train.get("error") or not train.get("scaling"):
         reason = train.get("error") or section.get("error") or "the ranks ran no training loop"
-        return Check("multinode.scaling", floor is None, f"not measured: {reason}", floor=floor)
+        if floor is None:
+            return not_measured("multinode.scaling", str(reason), floor=floor)
+        return Check("multinode.scaling", False, f"not measured: {reason}", floor=floor)
     points = train["scaling"].get("points") or []
     return scaling_check("multinode.scaling", points, floor, min_nodes=2)

@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.acceptance import failure
-from toolkit.acceptance.check import Check, NodeExpectation
+from toolkit.acceptance.check import (
+    NOT_MEASURED,
+    Check,
+    NodeExpectation,
+    counts,
+    coverage_check,
+)
 from toolkit.acceptance.node_checks import stack_check
 from toolkit.acceptance.passive import passive_checks
 from toolkit.acceptance.perf_checks import (
@@ -44,7 +50,9 @@ class Verdict:
 
     @property
     def ready(self) -> bool:
-        """Ready only when every check passed (and there was at least one)."""
+        """Ready only when no check failed (and there was at least one); a check not measured
+        does not fail the node, the profile's required coverage does (the ``coverage``
+        check)."""
         return bool(self.checks) and all(c.ok for c in self.checks)
 
     @property
@@ -58,6 +66,15 @@ class Verdict:
     def failed(self) -> list[Check]:
         """Every failed check."""
         return [c for c in self.checks if not c.ok]
+
+    @property
+    def not_measured(self) -> list[Check]:
+        """Every check that was not measured (never counted as passed)."""
+        return [c for c in self.checks if c.outcome == NOT_MEASURED]
+
+    def counts(self) -> dict[str, int]:
+        """How many checks passed, failed and were not measured."""
+        return counts(self.checks)
 
     def reasons(self) -> list[str]:
         """One line per failed check: ``check: message``."""
@@ -80,6 +97,7 @@ class Verdict:
             "host": self.host,
             "verdict": self.verdict,
             "checks": [c.to_dict() for c in self.checks],
+            "outcomes": self.counts(),
             "failure_class": self.failure_class,
             "failed_checks": [
                 {
@@ -92,6 +110,10 @@ class Verdict:
                     "action_source": c.action_source,
                 }
                 for c in self.failed
+            ],
+            "not_measured_checks": [
+                {"check": c.name, "message": c.message, "reason": c.reason}
+                for c in self.not_measured
             ],
         }
 
@@ -136,4 +158,7 @@ def judge(
     checks += dcgm_checks(result, spec)
     checks.append(stack_check(result, expect))
     checks.extend(extra or [])
+    # Last: the profile's required coverage, over every check above.
+    coverage = coverage_check(checks, spec.require_measured)
+    checks += [coverage] if coverage is not None else []
     return Verdict(expect.host, checks)

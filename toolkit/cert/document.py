@@ -97,7 +97,11 @@ class Installed(_Model):
 
 
 class CheckRecord(_Model):
-    """One acceptance check: its result, what it measured, the floor and where that comes from."""
+    """One acceptance check: its result, what it measured, the floor and where that comes from.
+
+    ``outcome`` says whether it was measured: passed, or not measured with the ``reason``
+    (``ok`` is True for both: a certificate holds no failed check). Certificates issued before
+    the three outcomes have neither (their checks that were not judged cannot be told)."""
 
     name: str
     ok: bool
@@ -106,6 +110,8 @@ class CheckRecord(_Model):
     floor: Any
     unit: str | None
     source: str
+    outcome: Literal["passed", "failed", "not_measured"] | None = None
+    reason: str | None = None
 
 
 class Proof(_Model):
@@ -116,6 +122,9 @@ class Proof(_Model):
     finished: str
     valid_until: str | None
     checks: list[CheckRecord] = Field(min_length=1)
+    # The coverage the profile required (hardware.acceptance.require_measured): each name was
+    # measured, or no certificate is issued. None: issued before coverage was recorded.
+    require_measured: list[str] | None = None
     result_file: str
     result_sha256: str = Field(pattern=SHA256_RE)
 
@@ -163,14 +172,32 @@ class Certificate(_Model):
 
     @model_validator(mode="after")
     def _all_passed(self) -> Certificate:
-        failed = [c.name for c in self.proof.checks if not c.ok]
+        failed = [c.name for c in self.proof.checks if not c.ok or c.outcome == "failed"]
         if failed:
             raise ValueError(
                 f"a ready certificate cannot carry failed checks ({', '.join(failed)})"
             )
+        missing = uncovered(self.proof.require_measured or [], self.proof.checks)
+        if missing:
+            raise ValueError(
+                "a ready certificate cannot be below its required coverage: not measured "
+                + "; ".join(missing)
+            )
         if (self.version == 2) != (self.passport is not None):
             raise ValueError("version 2 carries the node passport (passport), version 1 none")
         return self
+
+
+def uncovered(required: Sequence[str], checks: Sequence[CheckRecord]) -> list[str]:
+    """Each required check (or family: ``gemm`` for ``gemm.gpu0``) that no check measured, or
+    that a check under it did not measure, with why (``check.coverage_check``'s rule)."""
+    missing = []
+    for name in required:
+        under = [c for c in checks if c.name == name or c.name.startswith(name + ".")]
+        if not under:
+            missing.append(f"{name} (no such check ran)")
+        missing += [f"{c.name} ({c.reason})" for c in under if c.outcome == "not_measured"]
+    return missing
 
 
 def validate_document(text: bytes | str) -> Certificate:
@@ -336,9 +363,13 @@ def build(
                     "floor": c.get("floor"),
                     "unit": c.get("unit"),
                     "source": check_source(c["name"], c.get("floor"), spec, group),
+                    # What was measured and what was not, with why (never shown as passed).
+                    "outcome": c.get("outcome") or ("passed" if c["ok"] else "failed"),
+                    "reason": c.get("reason"),
                 }
                 for c in checks
             ],
+            "require_measured": list(getattr(spec, "require_measured", None) or []),
             "result_file": result_file,
             "result_sha256": result_sha256,
         },

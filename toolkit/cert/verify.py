@@ -199,6 +199,14 @@ def summary(document: Certificate) -> dict[str, Any]:
         "finished": document.proof.finished,
         "valid_until": document.proof.valid_until,
         "checks": len(document.proof.checks),
+        # What was measured and what was not, with why (certificates before the three
+        # outcomes say nothing of it: None).
+        "not_measured": [
+            f"{c.name}: {c.reason}" for c in document.proof.checks if c.outcome == "not_measured"
+        ]
+        if any(c.outcome for c in document.proof.checks)
+        else None,
+        "require_measured": document.proof.require_measured,
         # Version 1 certificates carry no passport (None); otherwise its flags' kinds.
         "passport_flags": [f.kind for f in document.passport.flags] if document.passport else None,
     }

@@ -240,7 +240,7 @@ def run(
             textfile,
             prometheus.render_check_textfile(
                 str(shown.get("state") or "unknown"),
-                [(c.name, c.ok) for c in outcome.checks],
+                [(c.name, c.outcome) for c in outcome.checks],
                 outcome.started,
                 outcome.duration_s,
             ),

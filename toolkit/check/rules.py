@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.acceptance.check import Check, NodeExpectation
+from toolkit.acceptance.check import Check, NodeExpectation, not_measured
 from toolkit.acceptance.health_checks import HealthSpec, XidInfo
 from toolkit.acceptance.passive import passive_checks
 from toolkit.stack.systems import os_id_of_release
@@ -102,15 +102,17 @@ def aer_check(
     totals = aer_totals(aer.get("devices") or {})
     source = f"{aer.get('dir')}/<device>/aer_dev_*"
     if aer.get("error") and not totals:
-        return Check("pcie.aer", True, f"not judged: {source} unreadable: {aer['error']}"), totals
+        why = f"{source} unreadable: {aer['error']}"
+        return not_measured("pcie.aer", why, f"not judged: {why}"), totals
     if not totals:
-        return Check("pcie.aer", True, f"not judged: no AER statistics under {source}"), totals
+        why = f"no AER statistics under {source}"
+        return not_measured("pcie.aer", why, f"not judged: {why}"), totals
     moved = deltas(totals, before)
     if moved is None:
         return (
-            Check(
+            not_measured(
                 "pcie.aer",
-                True,
+                "first reading: the baseline the next check judges against",
                 f"first reading of {len(totals)} device(s) ({source}): the next check "
                 "judges what moves from here",
             ),
@@ -153,7 +155,8 @@ def rdma_check(rdma: Mapping[str, Any], wanted: list[str] | None) -> Check:
         if missing:
             return Check("nic.link", False, f"no RDMA port of {', '.join(missing)} ({source})")
     if not ports:
-        return Check("nic.link", True, f"not judged: no RDMA port under {source}")
+        why = f"no RDMA port under {source}"
+        return not_measured("nic.link", why, f"not judged: {why}")
     bad = []
     for port, files in sorted(ports.items()):
         state = (files.get("state") or "").partition(":")[2].strip() or files.get("state")
@@ -190,16 +193,16 @@ def link_flap_check(
     counts = link_downed_counts(rdma, wanted)
     source = f"{rdma.get('dir')}/<device>/ports/<n>/{LINK_DOWNED}"
     if not counts:
-        return Check(
-            "nic.link_downed", True, f"not judged: no link-down counter under {source}"
-        ), counts
+        why = f"no link-down counter under {source}"
+        return not_measured("nic.link_downed", why, f"not judged: {why}"), counts
     moved = deltas(counts, before)
     if moved is None:
         message = (
             f"first reading of {len(counts)} port(s) ({source}): the next check judges "
             "what moves from here"
         )
-        return Check("nic.link_downed", True, message), counts
+        why = "first reading: the baseline the next check judges against"
+        return not_measured("nic.link_downed", why, message), counts
     bad = [
         f"{port}: link down +{c['link_downed']} since the last check "
         f"(link_downed {counts[port]['link_downed']})"

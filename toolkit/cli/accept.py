@@ -19,6 +19,7 @@ from toolkit.cli.options import (
 )
 from toolkit.cli.output import emit_json, out_console, say, shown
 from toolkit.errors import EXIT_FAILED, EXIT_OK
+from toolkit.report.text import counts_text, outcome_counts
 
 
 @click.group(invoke_without_command=True)
@@ -104,7 +105,8 @@ def accept(
 
 def _print_verdicts(summary: dict[str, Any]) -> None:
     table = Table(title=shown(f"gpunode acceptance (run {summary['run_id']})"))
-    for column in ("node", "verdict", "stack id", "busbw (GB/s)", "failed checks"):
+    columns = ("node", "verdict", "stack id", "busbw (GB/s)", "checks", "failed checks")
+    for column in (*columns, "not measured"):
         table.add_column(column)
     for node in summary["nodes"]:
         failed = "; ".join(
@@ -112,12 +114,18 @@ def _print_verdicts(summary: dict[str, Any]) -> None:
             + (f" -> [{f['failure_class']}] {f['action']}" if f.get("failure_class") else "")
             for f in node["failed_checks"]
         )
+        # Not measured is its own outcome: counted apart, each with its reason, never passed.
+        unmeasured = "; ".join(
+            f"{n['check']}: {n['reason']}" for n in node.get("not_measured_checks") or []
+        )
         table.add_row(
             shown(node["host"]),
             shown(node["verdict"]),
             shown(node.get("stack_id") or "-"),
             shown(_fmt(node.get("busbw_at_largest_gbps"))),
+            shown(counts_text(node.get("outcomes") or outcome_counts(node.get("checks") or []))),
             shown(failed or "-"),
+            shown(unmeasured or "-"),
         )
     out_console.print(table)
 

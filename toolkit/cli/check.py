@@ -12,6 +12,13 @@ from toolkit.cli.output import emit_json, out_console, shown
 from toolkit.errors import EXIT_FAILED, ToolkitError
 from toolkit.steps.check import run_check
 
+# Each check's outcome as the line's mark: not measured (not judged) is never "ok".
+_MARKS = {
+    "passed": ("  ok   ", "green"),
+    "failed": ("  FAIL ", "bold red"),
+    "not_measured": ("  n/m  ", "yellow"),
+}
+
 
 @click.command(
     epilog="""\b
@@ -51,9 +58,11 @@ def check(inventory: Path, limit: str | None, as_json: bool) -> None:
             if node.error:
                 out_console.print(Text.assemble(shown("  error: ", "bold red"), shown(node.error)))
             for c in node.checks:
-                mark = shown("  ok   ", "green") if c.ok else shown("  FAIL ", "bold red")
+                mark = _MARKS[c.outcome]
                 advice = f" -> {c.advice}" if c.advice else ""
-                out_console.print(Text.assemble(mark, shown(f"{c.name}: {c.message}{advice}")))
+                out_console.print(
+                    Text.assemble(shown(*mark), shown(f"{c.name}: {c.message}{advice}"))
+                )
         out_console.print(
             shown(f"run {run.run_id}: {len(run.nodes)} node(s) in {run.wall_s:.2f}s wall")
         )

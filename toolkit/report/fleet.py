@@ -22,7 +22,16 @@ from typing import Any
 
 from toolkit import runs
 from toolkit.passport import FIGURES, Passport
-from toolkit.report.html import FLOOR_COLOUR, PLOT_W, SERIES_COLOUR, STYLE, render_svg, value_cell
+from toolkit.report.html import (
+    FLOOR_COLOUR,
+    OUTCOME_CLASS,
+    PLOT_W,
+    SERIES_COLOUR,
+    STYLE,
+    render_svg,
+    value_cell,
+)
+from toolkit.report.text import OUTCOME_WORDS, outcome_of
 
 
 @dataclass
@@ -225,14 +234,14 @@ def render_fleet_html(
         out.append(
             f"<p>Latest run <code>{escape(str(latest['run_id']))}</code>, "
             f"{escape(str(latest['started']))}.</p>"
-            "<table><tr><th>check</th><th>ok</th><th>message</th><th>measured</th>"
+            "<table><tr><th>check</th><th>outcome</th><th>message</th><th>measured</th>"
             "<th>floor</th></tr>"
         )
         for check in latest.get("checks") or []:
-            ok = bool(check.get("ok"))
+            outcome = outcome_of(check)
             out.append(
                 f"<tr><td>{escape(str(check.get('name')))}</td>"
-                f'<td class="{"ready" if ok else "not-ready"}">{"yes" if ok else "no"}</td>'
+                f'<td class="{OUTCOME_CLASS[outcome]}">{OUTCOME_WORDS[outcome]}</td>'
                 f"<td class='v'>{escape(str(check.get('message')))}</td>"
                 f"<td class='v'>{value_cell(check.get('measured'))}</td>"
                 f"<td class='v'>{value_cell(check.get('floor'))}</td></tr>"

@@ -9,7 +9,13 @@ from html import escape
 from typing import Any
 
 from toolkit.acceptance.topology import LEGEND
-from toolkit.report.text import value_lines
+from toolkit.report.text import (
+    OUTCOME_WORDS,
+    counts_text,
+    outcome_counts,
+    outcome_of,
+    value_lines,
+)
 
 PLOT_W, PLOT_H = 520, 260
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 60, 20, 20, 40
@@ -43,7 +49,7 @@ table{border-collapse:collapse;margin:1em 0;max-width:100%}
 td,th{border:1px solid #ccc;padding:4px 8px}
 td.v,code{overflow-wrap:anywhere}
 th{background:#f3f3f3}.ready{color:#116611;font-weight:bold}
-.not-ready{color:#aa1111;font-weight:bold}.plots{display:flex;flex-wrap:wrap;gap:1em}
+.not-ready{color:#aa1111;font-weight:bold}.not-measured{color:#8a5a00;font-style:italic}.plots{display:flex;flex-wrap:wrap;gap:1em}
 figure{margin:0}figcaption{font-weight:bold}
 table.topo td{text-align:center;font-family:monospace;padding:2px 5px}
 """
@@ -373,13 +379,41 @@ def _training_section(summary: dict[str, Any]) -> list[str]:
         out += [f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in rows]
         out.append("</table><table><tr><th>check</th><th>result</th><th>message</th></tr>")
         for name, check in sorted(checks.items()):
-            cls = "ready" if check["ok"] else "not-ready"
+            outcome = outcome_of(check)
             out.append(
-                f"<tr><td>{escape(name)}</td><td class='{cls}'>"
-                f"{'passed' if check['ok'] else 'failed'}</td>"
+                f"<tr><td>{escape(name)}</td><td class='{OUTCOME_CLASS[outcome]}'>"
+                f"{OUTCOME_WORDS[outcome]}</td>"
                 f"<td>{escape(str(check['message']))}</td></tr>"
             )
         out.append("</table>")
+    return out
+
+
+# A check's outcome as the report's cell class: not measured has its own, never green.
+OUTCOME_CLASS = {"passed": "ready", "failed": "not-ready", "not_measured": "not-measured"}
+
+
+def _not_measured_section(summary: dict[str, Any]) -> list[str]:
+    """Every check that was not measured (skipped, not judged, not covered), per node, with
+    why: what the verdict does not prove."""
+    out = ["<h2>Not measured</h2>"]
+    for node in summary["nodes"]:
+        checks = [c for c in node.get("checks") or [] if outcome_of(c) == "not_measured"]
+        if not checks:
+            continue
+        out.append(
+            f"<h3>{escape(node['host'])}</h3><table><tr><th>check</th><th>outcome</th>"
+            "<th>reason</th><th>message</th></tr>"
+        )
+        out += [
+            f"<tr><td>{escape(str(c['name']))}</td><td class='not-measured'>not measured</td>"
+            f"<td class='v'>{escape(str(c.get('reason') or '-'))}</td>"
+            f"<td class='v'>{escape(str(c['message']))}</td></tr>"
+            for c in checks
+        ]
+        out.append("</table>")
+    if len(out) == 1:
+        out.append("<p>None: every check of every node was measured.</p>")
     return out
 
 
@@ -532,10 +566,11 @@ def render_html(summary: dict[str, Any]) -> str:
         f"{'yes' if summary.get('multi_node') else 'no'}.</p>",
         "<h2>Nodes</h2><table><tr><th>node</th><th>group</th><th>verdict</th>"
         "<th>stack id (inventory / installed)</th><th>busbw at largest size (GB/s)</th>"
-        "<th>failed checks</th></tr>",
+        "<th>checks</th><th>failed checks</th><th>not measured</th></tr>",
     ]
     for node in summary["nodes"]:
         verdict = str(node["verdict"])
+        counts = outcome_counts(node.get("checks") or [])
         busbw = node.get("busbw_at_largest_gbps")
         out.append(
             f"<tr><td>{escape(node['host'])}</td><td>{escape(str(node.get('group') or ''))}</td>"
@@ -543,7 +578,9 @@ def render_html(summary: dict[str, Any]) -> str:
             f"<td>{escape(str(node.get('stack_id')))} / "
             f"{escape(str(node.get('installed_stack_id')))}</td>"
             f"<td>{'-' if busbw is None else f'{busbw:.3f}'}</td>"
-            f"<td>{len(node.get('failed_checks') or [])}</td></tr>"
+            f"<td>{escape(counts_text(counts))}</td>"
+            f"<td>{len(node.get('failed_checks') or [])}</td>"
+            f"<td class='not-measured'>{counts['not_measured']}</td></tr>"
         )
     out.append("</table><h2>All-reduce bus bandwidth by message size</h2><div class='plots'>")
     for node in summary["nodes"]:
@@ -597,7 +634,8 @@ def render_html(summary: dict[str, Any]) -> str:
             )
         out.append("</table>")
     if not failed_any:
-        out.append("<p>None: every node passed every check.</p>")
+        out.append("<p>None: no node failed a check.</p>")
+    out += _not_measured_section(summary)
     multinode = summary.get("multinode")
     if multinode:
         out += _multinode_section(multinode)

@@ -14,12 +14,22 @@ The format is Prometheus' text exposition format 0.0.4 (https://prometheus.io/do
 instrumenting/exposition_formats/): lines end in ``\n``, the last one too; one ``# HELP`` and
 one ``# TYPE`` line per metric name, before its samples; label values escape ``\\``, ``"``
 and the line feed. Standard library only: shipped with the node-side check.
+
+Every check is passed, failed or not measured (skipped, not judged, not covered: design.md,
+"outcome"), and not measured is never counted as passed. Acceptance's file says so twice:
+``gpunode_acceptance_checks{outcome="passed"|"failed"|"not_measured"}`` counts them, and
+``gpunode_acceptance_check{check="<name>",outcome="<outcome>"} 1`` names each check's outcome
+(one series per check; alert on ``outcome="not_measured"`` for coverage). The passive check's
+file has ``gpunode_check_failed{check} 0|1`` and ``gpunode_check_not_measured{check} 0|1``: a
+check with 0 in both passed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+OUTCOMES = ("passed", "failed", "not_measured")
 
 TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
 TEXTFILE_PATH = f"{TEXTFILE_DIR}/gpunode.prom"
@@ -65,6 +75,27 @@ def render_textfile(node: dict[str, Any], run_id: str, timestamp: float) -> str:
         "# HELP gpunode_failed_checks Number of acceptance checks the node failed.",
         "# TYPE gpunode_failed_checks gauge",
         f"gpunode_failed_checks{_labels(**base)} {len(node.get('failed_checks') or [])}",
+        "# HELP gpunode_acceptance_checks Acceptance checks by outcome (not_measured: skipped, "
+        "not judged or not covered, never counted as passed).",
+        "# TYPE gpunode_acceptance_checks gauge",
+    ]
+    checks = node.get("checks") or []
+    outcomes = [(str(c.get("name")), _outcome(c)) for c in checks]
+    lines += [
+        f"gpunode_acceptance_checks{_labels(**base, outcome=o)} "
+        f"{sum(outcome == o for _, outcome in outcomes)}"
+        for o in OUTCOMES
+    ]
+    lines += [
+        "# HELP gpunode_acceptance_check Each acceptance check, its outcome in the outcome label "
+        "(passed, failed, not_measured).",
+        "# TYPE gpunode_acceptance_check gauge",
+    ]
+    lines += [
+        f"gpunode_acceptance_check{_labels(**base, check=name, outcome=outcome)} 1"
+        for name, outcome in outcomes
+    ]
+    lines += [
         "# HELP gpunode_acceptance_timestamp_seconds When the verdict was given.",
         "# TYPE gpunode_acceptance_timestamp_seconds gauge",
         f"gpunode_acceptance_timestamp_seconds{_labels(**base)} {timestamp:.0f}",
@@ -72,15 +103,22 @@ def render_textfile(node: dict[str, Any], run_id: str, timestamp: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _outcome(check: dict[str, Any]) -> str:
+    # A record from before the three outcomes has only ``ok``.
+    outcome = check.get("outcome")
+    return str(outcome) if outcome in OUTCOMES else "passed" if check.get("ok") else "failed"
+
+
 def render_check_textfile(
-    state: str, checks: Iterable[tuple[str, bool]], timestamp: float, duration_s: float
+    state: str, checks: Iterable[tuple[str, bool | str]], timestamp: float, duration_s: float
 ) -> str:
     """The passive check's textfile.
 
     Args:
         state: The node's state after the check (``ready``, ``not-ready`` ...).
-        checks: Each check's name and whether it passed (a name seen twice fails when either
-            failed: one series per name).
+        checks: Each check's name and its outcome (``passed``, ``failed``, ``not_measured``;
+            a bool: passed or failed). A name seen twice fails when either failed, and is not
+            measured only when neither was measured: one series per name.
         timestamp: When the check ran, seconds since the epoch.
         duration_s: How long it took.
 
@@ -88,8 +126,12 @@ def render_check_textfile(
         The file's text.
     """
     failed: dict[str, bool] = {}
-    for name, ok in checks:
-        failed[name] = failed.get(name, False) or not ok
+    unmeasured: dict[str, bool] = {}
+    for name, outcome in checks:
+        if isinstance(outcome, bool):
+            outcome = "passed" if outcome else "failed"
+        failed[name] = failed.get(name, False) or outcome == "failed"
+        unmeasured[name] = unmeasured.get(name, True) and outcome == "not_measured"
     lines = [
         "# HELP gpunode_check_node_ready 1 when the node is ready after gpunode's passive check.",
         "# TYPE gpunode_check_node_ready gauge",
@@ -100,6 +142,15 @@ def render_check_textfile(
     lines += [
         f"gpunode_check_failed{_labels(check=name)} {int(bad)}"
         for name, bad in sorted(failed.items())
+    ]
+    lines += [
+        "# HELP gpunode_check_not_measured 1 for each passive check that was not measured "
+        "(not judged: nothing to read), 0 if it was.",
+        "# TYPE gpunode_check_not_measured gauge",
+    ]
+    lines += [
+        f"gpunode_check_not_measured{_labels(check=name)} {int(unmeasured[name])}"
+        for name in sorted(failed)
     ]
     lines += [
         "# HELP gpunode_check_failures Number of passive checks the node failed.",

@@ -56,3 +56,29 @@ def _mapping(value: dict[Any, Any]) -> str:
             text = _one(item)
         parts.append(f"{str(key).replace('_', ' ')}: {text}")
     return ", ".join(parts) if parts else "none"
+
+
+# --- a check's outcome ---------------------------------------------------------------------------
+
+# Every check is passed, failed or not measured (toolkit.acceptance.check); the words each
+# output shows for them. Not measured is never shown as passed.
+OUTCOME_WORDS = {"passed": "passed", "failed": "failed", "not_measured": "not measured"}
+
+
+def outcome_of(check: dict[str, Any]) -> str:
+    """A recorded check's outcome: ``passed``, ``failed`` or ``not_measured``. A record from
+    before the three outcomes has only ``ok`` (its not-measured checks cannot be told)."""
+    outcome = check.get("outcome")
+    if outcome in OUTCOME_WORDS:
+        return str(outcome)
+    return "passed" if check.get("ok") else "failed"
+
+
+def outcome_counts(checks: list[dict[str, Any]]) -> dict[str, int]:
+    """How many of ``checks`` passed, failed and were not measured."""
+    return {o: sum(outcome_of(c) == o for c in checks) for o in OUTCOME_WORDS}
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """``12 passed, 1 failed, 2 not measured``."""
+    return ", ".join(f"{counts.get(o, 0)} {word}" for o, word in OUTCOME_WORDS.items())

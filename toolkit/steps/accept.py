@@ -137,6 +137,7 @@ class AcceptanceRun:
 
     def summary(self) -> dict[str, Any]:
         """The run as JSON-ready data (the input of every report)."""
+        nodes = [_node_summary(p) for p in self.plans]
         return {
             "run_id": self.run_id,
             "inventory": str(self.inventory),
@@ -144,7 +145,12 @@ class AcceptanceRun:
             "finished": self.finished,
             "multi_node": self.multi_node,
             "all_ready": self.all_ready,
-            "nodes": [_node_summary(p) for p in self.plans],
+            "nodes": nodes,
+            # Every check of every node by outcome: passed, failed, not measured.
+            "outcomes": {
+                o: sum(int(n["outcomes"][o]) for n in nodes)
+                for o in ("passed", "failed", "not_measured")
+            },
             "multinode": self.multinode,
             "hooks": self.hook_actions,
             "run_dir": str(self.run_dir),
@@ -171,6 +177,9 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
         "security": _security(plan),
         "checks": [c.to_dict() for c in verdict.checks],
         "failed_checks": verdict.to_dict()["failed_checks"],
+        # passed, failed and not measured (never counted as passed), and why each was not.
+        "outcomes": verdict.counts(),
+        "not_measured_checks": verdict.to_dict()["not_measured_checks"],
         "engine": section.get("engine"),
         "allreduce_rows": [
             {k: r.get(k) for k in ("size_bytes", "time_us", "algbw_gbps", "busbw_gbps", "wrong")}
