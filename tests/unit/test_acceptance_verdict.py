@@ -541,6 +541,11 @@ XID_CASES = [
     ("154 recovery action", _xids((154, "2025-06-02T11:00:00Z")), {}, False),
     ("140 ECC unrecovered", _xids((140, "2025-06-02T11:00:00Z")), {}, False),
     ("the profile's own list", _xids((13, "2025-06-02T11:00:00Z")), {"critical_xids": [13]}, False),
+    # NVLink5 (B100/GB200): 150 is RESET_GPU for every decode in the catalog; 144-149 depend on
+    # the intrInfo/errorStatus decode (or are IGNORE for every decode): shown, not failed.
+    ("150 NVLink5 MSE", _xids((150, "2025-06-02T11:00:00Z")), {}, False),
+    ("144 NVLink5 SAW, decode-dependent", _xids((144, "2025-06-02T11:00:00Z")), {}, True),
+    ("149 NVLink5 NETIR, decode-dependent", _xids((149, "2025-06-02T11:00:00Z")), {}, True),
 ]
 
 
@@ -733,3 +738,25 @@ def test_topology_missing_or_unreadable_fails_when_rules_ask(
     verdict = judge(result, EXPECT, _topology_spec({"nic_gpu_link": "PXB"}))
     [failed] = verdict.failed
     assert failed.name == "topology.read" and failed.message.startswith(message), failed.message
+
+
+@pytest.mark.parametrize("xid", [144, 145, 146, 147, 148, 149])
+def test_nvlink5_xids_are_shown_with_their_name_and_why_they_are_not_judged(xid: int) -> None:
+    check = next(
+        c
+        for c in judge(_xids((xid, "2025-06-02T11:00:00Z")), EXPECT, SPEC).checks
+        if c.name == "health.xid"
+    )
+    assert check.ok, check.message
+    assert "NVLINK: " in check.message and "WORKFLOW_NVLINK5_ERR" in check.message
+    assert "depends on the message's decode" in check.message
+
+
+def test_nvlink5_xid_150_fails_with_the_catalogs_reset() -> None:
+    check = next(
+        c
+        for c in judge(_xids((150, "2025-06-02T11:00:00Z")), EXPECT, SPEC).checks
+        if c.name == "health.xid"
+    )
+    assert not check.ok and check.failure_class == "hardware"
+    assert "NVLINK: MSE Error" in check.message and "nvidia-smi -r" in (check.action or "")

@@ -82,3 +82,17 @@ def test_container_options_come_from_the_inventory(sample: Path) -> None:
     bad = type(host)(**{**host.__dict__, "vars": {"gpunode_accept_container_options": "--x"}})
     with pytest.raises(ConfigError, match="gpunode_accept_container_options"):
         container_options(bad)
+
+
+def test_ranks_get_the_hosts_imex_channels_and_only_those(tmp_path: Path) -> None:
+    from toolkit.acceptance.node_runner.node import imex_channels
+
+    assert imex_channels(str(tmp_path / "nvidia-caps-imex-channels" / "channel*")) == []
+    folder = tmp_path / "nvidia-caps-imex-channels"
+    folder.mkdir()
+    (folder / "channel0").touch()
+    found = imex_channels(str(folder / "channel*"))
+    assert found == [str(folder / "channel0")]
+    argv = container_argv("sha256:abc", "/opt/gpunode/accept", None, None, devices=found)
+    assert f"--device={folder / 'channel0'}" in argv
+    assert not any(a.startswith("--device") for a in container_argv("sha256:abc", "/w"))

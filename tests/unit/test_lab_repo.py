@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import yaml
 from shared_fixtures import lab_driver_packages
 
 from toolkit.lab import catalog, repo
@@ -37,6 +38,7 @@ def _spec(name: str, version: str) -> PackageSpec:
     return spec
 
 
+FM_DEFAULTS = Path(__file__).resolve().parents[2] / "roles/fabric_manager/defaults/main.yml"
 D550 = {"550.127.05-1", "550.144.03-1"}
 D580 = {"580.95.05-1", "580.105.08-1", "580.159.03-1"}
 
@@ -71,7 +73,12 @@ EXPECTED_VERSIONS = {
     "libnvidia-container-tools": {"1.16.2-1", "1.17.8-1", "1.19.1-1"},
     "libnvidia-container1": {"1.16.2-1", "1.17.8-1", "1.19.1-1"},
     "nvlsm": {"2025.06.10-1"},
-    "nvidia-imex-580": D580,
+    # IMEX as NVIDIA's driver container names it: branched for R550-R579, nvidia-imex from R580.
+    "nvidia-imex-550": D550,
+    "nvidia-imex": D580,
+    # Beside NVLSM (B200): libnvsdm from R580, and the OS's infiniband-diags (a stand-in).
+    "libnvsdm": D580,
+    "infiniband-diags": {"44.0-1~gpunodelab1"},
 }
 
 
@@ -102,7 +109,14 @@ def test_catalog_carries_every_name_the_naming_rules_give_debian12() -> None:
             assert set(requirements(resolve(stack, hardware, "debian12"))) <= names
     # A fourth-generation NVSwitch system adds NVLSM beside Fabric Manager.
     stack, hardware = make({"nvlsm": "2025.06.10"}, {"gpu": {"model": "B200"}})
-    assert "nvlsm" in set(requirements(resolve(stack, hardware, "debian12"))) <= names
+    b200 = set(requirements(resolve(stack, hardware, "debian12")))
+    assert {"nvlsm", "libnvsdm"} <= b200 <= names
+    # What roles/fabric_manager installs from the OS archive beside NVLSM has a stand-in too.
+    assert set(yaml.safe_load(FM_DEFAULTS.read_text())["fabric_manager_nvlsm_os_packages"]) <= names
+    # GB200 (IMEX) at both lab branches: nvidia-imex-550, nvidia-imex from R580.
+    for version in ("550.127.05", "580.95.05"):
+        gb200 = make({"driver": {"version": version}}, {"gpu": {"model": "GB200"}})
+        assert set(requirements(resolve(*gb200, "debian12"))) <= names
 
 
 def test_no_branch_suffix_free_names_before_580() -> None:

@@ -297,7 +297,7 @@ IMEX = "/usr/bin/nvidia-imex"
 
 def test_imex_checks_the_loaded_driver_and_its_node_list(root: Root) -> None:
     """The daemon starts only beside its own driver and with a node list to read."""
-    root.unpack("nvidia-imex-580", "580.95.05-1")
+    root.unpack("nvidia-imex", "580.95.05-1")
     unit = (root.path / "lib/systemd/system/nvidia-imex.service").read_text()
     assert "ExecStart=/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg" in unit
     config = root.path / "etc/nvidia-imex/config.cfg"

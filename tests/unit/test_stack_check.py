@@ -288,6 +288,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], str, str | None]] = [
      "fabric_manager.not_used", "warning"),
     ("fm explicit nvswitch", {"fabric_manager": "580.95.05"}, {}, "fabric_manager.not_used",
      None),
+    # IMEX package names per branch (NVIDIA's driver container: none before R550)
+    ("imex r580 gb200", {}, {"gpu": {"model": "GB200"}}, "imex.package_name", None),
+    ("imex r535 gb200", {"driver": {"version": "535.230.02"}}, {"gpu": {"model": "GB200"}},
+     "imex.package_name", "error"),
     ("nvlsm b200", {}, {"gpu": {"model": "B200"}}, "fabric_manager.nvlsm", "error"),
     ("nvlsm b200 pinned", {"nvlsm": "2025.06.10"}, {"gpu": {"model": "B200"}},
      "fabric_manager.nvlsm", None),
@@ -643,3 +647,26 @@ def test_the_acceptance_report_lists_the_floors_of_the_pinned_stack() -> None:
     # A malformed acceptance (stack check refuses it) accepts nothing here.
     report = security_report(old, {"gpunode_accepted_risks": [{"cve": "CVE-2025-23266"}]})
     assert [r["rule"] for r in report] == ["security.floor"] * 2
+
+
+@pytest.mark.parametrize("version", ["550.127.05", "570.195.03", "580.95.05", "590.48.01"])
+def test_imex_platform_on_a_named_branch_passes_the_imex_rule(version: str) -> None:
+    found = violations({"driver": {"version": version}}, {"gpu": {"model": "GB200"}})
+    assert by_rule(found, "imex.package_name") == []
+
+
+def test_imex_platform_on_a_branch_without_an_imex_package_is_refused_with_rule_and_source() -> (
+    None
+):
+    """Before R550 NVIDIA's driver container installs no IMEX package: `stack check` (and so
+    `stack lock`, which refuses an incoherent stack) stops before any host is touched."""
+    found = by_rule(
+        violations({"driver": {"version": "535.230.02"}}, {"gpu": {"model": "GB200"}}),
+        "imex.package_name",
+    )
+    assert len(found) == 1 and found[0].severity == "error"
+    assert "branch 535" in found[0].message and "no IMEX package" in found[0].message
+    assert "gpu-driver-container" in found[0].source
+    # Not an IMEX platform: the rule says nothing, whatever the branch.
+    h100 = violations({"driver": {"version": "535.230.02"}}, {"gpu": {"model": "H100"}})
+    assert by_rule(h100, "imex.package_name") == []

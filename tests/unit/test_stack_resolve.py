@@ -374,14 +374,53 @@ def test_imex_on_grace_blackwell_at_the_drivers_version(model: str) -> None:
     assert resolved["imex"] == {
         "enabled": True,
         "version": "580.95.05",
-        "packages": {"nvidia-imex-580": "580.95.05-*"},
+        "packages": {"nvidia-imex": "580.95.05-*"},
     }
     assert resolved["fabric_manager"]["enabled"] is False
     assert stack_id(stack, hardware) != stack_id(*make({}, {"gpu": {"model": "H100"}}))
 
 
-def test_imex_has_no_name_from_590() -> None:
-    """No public package name exists for 590 and later: none is guessed."""
-    stack, hardware = make({"driver": {"version": "595.45.04"}}, {"gpu": {"model": "GB200"}})
-    with pytest.raises(ConfigError, match="no naming rule for imex"):
+@pytest.mark.parametrize(
+    ("version", "name"),
+    [
+        ("550.127.05", "nvidia-imex-550"),
+        ("570.195.03", "nvidia-imex-570"),
+        ("580.95.05", "nvidia-imex"),
+        ("590.48.01", "nvidia-imex"),
+    ],
+)
+@pytest.mark.parametrize("os_id", SUPPORTED_OS)
+def test_imex_is_named_per_branch_as_nvidias_driver_container_names_it(
+    version: str, name: str, os_id: str
+) -> None:
+    """NVIDIA/gpu-driver-container imex_install: nvidia-imex-<branch> for 550-579, nvidia-imex
+    from 580 (590.48.01, 595 and 610 are built with it)."""
+    stack, hardware = make({"driver": {"version": version}}, {"gpu": {"model": "GB200"}})
+    assert resolve(stack, hardware, os_id)["imex"]["packages"] == {name: f"{version}-*"}
+
+
+def test_imex_has_no_name_before_550() -> None:
+    """NVIDIA's scripts install no IMEX package before R550: none is guessed, the rule is named."""
+    stack, hardware = make({"driver": {"version": "535.230.02"}}, {"gpu": {"model": "GB200"}})
+    with pytest.raises(ConfigError, match=r"branch 535\) has no IMEX package.*imex.package_name"):
         resolve(stack, hardware, "ubuntu2404")
+
+
+@pytest.mark.parametrize(
+    ("version", "os_id", "arch", "expected"),
+    [
+        ("580.95.05", "ubuntu2404", "x86_64", {"libnvsdm": "580.95.05-*"}),
+        ("570.195.03", "ubuntu2204", "x86_64", {"libnvsdm-570": "570.195.03-*"}),
+        ("550.127.05", "ubuntu2204", "x86_64", {}),  # none before R570
+        ("580.95.05", "ubuntu2404", "sbsa", {}),  # not built for arm64
+    ],
+)
+def test_libnvsdm_beside_nvlsm_as_nvidias_driver_container_installs_it(
+    version: str, os_id: str, arch: str, expected: dict[str, str]
+) -> None:
+    b200 = {"gpu": {"model": "B200", "nvswitch": True}}
+    stack, hardware = make({"driver": {"version": version}, "nvlsm": "2025.06.10"}, b200)
+    packages = resolve(stack, hardware, os_id, arch=arch)["fabric_manager"]["packages"]
+    assert {k: v for k, v in packages.items() if k.startswith("libnvsdm")} == expected
+    h100 = resolve(*make({}, {"gpu": {"model": "H100", "nvswitch": True}}), os_id, arch=arch)
+    assert not any(k.startswith(("libnvsdm", "nvlsm")) for k in h100["fabric_manager"]["packages"])

@@ -46,6 +46,8 @@ class XidInfo(Protocol):
     def failure_class(self) -> str: ...
     @property
     def todo(self) -> str: ...
+    @property
+    def fails(self) -> bool: ...
 
 
 # NVIDIA's Xid catalog bucket of the XIDs it says to ignore: shown, never failed, unless a
@@ -227,7 +229,7 @@ def critical_set(spec: HealthSpec, named: Mapping[int, XidInfo]) -> set[int]:
     NVIDIA's catalog says to ignore (63, 92 ...)."""
     if spec.critical_xids is not None:
         return set(spec.critical_xids)
-    return {n for n, x in named.items() if x.action != IGNORE}
+    return {n for n, x in named.items() if x.action != IGNORE and x.fails}
 
 
 def _xid_check(result: dict[str, Any], spec: HealthSpec, named: Mapping[int, XidInfo]) -> Check:
@@ -268,6 +270,8 @@ def _xid_check(result: dict[str, Any], spec: HealthSpec, named: Mapping[int, Xid
             known = named.get(event["xid"])
             if known is not None and known.action == IGNORE:
                 return "NVIDIA's catalog says to ignore it"
+            if known is not None and not known.fails:
+                return f"its action depends on the message's decode: {known.todo}"
             return "not critical"
         if event.get("line") in acted:
             return "read by the passive check that turned the node not ready"

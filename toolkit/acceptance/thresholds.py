@@ -45,6 +45,9 @@ class CriticalXid(StrictModel):
     # The bucket's (``actions:`` in xids.yml), unless the entry gives its own.
     failure_class: FailureClass
     todo: str = Field(min_length=1)
+    # False where NVIDIA's action depends on a decode of the message gpunode does not do
+    # (NVLink5 144-149): shown with its action, never failing a node on its own.
+    fails: bool = True
     sources: list[str] = Field(min_length=1)
 
 

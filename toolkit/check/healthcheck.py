@@ -87,6 +87,8 @@ class XidName:
     action: str
     failure_class: str = "hardware"
     todo: str = "do the action NVIDIA's Xid catalog gives this XID"
+    # False: shown, never failing on its own (``thresholds.CriticalXid.fails``).
+    fails: bool = True
 
 
 @dataclass(frozen=True)

@@ -176,7 +176,7 @@ def healthcheck_settings(
             xid_window_h=spec.xid_window_h,
         ),
         xids={
-            n: healthcheck.XidName(x.name, x.action, x.failure_class, x.todo)
+            n: healthcheck.XidName(x.name, x.action, x.failure_class, x.todo, x.fails)
             for n, x in critical_xids().items()
         },
         gpu_models=catalog.model_index(),

@@ -534,14 +534,25 @@ def _driver_packages(release: DriverRelease, families: dict[str, list[str]]) -> 
     return [spec for phase in _DRIVER_PHASES for spec in phase(build)]
 
 
+def _imex_name(branch: str) -> str:
+    """NVIDIA's driver container's name: nvidia-imex-<branch> for R550-R579, nvidia-imex from
+    R580 (naming.yml ``imex``)."""
+    return f"nvidia-imex-{branch}" if int(branch) < 580 else "nvidia-imex"
+
+
 def _imex_package(release: DriverRelease) -> PackageSpec:
-    """The IMEX daemon built with one driver (nvidia-imex-<branch>, the driver's version): its
-    daemon and the systemd unit nvidia-imex (NVIDIA IMEX guide, "Getting Started")."""
+    """The IMEX daemon built with one driver (the driver's version): its daemon and the
+    systemd unit nvidia-imex (NVIDIA IMEX guide, "Getting Started")."""
     daemon = render("nvidia_imex.py", version=release.version)
+    name = _imex_name(release.branch)
+    others = sorted({_imex_name(d.branch) for d in DRIVERS if int(d.branch) >= 550} - {name})
     return PackageSpec(
-        name=f"nvidia-imex-{release.branch}",
+        name=name,
         version=release.apt_version,
-        source=f"nvidia-imex-{release.branch}",
+        source=name,
+        # The branches' daemons are one file: one at a time, as with Fabric Manager.
+        conflicts=tuple(others),
+        replaces=tuple(others),
         section="multiverse/utils",
         description=(
             "NVIDIA IMEX service\n"
@@ -556,6 +567,45 @@ def _imex_package(release: DriverRelease) -> PackageSpec:
                 render("nvidia-imex.service.j2").encode(),
             ),
         ),
+    )
+
+
+def _nvsdm_package(release: DriverRelease) -> PackageSpec:
+    """libnvsdm, the NVSwitch device monitoring library installed beside NVLSM at the driver's
+    version (libnvsdm from R580, libnvsdm-<branch> for R570-R579; naming.yml ``nvsdm``)."""
+    b, v = release.branch, release.version
+    name = f"libnvsdm-{b}" if int(b) < 580 else "libnvsdm"
+    return PackageSpec(
+        name=name,
+        version=release.apt_version,
+        source=name,
+        description=f"NVSwitch Device Monitoring library\n Version {v}.",
+        files=(
+            FileSpec(f"{LIBDIR}/libnvsdm.so.{v}", f"gpunode lab stand-in libnvsdm {v}\n".encode()),
+            FileSpec(f"{LIBDIR}/libnvsdm.so.1", link=f"libnvsdm.so.{v}"),
+        ),
+    )
+
+
+# infiniband-diags comes from the OS archive, not NVIDIA's repository (Debian bookworm main:
+# 44.0-2, rdma-core's source package). The lab's node image carries the OS packages the roles
+# install (toolkit/lab/image.py PACKAGES: the mkfs tools) rather than count on Debian's archive
+# at converge time, and infiniband-diags is not in it: the lab repository carries a stand-in at
+# a version below Debian's, so that where the real archive is reachable apt prefers it.
+INFINIBAND_DIAGS_VERSION = "44.0-1~gpunodelab1"
+
+
+def _infiniband_diags_package() -> PackageSpec:
+    """A stand-in for the OS's infiniband-diags (ibstat), which roles/fabric_manager installs
+    beside NVLSM."""
+    ibstat = "#!/bin/sh\n# gpunode lab stand-in for infiniband-diags' ibstat: no HCA.\nexit 0\n"
+    return PackageSpec(
+        name="infiniband-diags",
+        version=INFINIBAND_DIAGS_VERSION,
+        source="rdma-core",
+        section="net",
+        description="InfiniBand diagnostic programs\n gpunode lab stand-in for the OS package.",
+        files=(FileSpec("/usr/sbin/ibstat", ibstat.encode(), 0o755),),
     )
 
 
@@ -586,6 +636,8 @@ def packages() -> list[PackageSpec]:
     families = _families()
     out = [spec for driver in DRIVERS for spec in _driver_packages(driver, families)]
     out.extend(_nvlsm_package(version) for version in NVLSM_RELEASES)
-    # IMEX packages exist for the branches naming.yml names (570 to 589).
-    out.extend(_imex_package(d) for d in DRIVERS if 570 <= int(d.branch) <= 589)
+    out.append(_infiniband_diags_package())
+    # IMEX packages exist for the branches naming.yml names (from 550), libnvsdm from 570.
+    out.extend(_imex_package(d) for d in DRIVERS if int(d.branch) >= 550)
+    out.extend(_nvsdm_package(d) for d in DRIVERS if int(d.branch) >= 570)
     return out

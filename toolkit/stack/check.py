@@ -18,7 +18,13 @@ from toolkit.stack.models import (
     Stack,
     parse_accepted_risks,
 )
-from toolkit.stack.resolve import fabric_manager_enabled
+from toolkit.stack.resolve import (
+    IMEX_NAME_RULE,
+    IMEX_NAME_SOURCE,
+    fabric_manager_enabled,
+    imex_unnamed_families,
+    imex_unnamed_message,
+)
 from toolkit.stack.security import Floor, floors
 from toolkit.stack.versions import cuda_full, driver_branch, numeric, parse_nccl
 
@@ -39,6 +45,7 @@ RULES: dict[str, str] = {
     "managed by Fabric Manager",
     "fabric_manager.nvlsm": "a fourth-generation NVSwitch system pins NVLSM beside Fabric Manager",
     "fabric_manager.nvlsm_not_used": "NVLSM is pinned only where the NVSwitch generation needs it",
+    IMEX_NAME_RULE: "an IMEX platform's driver branch has a public IMEX package name",
     "gpu.min_cuda": "the CUDA toolkit supports the GPU's compute capability",
     "gpu.min_driver": "the driver supports the GPU's compute capability",
     "gpu.open_required": "the GPU's architecture needs the open kernel modules",
@@ -98,6 +105,7 @@ def check(stack: Stack, hardware: Hardware, *, today: date | None = None) -> lis
     found += _nccl(m, stack)
     found += _cudnn(m, stack)
     found += _fabric_manager(m, stack, hardware, arch)
+    found += _imex(stack, hardware)
     found += _gpu(m, stack, hardware, arch)
     found += _driver(m, stack, today)
     return found
@@ -307,6 +315,16 @@ def _fabric_manager(
             )
         )
     return found
+
+
+def _imex(stack: Stack, hardware: Hardware) -> list[Violation]:
+    """An IMEX platform on a branch NVIDIA names no IMEX package for: refused before the lock
+    or any host is touched, rather than guessed."""
+    families = imex_unnamed_families(stack, hardware)
+    if not families:
+        return []
+    text = f"{hardware.gpu.model}: {imex_unnamed_message(stack)} (families: {', '.join(families)})"
+    return [_violation(IMEX_NAME_RULE, "error", text, IMEX_NAME_SOURCE)]
 
 
 def _gpu(m: Matrix, stack: Stack, hardware: Hardware, arch: Architecture) -> list[Violation]:

@@ -84,6 +84,34 @@ def nvlsm_version(stack: Stack, hardware: Hardware) -> str | None:
     return None
 
 
+# The rule that refuses an IMEX platform on a branch without a public IMEX package name.
+IMEX_NAME_RULE = "imex.package_name"
+IMEX_NAME_SOURCE = (
+    "NVIDIA/gpu-driver-container install.sh imex_install: nvidia-imex from R580, "
+    "nvidia-imex-<branch> for R550-R579, none before (toolkit/stack/naming.yml, sources.imex)"
+)
+
+
+def imex_unnamed_families(stack: Stack, hardware: Hardware) -> list[str]:
+    """The OS families where this IMEX platform's driver branch has no IMEX package name
+    (``naming.yml`` ``imex``); empty where IMEX is not installed or every family names one."""
+    if not imex_enabled(hardware):
+        return []
+    branch = driver_branch(stack.driver.version)
+    families = sorted({f for rule in naming_rules()["driver"] for f in rule["families"]})
+    return [family for family in families if not _covered("imex", family, branch)]
+
+
+def imex_unnamed_message(stack: Stack) -> str:
+    """Why an IMEX platform's branch is refused, naming the branch and the names that exist."""
+    branch = driver_branch(stack.driver.version)
+    return (
+        f"driver {stack.driver.version} (branch {branch}) has no IMEX package: NVIDIA's "
+        "driver container installs nvidia-imex-<branch> from R550 and nvidia-imex from R580, "
+        f"and none on R{branch}; pin a driver of R550 or later for this IMEX platform"
+    )
+
+
 def fabric_manager_version(stack: Stack) -> str:
     """The Fabric Manager version: the driver's unless pinned explicitly."""
     if stack.fabric_manager in ("auto", "none"):
@@ -122,8 +150,8 @@ def _fill(entries: list[dict[str, Any]], fields: Mapping[str, Any]) -> dict[str,
     }
 
 
-def _sections(stack: Stack, hardware: Hardware, os_id: str) -> dict[str, Any]:
-    """Each component's version and its packages (name -> requirement) on one OS."""
+def _sections(stack: Stack, hardware: Hardware, os_id: str, arch: str) -> dict[str, Any]:
+    """Each component's version and its packages (name -> requirement) on one OS and arch."""
     family = os_family(os_id)
     driver = stack.driver.version
     branch = driver_branch(driver)
@@ -155,6 +183,7 @@ def _sections(stack: Stack, hardware: Hardware, os_id: str) -> dict[str, Any]:
     enabled = fabric_manager_enabled(stack, hardware)
     fm_version = fabric_manager_version(stack)
     nvlsm = nvlsm_version(stack, hardware)
+    nvsdm = bool(nvlsm) and arch == "x86_64" and _covered("nvsdm", family, branch)
     # NVLSM is one family with Fabric Manager: installed, pinned, held and started with it
     # (Fabric Manager's start script launches it where the platform needs it).
     sections["fabric_manager"] = {
@@ -163,10 +192,17 @@ def _sections(stack: Stack, hardware: Hardware, os_id: str) -> dict[str, Any]:
         "packages": {
             **(packages("fabric_manager", fm_version) if enabled else {}),
             **(packages("nvlsm", nvlsm) if nvlsm else {}),
+            # NVIDIA's driver container installs libnvsdm with NVLSM's family, at the
+            # driver's version, on amd64 only and from R570 (naming.yml sources.nvsdm).
+            **(packages("nvsdm", driver) if nvsdm else {}),
         },
         "nvlsm": nvlsm,
     }
     imex = imex_enabled(hardware)
+    if imex and imex_unnamed_families(stack, hardware):
+        raise ConfigError(
+            f"{imex_unnamed_message(stack)} [rule {IMEX_NAME_RULE}; source: {IMEX_NAME_SOURCE}]"
+        )
     sections["imex"] = {
         "enabled": imex,
         "version": driver if imex else None,
@@ -179,6 +215,11 @@ def _sections(stack: Stack, hardware: Hardware, os_id: str) -> dict[str, Any]:
     sections["cudnn"] = _cudnn(stack.cudnn, base, family)
     sections["dcgm"] = _dcgm(stack.dcgm, base, family)
     return sections
+
+
+def _covered(component: str, family: str, branch: int) -> bool:
+    """Whether a naming rule of the component covers the family and driver branch."""
+    return any(_applies(rule, family, "branch", branch) for rule in naming_rules()[component])
 
 
 def _cudnn(version: str | None, base: dict[str, Any], family: str) -> dict[str, Any] | None:
@@ -332,6 +373,6 @@ def resolve(
         "stack_id": stack_id(stack, hardware),
         "os": os_id,
         "arch": arch,
-        **_sections(stack, hardware, os_id),
+        **_sections(stack, hardware, os_id, arch),
         "repositories": repositories(os_id, arch, repo_vars),
     }

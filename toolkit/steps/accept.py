@@ -522,8 +522,15 @@ def _launch_set(
         )
         if plan.image:
             options = container_options(plan.host)
+            # The node's own IMEX channels, as its run found them on the host.
+            channels = [str(c) for c in plan.result.get("imex_channels") or []]
             argv = container_argv(
-                plan.image, REMOTE_DIR, data_path(plan.spec, plan.hardware.data_disks), env, options
+                plan.image,
+                REMOTE_DIR,
+                data_path(plan.spec, plan.hardware.data_disks),
+                env,
+                options,
+                channels,
             )
             start = shlex.join(argv)
         else:

@@ -4,6 +4,7 @@ image (``docker run`` of this runner, the way a training job runs)."""
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
@@ -67,6 +68,8 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
     )
     result["state"] = read_state(spec["state_file"])
     result["identity"] = query_identity(str(spec.get("dmi_dir") or DMI_DIR))
+    # What the multi-node ranks' containers are given too (``steps.accept``).
+    result["imex_channels"] = imex_channels()
     container = spec.get("container")
     framework = run_in_container(spec, container) if container else run_framework(spec)
     result["versions"].update(framework.pop("versions", {}))
@@ -80,6 +83,22 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
 # the inventory may replace them (gpunode_accept_container_options).
 DEFAULT_CONTAINER_OPTIONS = ("--ipc=host", "--ulimit=memlock=-1", "--ulimit=stack=67108864")
 
+# IMEX channels (GB200/GB300 NVL): CUDA's multi-node NVLink memory needs one in the container
+# (NVIDIA IMEX guide, "IMEX Channels"; the container toolkit passes them only on request,
+# NVIDIA_IMEX_CHANNELS). The imex role creates channel0; only those present on the host are
+# passed, so a node without IMEX gets none.
+IMEX_CHANNELS_GLOB = "/dev/nvidia-caps-imex-channels/channel*"
+
+
+def imex_channels(pattern: str = IMEX_CHANNELS_GLOB) -> list[str]:
+    """The IMEX channel devices on this host, sorted (none where IMEX is not set up)."""
+    return sorted(glob.glob(pattern))
+
+
+def device_options(devices: list[str] | tuple[str, ...]) -> list[str]:
+    """``docker run`` options passing each host device at the same path."""
+    return [f"--device={path}" for path in devices]
+
 
 def container_argv(
     image: str,
@@ -87,14 +106,17 @@ def container_argv(
     data_path: str | None = None,
     env: dict[str, str] | None = None,
     options: list[str] | tuple[str, ...] = DEFAULT_CONTAINER_OPTIONS,
+    devices: list[str] | tuple[str, ...] = (),
 ) -> list[str]:
     """``docker run`` of this runner inside the training image, the way a training job runs.
 
     GPUs are passed as the NVIDIA Container Toolkit does it for Docker (``--gpus all``), the
     host's network serves the multi-node rendezvous, and the work folder (this runner, spec
-    and results) and the data disk are mounted at the same paths.
+    and results) and the data disk are mounted at the same paths; ``devices`` (the host's IMEX
+    channels, :func:`imex_channels`) are passed at their own paths.
     """
     argv = ["docker", "run", "--rm", "--network=host", "--gpus=all", *options]
+    argv += device_options(devices)
     argv += ["-v", f"{workdir}:{workdir}"]
     if data_path:
         argv += ["-v", f"{data_path}:{data_path}"]
@@ -111,7 +133,9 @@ def run_in_container(spec: dict[str, Any], container: dict[str, Any]) -> dict[st
     inner = {k: v for k, v in spec.items() if k != "container"}
     write_json(spec_path, inner)
     options = container.get("options") or DEFAULT_CONTAINER_OPTIONS
-    argv = container_argv(str(container["image"]), workdir, spec.get("data_path"), None, options)
+    argv = container_argv(
+        str(container["image"]), workdir, spec.get("data_path"), None, options, imex_channels()
+    )
     argv += ["framework", "--spec", spec_path, "--out", out_path]
     info: dict[str, Any] = {"image": container["image"], "ok": False, "error": None}
     rc, stdout, stderr = sh(argv, timeout=float(spec.get("timeout_s", 600)) + 300)
