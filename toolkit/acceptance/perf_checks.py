@@ -115,13 +115,19 @@ def transport_checks(
     section: dict[str, Any] | None,
     rules: TransportSpec | None,
     prefix: str = "allreduce",
+    *,
+    across_nodes: bool = False,
 ) -> list[Check]:
     """The profile's transport rules (``nccllog.py`` holds them) against the NCCL log of one
     all-reduce: a rule the log cannot answer, or a run without a log, is not judged; a log
-    under a profile without rules is shown. No rules and no log: no check."""
+    under a profile without rules is shown. No rules and no log: no check.
+
+    ``across_nodes``: the all-reduce spanned nodes, so the fabric rules apply too; a single
+    node's run is held to the others only.
+    """
     summary = nccllog.read_section(section)
     name = f"{prefix}.transport"
-    judged = rules is not None and rules.has_rules
+    judged = rules is not None and (rules.has_rules if across_nodes else rules.has_node_rules)
     if summary is None:
         if not judged:
             return []
@@ -131,7 +137,7 @@ def transport_checks(
     if rules is None or not judged:
         return [Check(name, True, f"{summary.describe()} (shown, not judged)", measured=shown)]
     checks = [Check(name, True, summary.describe(), measured=shown)]
-    for finding in nccllog.judge(summary, rules):
+    for finding in nccllog.judge(summary, rules, across_nodes=across_nodes):
         rule = getattr(rules, finding.rule)
         where = f"profile rule transport.{finding.rule}: {rule}"
         checks.append(
