@@ -201,12 +201,14 @@ def topology_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]
     rules = spec.topology
     if rules is None or not rules.has_rules:
         return []
-    topo, error = topology.read_section(result.get("topology"))
+    section = result.get("topology")
+    topo, error = topology.read_section(section)
     if topo is None:
         return [Check("topology.read", False, str(error))]
+    facts = topology.nic_facts(section.get("rdma") if isinstance(section, dict) else None)
     return [
         Check(f"topology.{f.rule}", f.ok, f.message, measured=f.measured, floor=f.floor)
-        for f in topology.judge(topo, rules)
+        for f in topology.judge(topo, rules, facts)
     ]
 
 
