@@ -133,10 +133,42 @@ class TopologySpec(StrictModel):
         )
 
 
+# The fabric a group declares, and the network transport NCCL names for each
+# (toolkit/acceptance/nccllog.py): InfiniBand and RoCE go through NCCL's IB verbs transport
+# (``NET/IB``, HPC-X's ``IBext``), EFA through the OFI plugin (aws-ofi-nccl), TCP through
+# NCCL's sockets.
+Fabric = Literal["infiniband", "roce", "efa", "tcp"]
+FABRIC_NETWORK: dict[str, str] = {
+    "infiniband": "ib",
+    "roce": "ib",
+    "efa": "other",
+    "tcp": "socket",
+}
+
+
 class TransportSpec(StrictModel):
     """What the NCCL log of the node's all-reduce must show (every rule is optional; a run
-    without a log is not judged)."""
+    without a log is not judged).
 
+    ``fabric`` and ``ofi_plugin_version`` are judged on runs that cross the network (the
+    multi-node stage): one node's run shows no fabric.
+    """
+
+    fabric: Fabric | None = Field(
+        default=None,
+        description=(
+            "The fabric the group's nodes talk over: infiniband, roce, efa (the OFI plugin, "
+            "aws-ofi-nccl) or tcp (NCCL's sockets); a multi-node run must show it."
+        ),
+    )
+    ofi_plugin_version: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]{1,4}(\.[0-9]{1,4}){1,3}(-[A-Za-z0-9.]{1,32})?$",
+        description=(
+            "The aws-ofi-nccl version the site expects (1.9.1, or with its build tag 1.9.1-aws): "
+            "the one NCCL loaded must be it."
+        ),
+    )
     network: Literal["ib", "socket", "other"] | None = Field(
         default=None,
         description="The network transport: ib (NCCL's IB verbs, HPC-X IBext), socket, other.",
@@ -150,10 +182,29 @@ class TransportSpec(StrictModel):
     )
     source: str | None = Field(default=None, description="Where the rules come from.")
 
+    @model_validator(mode="after")
+    def _fabric_and_network_agree(self) -> TransportSpec:
+        if self.fabric and self.network and FABRIC_NETWORK[self.fabric] != self.network:
+            raise ValueError(
+                f"network {self.network} contradicts fabric {self.fabric} (NCCL reaches "
+                f"{self.fabric} through network {FABRIC_NETWORK[self.fabric]}): set one of them"
+            )
+        return self
+
     @property
     def has_rules(self) -> bool:
         """Whether any rule is set."""
+        return self.has_node_rules or self.has_fabric_rules
+
+    @property
+    def has_node_rules(self) -> bool:
+        """Whether any rule a single node's run can answer is set."""
         return any(v is not None for v in (self.network, self.gpudirect_rdma, self.nvls))
+
+    @property
+    def has_fabric_rules(self) -> bool:
+        """Whether a rule only a run across nodes can answer is set."""
+        return self.fabric is not None or self.ofi_plugin_version is not None
 
 
 class DcgmDiagSpec(StrictModel):

@@ -141,7 +141,8 @@ def test_two_healthy_nodes_are_ready(
         node = _node(run, host)
         assert node["verdict"] == "ready", node["failed_checks"]
         assert node["engine"] == "torch-gloo"
-        # gloo on CPU ranks prints no NCCL log, and the lab profile sets no transport rules.
+        # gloo on CPU ranks prints no NCCL log, and the lab's only transport rule (fabric: tcp)
+        # is held on multi-node runs alone.
         assert node["transport"] is None
         assert not [c for c in node["checks"] if c["name"].startswith("allreduce.transport")]
         assert node["installed_stack_id"] == node["stack_id"]

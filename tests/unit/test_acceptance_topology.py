@@ -245,8 +245,12 @@ def test_nic_rule_covers_only_the_named_nics() -> None:
     topo = parse_topo(_replace_cell(H100, "NIC7", 8, "SYS"))
     spec = TopologySpec(nic_gpu_link="PXB", nics=[f"mlx5_{i}" for i in range(7)])
     assert judge(topo, spec)[0].ok
-    [bad] = judge(topo, TopologySpec(nic_gpu_link="PXB"))
+    # Named, NIC7 is judged; left to its type, a NIC off every GPU's switch is a storage or
+    # management port: shown, not judged (tests/unit/test_acceptance_nics.py).
+    [bad] = judge(topo, TopologySpec(nic_gpu_link="PXB", nics=[f"mlx5_{i}" for i in range(8)]))
     assert "NIC7 (mlx5_7): nearest GPU" in bad.message
+    [shown] = judge(topo, TopologySpec(nic_gpu_link="PXB"))
+    assert shown.ok and "not judged (storage or management): NIC7 (mlx5_7)" in shown.message
     [absent] = judge(topo, TopologySpec(nic_gpu_link="PXB", nics=["mlx5_9"]))
     assert not absent.ok and absent.message.startswith("NIC(s) mlx5_9 not in the topology")
 

@@ -193,7 +193,7 @@ def _outcome_of(
     def outcome_of(members: Sequence[str], p2p: bool) -> PairOutcome:
         result = run_set(members, p2p)
         checks = allreduce_checks(result, floors, prefix="multinode")
-        checks += transport_checks(result, transport, prefix="multinode")
+        checks += transport_checks(result, transport, prefix="multinode", across_nodes=True)
         checks.append(multi_node_scaling_check(result, min_scaling))
         return PairOutcome(tuple(members), result, checks)
 

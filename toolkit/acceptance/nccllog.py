@@ -20,11 +20,18 @@ The messages read (NCCL's ``src/`` prints them with ``INFO(NCCL_INIT|...)``; pub
   memory; ``P2P/IPC``, ``P2P/CUMEM``, ``SHM/direct`` are connections between GPUs of one node;
 - ``NVLS multicast support is [not ]available on dev 0`` and ``32 coll channels, 16 nvls
   channels, 32 p2p channels, ...`` (NVLink SHARP, CollNet);
-- ``comm 0x... rank 0 nRanks 16 nNodes 2 localRanks 8 ...`` and ``... - Init COMPLETE``.
+- ``comm 0x... rank 0 nRanks 16 nNodes 2 localRanks 8 ...`` and ``... - Init COMPLETE``;
+- the fabric under the network: ``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ...`` names
+  each IB-verbs device with its link layer (``IB`` InfiniBand, ``RoCE`` Ethernet), and a
+  connection ``via NET/IB/<n>`` uses device ``[n]``; the OFI plugin (aws-ofi-nccl) says
+  ``NET/OFI Initializing aws-ofi-nccl 1.9.1-aws`` and ``NET/OFI Selected Provider is efa``;
+  ``NET/IB : GPU Direct RDMA Disabled for GPU 2[2] / HCA 0 (distance 3 >= 2)`` says why a
+  connection goes without GPUDirect RDMA.
 
 Lines are read with or without NCCL's ``host:pid:tid [dev] NCCL INFO`` prefix (logs pasted
-into issues often lose it) and under a launcher's prefix (``0: ``, ``[1,0]<stdout>:``, or a
-bare ``[0] ``). Nothing in a log makes the parser fail: what it cannot place is skipped.
+into issues often lose it, some keep only its ``[dev] NCCL INFO``) and under a launcher's
+prefix (``0: ``, ``[1,0]<stdout>:``, or a bare ``[0] ``). Nothing in a log makes the parser
+fail: what it cannot place is skipped.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from toolkit.floors import TransportSpec
+from toolkit.floors import FABRIC_NETWORK, TransportSpec
 
 # The version as NCCL prints it at init ("NCCL version 2.27.3+cuda12.9"; NCCL_DEBUG=VERSION
 # prints that line alone).
@@ -68,7 +75,14 @@ _CHANNEL_RE = re.compile(
 )
 _USING_NETWORK_RE = re.compile(r"^Using network (?P<net>\S.{0,63}?)\s*$")
 _NET_DEVICES_RE = re.compile(r"^NET/(?P<kind>IB|Socket) ?: Using (?P<rest>.{0,2000})")
-_NET_DEVICE_RE = re.compile(r"\[[0-9]{1,3}\](?P<dev>[^\s;\[]{1,64})")
+_NET_DEVICE_RE = re.compile(r"\[(?P<i>[0-9]{1,3})\](?P<dev>[^\s;\[]{1,64})")
+# A line that kept only the device part of NCCL's prefix (``[0] NCCL INFO ...``).
+_BARE_PREFIX_RE = re.compile(r"^\[[0-9]{1,4}\] NCCL (?:INFO|WARN)\b ?")
+# aws-ofi-nccl's own lines (github.com/aws/aws-ofi-nccl, src/nccl_ofi_net.c): the plugin's
+# version at init and the libfabric provider it chose.
+_OFI_VERSION_RE = re.compile(r"^NET/OFI Initializing aws-ofi-nccl (?P<v>[0-9][0-9A-Za-z.+-]{0,47})")
+_OFI_PROVIDER_RE = re.compile(r"^NET/OFI Selected [Pp]rovider is (?P<p>[A-Za-z0-9_;-]{1,32})")
+_GDR_DISABLED_RE = re.compile(r"^NET/\S{1,32} ?: GPU Direct RDMA Disabled for (?P<what>.{1,200})")
 _NVLS_RE = re.compile(
     r"^NVLS multicast support is (?P<not>not )?available on dev (?P<dev>[0-9]{1,4})"
 )
@@ -80,6 +94,20 @@ _INIT_COMPLETE_RE = re.compile(
 )
 
 Network = Literal["ib", "socket", "other"]
+# How each link layer NCCL prints after an IB-verbs device is called as a fabric.
+LINK_LAYER_FABRIC = {"IB": "infiniband", "RoCE": "roce"}
+# What a socket fallback on an RDMA fabric comes from (domain.md section 6).
+SOCKET_FALLBACK_CAUSES = (
+    "the ranks could not use the RDMA devices: a container without /dev/infiniband "
+    "(uverbs, rdma_cm), IPC_LOCK or an unlimited memlock limit, the RDMA stack not loaded, "
+    "or its ports down"
+)
+
+
+def is_ofi(name: str) -> bool:
+    """Whether a network transport is the OFI plugin's (aws-ofi-nccl names itself ``AWS
+    Libfabric``, newer releases ``Libfabric``; HPE's build ``OFI``)."""
+    return "Libfabric" in name or name == "OFI"
 
 
 def network_kind(name: str) -> Network:
@@ -111,6 +139,13 @@ class NcclTransport:
     ranks: int | None = None
     nodes: int | None = None
     init_complete: int = 0
+    # The IB-verbs devices by NCCL's index ("NET/IB : Using [0]mlx5_0:1/IB ..."): a connection
+    # via NET/IB/<n> uses device n.
+    ib_devices: dict[int, str] = field(default_factory=dict)
+    ofi_plugin_version: str | None = None  # "NET/OFI Initializing aws-ofi-nccl 1.9.1-aws"
+    ofi_provider: str | None = None  # "NET/OFI Selected Provider is efa"
+    # Why GPUDirect RDMA is off, as NCCL says it ("GPU 2[2] / HCA 0 (distance 3 >= 2)").
+    gdr_disabled: list[str] = field(default_factory=list)
 
     @property
     def found(self) -> bool:
@@ -164,6 +199,48 @@ class NcclTransport:
         """CollNet (in-network reduction, SHARP) channels in use."""
         return self.channel_counts.get("collnet")
 
+    @property
+    def crossed_network(self) -> bool:
+        """Whether the run crossed the network: a connection via ``NET/``, or a communicator
+        of more than one node."""
+        return bool(self.net_connections) or (self.nodes or 0) > 1
+
+    @property
+    def link_layers(self) -> list[str]:
+        """The link layers (``IB``, ``RoCE``) of the IB-verbs devices the network connections
+        used (by their index), else of every device NCCL listed; [] when the log names none."""
+        used = set()
+        for via in self.net_connections:
+            parts = via.split("/")
+            if len(parts) >= 3 and network_kind(parts[1]) == "ib" and parts[2].isdigit():
+                used.add(int(parts[2]))
+        devices = [self.ib_devices[i] for i in sorted(used) if i in self.ib_devices]
+        if not devices:
+            devices = list(self.ib_devices.values())
+        return sorted({d.split("/")[1] for d in devices if d.count("/") >= 1})
+
+    @property
+    def fabric(self) -> str | None:
+        """The fabric the run crossed the network over: ``infiniband``, ``roce``, ``efa``,
+        ``tcp``, ``ib`` (IB verbs, link layer not named), ``infiniband+roce`` (both used),
+        ``ofi/<provider>`` (another libfabric provider) or the plugin's name; None when no
+        connection crossed the network."""
+        if not self.crossed_network:
+            return None
+        kind = self.network_kind
+        if kind == "socket":
+            return "tcp"
+        if kind == "ib":
+            named = [LINK_LAYER_FABRIC.get(layer, layer) for layer in self.link_layers]
+            return "+".join(named) if named else "ib"
+        names = {via.split("/")[1] for via in self.net_connections if via.count("/") >= 1}
+        if not names and self.network:
+            names = {self.network}
+        if names and all(is_ofi(n) for n in names):
+            provider = (self.ofi_provider or "efa").split(";")[0]
+            return "efa" if provider == "efa" else f"ofi/{provider}"
+        return ", ".join(sorted(names)) or None
+
     def describe(self) -> str:
         """One line: what ran over what."""
         if not self.found:
@@ -175,6 +252,10 @@ class NcclTransport:
         if net:
             over = ", ".join(sorted(self.net_connections)[:3]) or self.network or net
             parts.append(f"network {net} ({over})")
+        if self.fabric and net != "socket":  # sockets are TCP: nothing more to say
+            parts.append(f"fabric {self.fabric}")
+        if self.ofi_plugin_version:
+            parts.append(f"aws-ofi-nccl {self.ofi_plugin_version}")
         gdr = self.gpudirect_rdma
         if gdr is not None:
             parts.append(f"GPUDirect RDMA {'used' if gdr else 'not used'}")
@@ -211,6 +292,12 @@ class NcclTransport:
             "ranks": self.ranks,
             "nodes": self.nodes,
             "init_complete": self.init_complete,
+            "fabric": self.fabric,
+            "link_layers": self.link_layers,
+            "ib_devices": {str(i): d for i, d in sorted(self.ib_devices.items())},
+            "ofi_plugin_version": self.ofi_plugin_version,
+            "ofi_provider": self.ofi_provider,
+            "gdr_disabled": list(self.gdr_disabled),
             "describe": self.describe(),
         }
 
@@ -225,7 +312,7 @@ def _body(line: str) -> tuple[str, bool]:
     """The message of one line and whether it carried NCCL's log prefix (a bare ``[rank] ``
     in front, as some wrappers print, passes as LOG_LINE_RE's bracketed stamp)."""
     text = strip_prefix(line[:MAX_LINE_CHARS]).strip()
-    if m := LOG_LINE_RE.match(text):
+    if m := LOG_LINE_RE.match(text) or _BARE_PREFIX_RE.match(text):
         return text[m.end() :].strip(), True
     return text, False
 
@@ -260,9 +347,19 @@ class LogReader:
         elif m := _USING_NETWORK_RE.match(body):
             out.network = out.network or m["net"]
         elif m := _NET_DEVICES_RE.match(body):
+            ib = m["kind"] == "IB" and not out.ib_devices
             for dev in _NET_DEVICE_RE.finditer(m["rest"].split(";")[0]):
                 if len(self._devices) < MAX_DISTINCT:
                     self._devices.setdefault(dev["dev"], None)
+                if ib and len(out.ib_devices) < MAX_DISTINCT:
+                    out.ib_devices.setdefault(int(dev["i"]), dev["dev"])
+        elif m := _OFI_VERSION_RE.match(body):
+            out.ofi_plugin_version = out.ofi_plugin_version or m["v"]
+        elif m := _OFI_PROVIDER_RE.match(body):
+            out.ofi_provider = out.ofi_provider or m["p"]
+        elif m := _GDR_DISABLED_RE.match(body):
+            if m["what"] not in out.gdr_disabled and len(out.gdr_disabled) < 8:
+                out.gdr_disabled.append(m["what"])
         elif m := _NVLS_RE.match(body):
             self._nvls.add(not m["not"])
         elif _CHANNEL_COUNTS_RE.match(body):
@@ -307,9 +404,89 @@ class Finding:
     message: str
 
 
-def judge(summary: NcclTransport, spec: TransportSpec) -> list[Finding]:
-    """Every rule of ``spec`` held against ``summary``, in the spec's key order."""
+def _fabric_finding(summary: NcclTransport, declared: str) -> Finding:
+    """The group's declared fabric against the one the run crossed the network over."""
+    got = summary.fabric
+    if got is None:
+        chose = f"; NCCL chose network {summary.network}" if summary.network else ""
+        return Finding("fabric", None, f"no connection crossed the network{chose}")
+    over = ", ".join(sorted(summary.net_connections)[:3]) or f"network {summary.network}"
+    if got == declared:
+        return Finding("fabric", True, f"fabric {got} ({over}) as the group declares")
+    kind = summary.network_kind
+    if declared == "efa" and got.startswith("ofi/"):
+        return Finding(
+            "fabric",
+            False,
+            f"the OFI plugin chose provider {summary.ofi_provider}, not efa ({over})",
+        )
+    if declared in ("infiniband", "roce") and got == "ib":
+        return Finding(
+            "fabric",
+            True,
+            f"IB verbs ({over}); the log names no device's link layer, so {declared} is "
+            "taken on trust",
+        )
+    if got == "tcp" and declared != "tcp":
+        return Finding(
+            "fabric",
+            False,
+            f"NCCL fell back to TCP sockets ({over}) on a group that declares {declared}: "
+            f"{SOCKET_FALLBACK_CAUSES}",
+        )
+    if kind == "ib" and declared in ("infiniband", "roce"):
+        devices = ", ".join(list(summary.ib_devices.values())[:4])
+        return Finding(
+            "fabric",
+            False,
+            f"fabric {got} ({over}; devices {devices}) on a group that declares {declared}",
+        )
+    return Finding(
+        "fabric",
+        False,
+        f"fabric {got} ({over}) on a group that declares {declared} (NCCL network "
+        f"{FABRIC_NETWORK[declared]} expected)",
+    )
+
+
+def _ofi_plugin_finding(summary: NcclTransport, pinned: str) -> Finding:
+    """The aws-ofi-nccl version NCCL loaded against the one the site pins: equal, or the
+    pin without the build tag the plugin adds (``1.9.1`` matches ``1.9.1-aws``)."""
+    loaded = summary.ofi_plugin_version
+    if loaded is None:
+        if summary.fabric == "tcp":
+            return Finding(
+                "ofi_plugin_version",
+                False,
+                f"aws-ofi-nccl {pinned} expected; NCCL ran over TCP sockets and the log names "
+                "no aws-ofi-nccl",
+            )
+        return Finding(
+            "ofi_plugin_version",
+            None,
+            "the log names no aws-ofi-nccl version (NET/OFI Initializing)",
+        )
+    ok = loaded == pinned or loaded.startswith(pinned + "-")
+    return Finding(
+        "ofi_plugin_version",
+        ok,
+        f"aws-ofi-nccl {loaded} loaded {'==' if ok else '!='} pinned {pinned}",
+    )
+
+
+def judge(
+    summary: NcclTransport, spec: TransportSpec, *, across_nodes: bool = False
+) -> list[Finding]:
+    """Every rule of ``spec`` held against ``summary``, in the spec's key order.
+
+    ``across_nodes``: the run spanned nodes (the multi-node stage); only then are the fabric
+    rules (``fabric``, ``ofi_plugin_version``) held: one node's run shows no fabric.
+    """
     findings = []
+    if across_nodes and spec.fabric:
+        findings.append(_fabric_finding(summary, spec.fabric))
+    if across_nodes and spec.ofi_plugin_version:
+        findings.append(_ofi_plugin_finding(summary, spec.ofi_plugin_version))
     if spec.network:
         kind = summary.network_kind
         over = ", ".join(sorted(summary.net_connections)[:3]) or summary.network
@@ -337,8 +514,15 @@ def judge(summary: NcclTransport, spec: TransportSpec) -> list[Finding]:
             )
         else:
             how = ", ".join(plain[:3]) or f"network {summary.network}"
+            why = (
+                "; NCCL: GPU Direct RDMA Disabled for " + "; ".join(summary.gdr_disabled[:2])
+                if summary.gdr_disabled
+                else ""
+            )
             finding = Finding(
-                "gpudirect_rdma", False, f"GPUDirect RDMA required, not used: connections via {how}"
+                "gpudirect_rdma",
+                False,
+                f"GPUDirect RDMA required, not used: connections via {how}{why}",
             )
         findings.append(finding)
     if spec.nvls:

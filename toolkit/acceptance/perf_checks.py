@@ -115,13 +115,19 @@ def transport_checks(
     section: dict[str, Any] | None,
     rules: TransportSpec | None,
     prefix: str = "allreduce",
+    *,
+    across_nodes: bool = False,
 ) -> list[Check]:
     """The profile's transport rules (``nccllog.py`` holds them) against the NCCL log of one
     all-reduce: a rule the log cannot answer, or a run without a log, is not judged; a log
-    under a profile without rules is shown. No rules and no log: no check."""
+    under a profile without rules is shown. No rules and no log: no check.
+
+    ``across_nodes``: the all-reduce spanned nodes, so the fabric rules apply too; a single
+    node's run is held to the others only.
+    """
     summary = nccllog.read_section(section)
     name = f"{prefix}.transport"
-    judged = rules is not None and rules.has_rules
+    judged = rules is not None and (rules.has_rules if across_nodes else rules.has_node_rules)
     if summary is None:
         if not judged:
             return []
@@ -139,7 +145,7 @@ def transport_checks(
             )
         ]
     checks = [Check(name, True, summary.describe(), measured=shown)]
-    for finding in nccllog.judge(summary, rules):
+    for finding in nccllog.judge(summary, rules, across_nodes=across_nodes):
         rule = getattr(rules, finding.rule)
         where = f"profile rule transport.{finding.rule}: {rule}"
         measured = shown.get(
@@ -211,12 +217,14 @@ def topology_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]
     rules = spec.topology
     if rules is None or not rules.has_rules:
         return []
-    topo, error = topology.read_section(result.get("topology"))
+    section = result.get("topology")
+    topo, error = topology.read_section(section)
     if topo is None:
         return [Check("topology.read", False, str(error))]
+    facts = topology.nic_facts(section.get("rdma") if isinstance(section, dict) else None)
     return [
         Check(f"topology.{f.rule}", f.ok, f.message, measured=f.measured, floor=f.floor)
-        for f in topology.judge(topo, rules)
+        for f in topology.judge(topo, rules, facts)
     ]
 
 

@@ -182,5 +182,7 @@ def runner_spec(
         "state_file": nodestate.PATH,
         # Where the machine's DMI strings are read (the runner's default: /sys/class/dmi/id).
         "dmi_dir": host.vars.get("gpunode_dmi_dir"),
+        # Where the RDMA devices' ports are read (the runner's default: /sys/class/infiniband).
+        "rdma_dir": host.vars.get("gpunode_rdma_dir"),
         "container": ({"image": image, "options": container_options(host)} if image else None),
     }

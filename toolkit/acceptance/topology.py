@@ -19,6 +19,14 @@ What the output looks like (nvidia-smi's own ``Legend:`` block, and public captu
 nvidia-smi separates the cells with tabs (and pads one empty field before ``GPU NUMA ID``);
 captures pasted into web pages often carry spaces instead, and terminal captures ANSI colour
 codes. Both are read; anything else that does not fit is an error naming the line.
+
+Which NICs the ``nic_gpu_link`` rule covers is decided by their type, unless the profile names
+them (``nics``): the compute NICs are the RDMA devices whose port's link layer is InfiniBand or
+Ethernet (RoCE), read from ``/sys/class/infiniband/<dev>/ports/<n>/link_layer`` by the runner,
+that sit on a GPU's PCIe switch (``PXB`` or nearer to some GPU). Storage and management ports
+(off every GPU's switch, or of another link layer) are shown, not judged. A node with RDMA
+NICs none of which sits on a GPU's switch has all of them judged: the rule is there to catch
+that.
 """
 
 from __future__ import annotations
@@ -497,8 +505,103 @@ def _pair_rule(topo: Topology, rule_key: str, rule: str, same_numa: bool) -> Fin
     )
 
 
-def _nic_rule(topo: Topology, rule: str, names: list[str] | None) -> Finding:
+# The link layers of an RDMA port that carry RDMA traffic (sysfs-class-infiniband: InfiniBand,
+# or Ethernet for RoCE); and how near a GPU a compute NIC sits: on its PCIe switch.
+RDMA_LINK_LAYERS = ("InfiniBand", "Ethernet")
+COMPUTE_NIC_LINK = "PXB"
+
+
+@dataclass(frozen=True)
+class NicFact:
+    """What the node's sysfs says of one RDMA device (``rdma`` of the runner's section)."""
+
+    link_layers: tuple[str, ...]  # of its ports, sorted; () when unread
+    pci: str | None = None
+
+
+@dataclass(frozen=True)
+class NicRole:
+    """One NIC of the matrix, and whether the ``nic_gpu_link`` rule covers it."""
+
+    nic: Device
+    gpu: str  # the nearest GPU's label
+    link: str  # the link to it
+    compute: bool
+    fact: NicFact | None = None
+
+    @property
+    def kind(self) -> str:
+        """The link layer(s) in words: ``InfiniBand``, ``Ethernet``; ``link layer not read``."""
+        return (
+            "/".join(self.fact.link_layers)
+            if self.fact and self.fact.link_layers
+            else ("link layer not read")
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, as the check's ``measured`` shows it."""
+        return {
+            "nic": self.nic.name,
+            "link_layer": list(self.fact.link_layers) if self.fact else [],
+            "pci": self.fact.pci if self.fact else None,
+            "gpu": self.gpu,
+            "link": self.link,
+            "judged": self.compute,
+        }
+
+
+def nic_facts(rdma: dict[str, Any] | None) -> dict[str, NicFact]:
+    """The runner's RDMA section (``node_runner.facts.read_rdma``) read per device."""
+    if not isinstance(rdma, dict) or not isinstance(rdma.get("ports"), dict):
+        return {}
+    layers: dict[str, set[str]] = {}
+    for key, files in rdma["ports"].items():
+        device = str(key).rpartition("/")[0]
+        layer = files.get("link_layer") if isinstance(files, dict) else None
+        layers.setdefault(device, set())
+        if isinstance(layer, str) and layer:
+            layers[device].add(layer)
+    found_pci = rdma.get("pci")
+    pci: dict[str, Any] = found_pci if isinstance(found_pci, dict) else {}
+    return {
+        device: NicFact(tuple(sorted(found)), str(pci[device]) if pci.get(device) else None)
+        for device, found in layers.items()
+    }
+
+
+def nic_roles(topo: Topology, facts: dict[str, NicFact] | None = None) -> list[NicRole]:
+    """Every NIC of the matrix with its nearest GPU and whether it is a compute NIC (see the
+    module's docstring); without facts (an older runner) placement alone decides."""
+    facts = facts or {}
+    placed: list[tuple[Device, str, str, bool, NicFact | None]] = []
+    for nic in topo.nics:
+        if not topo.gpus:
+            continue
+        nearest = min(topo.gpus, key=lambda g: link_rank(topo.link(nic.label, g.label)))
+        fact = facts.get(nic.name)
+        rdma = (
+            fact is None
+            or not fact.link_layers
+            or bool(set(fact.link_layers) & set(RDMA_LINK_LAYERS))
+        )
+        placed.append((nic, nearest.label, topo.link(nic.label, nearest.label), rdma, fact))
+    near = any(rdma and meets(link, COMPUTE_NIC_LINK) for _, _, link, rdma, _ in placed)
+    # No RDMA NIC on any GPU's switch: every one is judged (the rule says how far is allowed).
+    return [
+        NicRole(nic, gpu, link, rdma and (meets(link, COMPUTE_NIC_LINK) or not near), fact)
+        for nic, gpu, link, rdma, fact in placed
+    ]
+
+
+def _nic_rule(
+    topo: Topology, rule: str, names: list[str] | None, facts: dict[str, NicFact] | None = None
+) -> Finding:
     nics = topo.nics
+    shown: list[NicRole] = []
+    if names is None and nics:
+        roles = nic_roles(topo, facts)
+        nics = [r.nic for r in roles if r.compute]
+        shown = [r for r in roles if not r.compute]
     if names is not None:
         known = {n.name for n in nics}
         absent = [n for n in names if n not in known]
@@ -513,14 +616,24 @@ def _nic_rule(topo: Topology, rule: str, names: list[str] | None) -> Finding:
             )
         nics = [n for n in nics if n.name in names]
     if not nics:
-        return Finding("nic_gpu_link", False, "the topology shows no NIC", measured=[], floor=rule)
+        what = "no RDMA NIC" if shown else "no NIC"
+        return Finding(
+            "nic_gpu_link",
+            False,
+            f"the topology shows {what}" + _not_judged(shown),
+            measured=[r.to_dict() for r in shown],
+            floor=rule,
+        )
     bad: list[str] = []
     pairs: list[tuple[str, str]] = []
-    measured = []
+    measured: list[dict[str, Any]] = []
     for nic in nics:
         nearest = min(topo.gpus, key=lambda g: link_rank(topo.link(nic.label, g.label)))
         link = topo.link(nic.label, nearest.label)
-        measured.append({"nic": nic.name, "gpu": nearest.label, "link": link})
+        entry: dict[str, Any] = {"nic": nic.name, "gpu": nearest.label, "link": link}
+        if facts and nic.name in facts:
+            entry.update(link_layer=list(facts[nic.name].link_layers), pci=facts[nic.name].pci)
+        measured.append({**entry, "judged": True})
         if not meets(link, rule):
             bad.append(f"{nic.shown}: nearest GPU {nearest.label} at {link}")
             pairs.append((nic.label, nearest.label))
@@ -531,7 +644,27 @@ def _nic_rule(topo: Topology, rule: str, names: list[str] | None) -> Finding:
         if bad
         else f"every one of {len(nics)} NICs at {describe_rule(rule)} to a GPU"
     )
-    return Finding("nic_gpu_link", not bad, message, measured, rule, tuple(pairs))
+    if names is None and facts:
+        kinds = {"/".join(facts[n.name].link_layers) for n in nics if n.name in facts}
+        if kinds and "" not in kinds:
+            message = message.replace(" NICs ", f" compute NICs ({', '.join(sorted(kinds))}) ", 1)
+    measured += [role.to_dict() for role in shown]
+    return Finding(
+        "nic_gpu_link", not bad, message + _not_judged(shown), measured, rule, tuple(pairs)
+    )
+
+
+def _not_judged(shown: list[NicRole]) -> str:
+    """The NICs shown, not judged, in words (empty when none)."""
+    if not shown:
+        return ""
+    items = [
+        f"{r.nic.shown} {r.kind}"
+        + (f" {r.fact.pci}" if r.fact and r.fact.pci else "")
+        + f", nearest GPU {r.gpu} at {r.link}"
+        for r in shown
+    ]
+    return "; shown, not judged (storage or management): " + _some(items)
 
 
 def _numa_rule(topo: Topology) -> Finding:
@@ -560,8 +693,11 @@ def _numa_rule(topo: Topology) -> Finding:
     )
 
 
-def judge(topo: Topology, spec: TopologySpec) -> list[Finding]:
-    """Every rule of ``spec`` held against ``topo``, in the spec's key order."""
+def judge(
+    topo: Topology, spec: TopologySpec, facts: dict[str, NicFact] | None = None
+) -> list[Finding]:
+    """Every rule of ``spec`` held against ``topo``, in the spec's key order (``facts``: the
+    RDMA devices' link layers, :func:`nic_facts`, which tell compute NICs from the others)."""
     findings = []
     if spec.gpu_link:
         findings.append(_pair_rule(topo, "gpu_link", spec.gpu_link, same_numa=False))
@@ -570,7 +706,7 @@ def judge(topo: Topology, spec: TopologySpec) -> list[Finding]:
             _pair_rule(topo, "gpu_link_same_numa", spec.gpu_link_same_numa, same_numa=True)
         )
     if spec.nic_gpu_link:
-        findings.append(_nic_rule(topo, spec.nic_gpu_link, spec.nics))
+        findings.append(_nic_rule(topo, spec.nic_gpu_link, spec.nics, facts))
     if spec.numa_balanced:
         findings.append(_numa_rule(topo))
     return findings
@@ -604,6 +740,7 @@ def report(section: dict[str, Any] | None, spec: TopologySpec | None) -> dict[st
     topo, error = read_section(section)
     if topo is None:
         return {"error": error, "devices": [], "matrix": [], "failing": []}
-    findings = judge(topo, spec) if spec is not None else []
+    facts = nic_facts(section.get("rdma")) if isinstance(section, dict) else {}
+    findings = judge(topo, spec, facts) if spec is not None else []
     failing = sorted({pair for f in findings if not f.ok for pair in f.pairs})
     return {**topo.to_dict(), "error": None, "failing": [list(p) for p in failing]}

@@ -25,10 +25,9 @@ from toolkit.facts import nvidia
 # Linux, Documentation/ABI/testing/sysfs-bus-pci-devices-aer_stats: "These attributes show up
 # under all the devices that are AER capable", one counter a line, ending with the totals.
 AER_FILES = ("aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal")
-# Linux, Documentation/ABI/stable/sysfs-class-infiniband: /sys/class/infiniband/<device>/
-# ports/<port>/{state,phys_state,link_layer}, and the port's PortCounters under counters/
-# (``counters/link_downed``: how often the link went down, ``rules.LINK_DOWNED``).
-RDMA_PORT_FILES = ("state", "phys_state", "link_layer", "counters/link_downed")
+# The RDMA ports (state, link layer, ``counters/link_downed``: ``rules.LINK_DOWNED``) are read
+# by the runner's own reader, as acceptance reads them.
+RDMA_PORT_FILES = runner.RDMA_PORT_FILES
 
 
 def read_aer(pci_dir: str) -> dict[str, Any]:
@@ -51,23 +50,8 @@ def read_aer(pci_dir: str) -> dict[str, Any]:
 
 def read_rdma(rdma_dir: str) -> dict[str, Any]:
     """Every RDMA port's state and counter files under ``rdma_dir`` (``mlx5_0/1`` -> its
-    files, by their path under the port)."""
-    ports: dict[str, dict[str, str | None]] = {}
-    try:
-        devices = sorted(os.listdir(rdma_dir))
-    except OSError as err:
-        return {"dir": rdma_dir, "error": str(err), "ports": ports}
-    for device in devices:
-        base = os.path.join(rdma_dir, device, "ports")
-        try:
-            numbers = sorted(os.listdir(base))
-        except OSError:
-            continue
-        for port in numbers:
-            ports[f"{device}/{port}"] = {
-                name: runner.read_text(os.path.join(base, port, name)) for name in RDMA_PORT_FILES
-            }
-    return {"dir": rdma_dir, "error": None, "ports": ports}
+    files, by their path under the port): ``runner.read_rdma``."""
+    return runner.read_rdma(rdma_dir)
 
 
 def read_units(units: list[str]) -> dict[str, str]:

@@ -17,6 +17,7 @@ from .common import ARCHIVE, import_torch, now_iso, sh, write_json
 from .facts import (
     DEFAULT_KERNEL_LOG_COMMAND,
     DMI_DIR,
+    RDMA_DIR,
     query_dcgm,
     query_gpus,
     query_identity,
@@ -59,7 +60,7 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
             "memory_error": None,
         }
     result["versions"] = query_versions(smi, list(spec.get("packages", [])))
-    result["topology"] = query_topology(smi)
+    result["topology"] = query_topology(smi, str(spec.get("rdma_dir") or RDMA_DIR))
     dcgm = query_dcgm(spec.get("dcgm_diag_level"), float(spec.get("dcgm_timeout_s") or 900))
     if dcgm is not None:
         result["dcgm"] = dcgm
