@@ -180,6 +180,19 @@ RULES: tuple[tuple[str, Advice], ...] = (
             "domain.md: NCCL falls back to NET/Socket without the verbs devices or peermem",
         ),
     ),
+    # Each transport rule (fabric, gpudirect_rdma, ofi_plugin_version, ...) as its check.
+    *(
+        (
+            f"{stage}.transport.",
+            Advice(
+                CONFIGURATION,
+                f"{PROVISION} (RDMA stack, nvidia_peermem, the container's devices, the pinned "
+                "OFI plugin)",
+                "domain.md: NCCL falls back to NET/Socket without the verbs devices or peermem",
+            ),
+        )
+        for stage in ("allreduce", "multinode")
+    ),
     # The node's parts.
     (
         "gpu.count",
