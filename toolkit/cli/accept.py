@@ -15,6 +15,7 @@ from toolkit.cli.options import (
     hooks_option,
     json_option,
     multi_node_option,
+    optional_inventory_option,
     sign_key_option,
 )
 from toolkit.cli.output import emit_json, out_console, say, shown
@@ -23,13 +24,8 @@ from toolkit.report.text import counts_text, outcome_counts
 
 
 @click.group(invoke_without_command=True)
-@click.option(
-    "-i",
-    "--inventory",
-    "inventory",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=None,
-    help="Inventory directory (for example inventories/lab). Required to run the test.",
+@optional_inventory_option(
+    "Inventory directory (for example inventories/lab). Required to run the test."
 )
 @click.option(
     "-l", "--limit", "limit", default=None, help="Only these hosts or groups (comma-separated)."

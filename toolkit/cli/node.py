@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from toolkit import runs
-from toolkit.cli.options import inventory_option, json_option
+from toolkit.cli.options import inventory_option, json_option, optional_inventory_option
 from toolkit.cli.output import emit_json, err_console, out_console, say, shown
 from toolkit.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError
 from toolkit.inventory import load_inventory
@@ -103,14 +103,7 @@ Examples:
 """
 )
 @click.argument("name", required=False)
-@click.option(
-    "-i",
-    "--inventory",
-    "inventory",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=None,
-    help="Inventory directory (for example inventories/lab); not with --verify.",
-)
+@optional_inventory_option("Inventory directory (for example inventories/lab); not with --verify.")
 @click.option(
     "--sign-key",
     "sign_key",

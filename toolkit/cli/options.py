@@ -18,6 +18,21 @@ inventory_option = click.option(
     required=True,
     help="Inventory directory (for example inventories/lab).",
 )
+
+
+def optional_inventory_option(help_text: str) -> Callable[[F], F]:
+    """``-i/--inventory`` where a command can run without one (``accept parse``,
+    ``node evidence --verify``): the same option, not required, with its own help."""
+    return click.option(
+        "-i",
+        "--inventory",
+        "inventory",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        default=None,
+        help=help_text,
+    )
+
+
 limit_option = click.option(
     "-l", "--limit", "limit", default=None, help="Only these hosts or groups (Ansible pattern)."
 )
