@@ -11,6 +11,7 @@ import io
 import sys
 import threading
 import time
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -63,7 +64,7 @@ def test_a_silent_phase_says_where_it_is_every_interval_and_not_more_often() -> 
         time.sleep(INTERVAL * 2.5)
     left = time.monotonic()
     times = [entered, *(at for at, _line in said.lines)]
-    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in pairwise(times)]
     assert len(said.lines) >= 3, said.text
     # Never more often than the interval (a little under: the thread waits on a monotonic clock).
     assert all(gap >= INTERVAL * 0.9 for gap in gaps), gaps
@@ -162,7 +163,7 @@ def test_a_playbook_gap_between_lines_is_never_shorter_than_the_interval() -> No
     progress = PlainProgress(said, "provision", interval=INTERVAL)
     _play(progress, INTERVAL * 4.5)
     times = [at for at, line in said.lines if "(1/2, " in line]
-    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in pairwise(times)]
     assert len(times) >= 3, said.text
     assert all(gap >= INTERVAL * 0.9 for gap in gaps), gaps
     assert _heartbeat_threads() == []
