@@ -62,6 +62,7 @@ def test_the_lab_cache_is_created_private_on_first_use(cold: Path) -> None:
     assert cache.is_dir() and stat.S_IMODE(cache.stat().st_mode) == 0o700
 
 
+@pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="debootstrap builds need root")
 def test_the_node_image_build_gets_past_its_first_write(cold: Path, debootstrap_stub: Path) -> None:
     with pytest.raises(LabError, match="stub failed"):
@@ -70,6 +71,7 @@ def test_the_node_image_build_gets_past_its_first_write(cold: Path, debootstrap_
     assert _cache_dir_argument(debootstrap_stub).is_relative_to(cold)
 
 
+@pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="debootstrap builds need root")
 def test_the_training_base_build_gets_past_its_first_write(
     cold: Path, debootstrap_stub: Path

@@ -104,9 +104,11 @@ def up(
         ConfigError: A bad option (CA bundle, GPU model, fault).
     """
     say = progress or _quiet
+    # A bad option is refused before Docker is asked anything (a machine without it, a user
+    # who may not use it, still gets the option and the rule).
+    ca_bundle = check_ca_bundle(spec.ca_bundle) if spec.ca_bundle else None
     client = client or lab_image.docker_client()
     home = paths.lab_dir(spec.name)
-    ca_bundle = check_ca_bundle(spec.ca_bundle) if spec.ca_bundle else None
     old = lab_state.load(spec.name)
     if old is None and nodes.labelled_containers(client, spec.name):
         raise LabError(
