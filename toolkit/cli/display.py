@@ -149,10 +149,9 @@ class PlainProgress:
             self._play = state.play
             self.beat.say(f"{self.playbook}: play {state.play}")
         task = f"{state.role} : {state.task}" if state.role else state.task
+        where = f"play {state.play}" if state.play else "starting"
         self.beat.update(
-            f"play {state.play}, task {state.tasks_started}: {task}"
-            if task
-            else f"play {state.play}",
+            f"{where}, task {state.tasks_started}: {task}" if task else where,
             done=len(state.task_done),
             total=len(state.hosts),
         )
