@@ -8,10 +8,12 @@ with a fake clock.
 from __future__ import annotations
 
 import io
+import os
 import sys
 import threading
 import time
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from rich.console import Console
 from toolkit.ansible.events import EventCollector
 from toolkit.cli.display import LiveProgress, PlainProgress, live_display
 from toolkit.errors import LabError
+from toolkit.lab import image as lab_image
 from toolkit.lab.image import debootstrap_stage
 from toolkit.lab.proc import run_lines
 from toolkit.progress import Heartbeat
@@ -196,6 +199,27 @@ def test_json_has_no_display_at_all() -> None:
 )
 def test_debootstrap_stages_come_from_its_info_lines(line: str, stage: str | None) -> None:
     assert debootstrap_stage(line) == stage
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="debootstrap builds need root")
+def test_debootstrap_reports_its_stages_while_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "debootstrap"  # replaced at the process boundary, as in test_cold_start
+    stub.write_text(
+        "#!/bin/sh\necho 'I: Retrieving InRelease'\necho 'Get: noise'\n"
+        "echo 'I: Extracting zlib1g...' >&2\necho 'E: out of space' >&2\nexit 1\n"
+    )
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("GPUNODE_LAB_HOME", str(tmp_path / "lab"))
+    stages: list[str] = []
+    with pytest.raises(LabError, match=r"exit code 1: .*E: out of space"):
+        lab_image.debootstrap(tmp_path / "rootfs", ("sudo",), stages.append)
+    assert stages == ["Retrieving InRelease", "Extracting zlib1g"]
 
 
 def test_a_long_command_hands_over_its_lines_as_they_come() -> None:

@@ -405,7 +405,9 @@ def debootstrap_beat(beat: Heartbeat) -> Callable[[str], None]:
     return lambda found: beat.update(f"debootstrap: {found}")
 
 
-def _build(tag: str, digest: str, beat: Heartbeat) -> None:
+def _build(tag: str, digest: str, beat: Heartbeat | None = None) -> None:
+    # Not entered, a heartbeat never prints: a caller without one builds quietly.
+    beat = beat or Heartbeat(_quiet, "node image")
     cache = paths.cache_dir()
     with tempfile.TemporaryDirectory(prefix="gpunode-lab-image-", dir=cache) as tmp:
         rootfs = Path(tmp) / "rootfs"

@@ -186,7 +186,9 @@ def _get(client: docker.DockerClient, tag: str) -> str | None:
         raise ImageError(f"cannot inspect image {tag}: {err}") from err
 
 
-def _build(tag: str, deb: Path, beat: Heartbeat) -> None:
+def _build(tag: str, deb: Path, beat: Heartbeat | None = None) -> None:
+    # Not entered, a heartbeat never prints: a caller without one builds quietly.
+    beat = beat or Heartbeat(lambda _m: None, "training image base")
     with tempfile.TemporaryDirectory(prefix="gpunode-train-base-", dir=paths.cache_dir()) as tmp:
         rootfs = Path(tmp) / "rootfs"
         beat.update("debootstrap", done=0)
