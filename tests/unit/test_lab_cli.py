@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from io import StringIO
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from toolkit import cli
+from toolkit.cli.lab import status_table
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -96,3 +99,47 @@ def test_every_fault_is_listed_by_both_helps(capsys: pytest.CaptureFixture[str])
         assert f"  {name} " in fault_help, name
         assert " ".join(meaning.split())[:30] in " ".join(fault_help.split()), name
         assert name in " ".join(up_help.split()), name
+
+
+def _lab_document(name: str, faults: list[str], disks: int) -> dict[str, object]:
+    nodes = []
+    for index in (1, 2):
+        serials = [f"S{name[:4].upper()}N{index:02d}D{d:02d}" for d in range(disks)]
+        nodes.append(
+            {
+                "name": f"{name}-node-{index}",
+                "ip": f"172.31.255.{10 + index}",
+                "container": "running",
+                "ssh": index == 1,
+                "faults": faults if index == 1 else [],
+                "disks": [
+                    {
+                        "serial": serial,
+                        "by_id": f"/dev/disk/by-id/nvme-LAB_NVMe_SSD_{serial}",
+                        "kernel_name": f"nvme{d + 1}n1",
+                    }
+                    for d, serial in enumerate(serials)
+                ],
+            }
+        )
+    return {"name": name, "server": {"url": "http://172.31.255.2:8080"}, "nodes": nodes}
+
+
+@pytest.mark.parametrize(
+    ("name", "faults"),
+    [
+        ("gpunode", []),
+        ("a-long-lab-name-for-ci", ["ecc", "xid", "nvlink-down", "slow-data", "runfile-driver"]),
+    ],
+)
+def test_the_lab_table_fits_80_columns_and_shows_every_serial(name: str, faults: list[str]) -> None:
+    document = _lab_document(name, faults, disks=3)
+    buffer = StringIO()
+    Console(file=buffer, width=80).print(status_table(document))
+    lines = buffer.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines), "\n".join(lines)
+    text = buffer.getvalue()
+    for node in document["nodes"]:  # type: ignore[attr-defined]
+        for disk in node["disks"]:
+            assert f"{disk['serial']} ({disk['kernel_name']})" in text
+    assert "/dev/disk/by-id" not in text and "…" not in text

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from toolkit.cli.up import readiness_table
+from toolkit.cli.up import brief, readiness_table
 from toolkit.nodestate import proven_provisioned, proven_ready
 from toolkit.steps.up import NodeUp, StageResult, UpOutcome
 
@@ -135,3 +135,39 @@ def test_readiness_table_fits_80_columns() -> None:
     assert "lab-node-3" in text and "disks: S9: carries" in text
     row = next(line for line in lines if "lab-node-2" in line)
     assert "skip" in row and "FAIL" in row and "not-ready" in row
+
+
+LONG_REASONS = {
+    "busbw 0.708 GB/s at the largest size": "busbw 0.708 GB/s",
+    "perf.allreduce: busbw 0.708 GB/s < floor 1.0 GB/s at 8 MiB": "0.708 GB/s",
+    "perf.gemm: 312.5 TFLOPS < floor 400 TFLOPS on GPU 3": "312.5 TFLOPS",
+    "health.ecc: 3 uncorrectable ECC errors on GPU 2": "health.ecc: 3",
+    "gpunode[hardware]: health.xid: xid 79 on GPU 0000:17:00.0": "gpunode[hardware]:",
+}
+
+
+@pytest.mark.parametrize(("detail", "kept"), LONG_REASONS.items())
+def test_a_cut_reason_keeps_its_figure(detail: str, kept: str) -> None:
+    cut = brief(detail, 26)
+    assert len(cut) <= 26 and cut.endswith("…")
+    assert kept in cut
+    assert brief("in place", 26) == "in place"
+
+
+def test_the_readiness_table_shows_each_figure_at_80_columns() -> None:
+    outcome = _outcome()
+    for index, detail in enumerate(LONG_REASONS):
+        host = f"a-long-host-nam-{index:02d}"  # 18 characters, the table's design width
+        node = NodeUp(host=host, stack_id="s1", state=dict(READY), now=NOW)
+        node.stages = {"accept": StageResult("done", detail, 6.0)}
+        outcome.nodes[host] = node
+    buffer = StringIO()
+    Console(file=buffer, width=80).print(readiness_table(outcome.to_dict(), 80))
+    lines = buffer.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines), "\n".join(lines)
+    for index, kept in enumerate(LONG_REASONS.values()):
+        row = next(line for line in lines if f"a-long-host-nam-{index:02d}" in line)
+        assert kept in row, row
+    wide = StringIO()
+    Console(file=wide, width=120).print(readiness_table(outcome.to_dict(), 120))
+    assert "busbw 0.708 GB/s at the largest size" in wide.getvalue()

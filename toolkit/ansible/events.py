@@ -18,6 +18,7 @@ from typing import Any
 PLAY_START = "playbook_on_play_start"
 TASK_START = "playbook_on_task_start"
 HANDLER_START = "playbook_on_handler_task_start"
+RUNNER_START = "runner_on_start"  # a host starts the current task
 OK = "runner_on_ok"
 FAILED = "runner_on_failed"
 SKIPPED = "runner_on_skipped"
@@ -175,6 +176,8 @@ class RunState:
     role: str = ""
     tasks_started: int = 0
     hosts: set[str] = field(default_factory=set)
+    # Hosts that finished the current task (how far it is: len(task_done) of len(hosts)).
+    task_done: set[str] = field(default_factory=set)
     counts: dict[str, int] = field(
         default_factory=lambda: {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0, "skipped": 0}
     )
@@ -213,10 +216,15 @@ class EventCollector:
         if kind == PLAY_START:
             state.play = str(data.get("play") or data.get("name") or "")
             state.task = ""
+            state.task_done = set()
         elif kind in (TASK_START, HANDLER_START):
             state.task = str(data.get("task") or data.get("name") or "")
             state.role = str(data.get("role") or "")
             state.tasks_started += 1
+            state.task_done = set()
+        elif kind == RUNNER_START:
+            if data.get("host"):
+                state.hosts.add(str(data["host"]))
         elif kind in (OK, FAILED, SKIPPED, UNREACHABLE):
             self._host_result(kind, data)
         elif kind == STATS:
@@ -234,6 +242,7 @@ class EventCollector:
         state = self.state
         if host:
             state.hosts.add(host)
+            state.task_done.add(host)
         self.last_failure = None
         if kind == OK:
             state.counts["changed" if res.get("changed") else "ok"] += 1

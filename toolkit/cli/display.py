@@ -1,7 +1,9 @@
 """The terminal's view of a playbook run: the live panel (stderr), fed by
 :class:`~toolkit.ansible.events.EventCollector`, and the per-host summary table.
 
-:func:`live_display` is the :data:`toolkit.progress.Display` the commands hand to the steps.
+:func:`live_display` is the :data:`toolkit.progress.Display` the commands hand to the steps:
+on a terminal the live panel, in a log (stderr not a terminal) :class:`PlainProgress`, plain
+lines at least every :data:`~toolkit.progress.HEARTBEAT_S` seconds.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from toolkit.ansible.events import EventCollector, HostSummary, RunResult
-from toolkit.cli.output import err_console
-from toolkit.progress import Display
+from toolkit.ansible.events import EventCollector, HostSummary, RunResult, RunState
+from toolkit.cli.output import err_console, shown
+from toolkit.progress import HEARTBEAT_S, Display, Heartbeat, Progress
 
 
 class LiveProgress:
@@ -97,14 +99,80 @@ class LiveProgress:
         return Group(*lines)
 
 
-def live_display(as_json: bool) -> Display | None:
+class PlainProgress:
+    """A playbook's progress as plain lines, for a log: the play when it starts, failures as
+    they happen, and while nothing else is said, every ``interval`` seconds the task being run
+    and how many hosts finished it (:class:`~toolkit.progress.Heartbeat`); a last line with the
+    counts when the playbook ends.
+
+    ``provision: play Install the driver, task 12: driver : Install nvidia-driver (1/2, 45 s)``
+    """
+
+    def __init__(
+        self, say: Progress, playbook: str, check: bool = False, interval: float = HEARTBEAT_S
+    ) -> None:
+        self.playbook = playbook + (" (check mode)" if check else "")
+        self.beat = Heartbeat(say, self.playbook, what="starting", interval=interval)
+        self._play = ""
+        self._state: RunState | None = None
+
+    def __enter__(self) -> PlainProgress:
+        self.beat.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.beat.__exit__(exc_type, exc, tb)  # the heartbeat stops before the last line
+        if self._state is not None:
+            counts = self._state.counts
+            tally = "  ".join(f"{name} {count}" for name, count in counts.items())
+            self.beat.say(
+                f"{self.playbook}: ended, {len(self._state.hosts)} host(s), {tally} "
+                f"({self.beat.elapsed:.0f} s)"
+            )
+
+    def __call__(self, collector: EventCollector) -> None:
+        """Take the collector's state (an EventCollector listener)."""
+        state = collector.state
+        self._state = state
+        failure = collector.last_failure
+        if failure is not None:
+            what = "unreachable" if failure.unreachable else "failed"
+            first = failure.message.splitlines()[0] if failure.message else ""
+            self.beat.say(f"{what}: {failure.host} | {failure.task}: {first}")
+            collector.last_failure = None
+        if state.play != self._play:
+            self._play = state.play
+            self.beat.say(f"{self.playbook}: play {state.play}")
+        task = f"{state.role} : {state.task}" if state.role else state.task
+        where = f"play {state.play}" if state.play else "starting"
+        self.beat.update(
+            f"{where}, task {state.tasks_started}: {task}" if task else where,
+            done=len(state.task_done),
+            total=len(state.hosts),
+        )
+
+
+def live_display(
+    as_json: bool, console: Console | None = None, interval: float = HEARTBEAT_S
+) -> Display | None:
     """The playbook progress display for the runner, on stderr (None with --json: stdout stays
-    one JSON document and stderr quiet)."""
+    one JSON document and stderr quiet): the live panel on a terminal, plain lines in a log."""
     if as_json:
         return None
+    console = console or err_console
 
-    def display(playbook: str, check: bool) -> LiveProgress:
-        return LiveProgress(err_console, playbook, check)
+    def say(message: str) -> None:
+        console.print(shown(message), soft_wrap=True)
+
+    def display(playbook: str, check: bool) -> LiveProgress | PlainProgress:
+        if console.is_terminal:
+            return LiveProgress(console, playbook, check)
+        return PlainProgress(say, playbook, check, interval)
 
     return display
 

@@ -203,10 +203,19 @@ def restart(name: str, node: str) -> None:
     say(f"{restarted.name} is back")
 
 
-def _print_status(document: dict[str, Any]) -> None:
+def status_table(document: dict[str, Any]) -> Table:
+    """The lab's nodes, one row each; it fits 80 columns by wrapping the faults and keeping
+    each data disk to its serial and kernel name (the serial is what tells disks apart; the
+    ``/dev/disk/by-id/nvme-LAB_NVMe_SSD_`` before it is the same on every disk, and in
+    ``--json``)."""
     table = Table(title=f"lab {document['name']}  (repository {document['server']['url']})")
-    for column in ("node", "address", "container", "ssh", "faults", "data disks (by-id)"):
-        table.add_column(column)
+    for column in ("node", "address", "container", "ssh"):
+        table.add_column(column, overflow="fold")
+    table.add_column("faults", overflow="fold")
+    disks = [
+        f"{d['serial']} ({d['kernel_name']})" for node in document["nodes"] for d in node["disks"]
+    ]
+    table.add_column("data disks", no_wrap=True, min_width=max((len(d) for d in disks), default=1))
     for node in document["nodes"]:
         table.add_row(
             node["name"],
@@ -214,8 +223,12 @@ def _print_status(document: dict[str, Any]) -> None:
             node["container"],
             "up" if node["ssh"] else "down",
             ", ".join(node["faults"]) or "-",
-            "\n".join(f"{d['by_id']} ({d['kernel_name']})" for d in node["disks"]) or "-",
+            "\n".join(f"{d['serial']} ({d['kernel_name']})" for d in node["disks"]) or "-",
         )
-    out_console.print(table)
+    return table
+
+
+def _print_status(document: dict[str, Any]) -> None:
+    out_console.print(status_table(document))
     if document.get("inventory"):
         out_console.print(f"inventory: {document['inventory']}")

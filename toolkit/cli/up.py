@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from textwrap import shorten
@@ -112,7 +113,7 @@ def up(
         emit_json(outcome.to_dict())
     else:
         document = outcome.to_dict()
-        out_console.print(readiness_table(document))
+        out_console.print(readiness_table(document, out_console.width))
         for host, node in document["nodes"].items():
             if not node["ready"]:
                 failed = node["failed_stage"]
@@ -135,35 +136,64 @@ def _confirm_disks(planned: DisksOutcome) -> bool:
     )
 
 
-REASON_WIDTH = 26  # keeps a row of an 18-character node name within 80 columns
+MIN_REASON_WIDTH = 16  # below this the other columns give way (Rich narrows them)
 _STATUS_WORD = {"done": "ok", "skipped": "skip", "failed": "FAIL"}
+# A measured figure: a number with its unit, and the floor it is compared with when there is
+# one ("busbw 0.708 GB/s < floor 1.0 GB/s at 8 MiB" -> "0.708 GB/s < floor 1.0 GB/s"). A bare
+# number (an XID, a GPU index, a count) is no figure: it is read in its words.
+_UNIT = (
+    r"\s?(?:[KMGT]i?B/s|[KMGT]i?B|[KMGT]?FLOP/s|[TG]FLOPS|GT/s|[MG]Hz|it/s|samples/s"
+    r"|tokens/s|%|W|°C|ms|us|s)(?![\w/])"
+)
+_NUMBER = r"(?<![\w.])-?[0-9]+(?:\.[0-9]+)?"
+_COMPARED = rf"\s?(?:<=|>=|<|>|!=)\s?(?:floor\s|min\s|max\s)?{_NUMBER}(?:{_UNIT})?"
+_FIGURE_RE = re.compile(rf"{_NUMBER}(?:{_UNIT}(?:{_COMPARED})?|{_COMPARED})")
 
 
-def readiness_table(document: dict[str, Any]) -> Table:
-    """One row per node: each stage's status, the final state and its reason (80 columns)."""
-    table = Table(title="readiness", title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("node", no_wrap=True)
-    for header in ("disks", "stack", "accept"):
-        table.add_column(header, no_wrap=True)
-    table.add_column("state", no_wrap=True)
-    table.add_column("reason / figure")
+def brief(detail: str, width: int) -> str:
+    """A reason in ``width`` characters that keeps its figure: when cutting its end would cut
+    the first figure, the figure leads and the words follow, cut at a word."""
+    if len(detail) <= width:
+        return detail
+    figure = _FIGURE_RE.search(detail)
+    if figure is not None and figure.end() > width - 1:
+        words = " ".join((detail[: figure.start()] + " " + detail[figure.end() :]).split())
+        detail = f"{figure.group()} {words}"
+    return shorten(detail, width, placeholder="…")
+
+
+def readiness_table(document: dict[str, Any], width: int = 80) -> Table:
+    """One row per node: each stage's status, the final state and its reason, in one line of
+    at most ``width`` columns: the reason takes what the other columns leave, cut so that its
+    figure stays (:func:`brief`); the full reasons of a node not ready follow the table."""
+    headers = ("node", "disks", "stack", "accept", "state")
+    rows: list[list[Text]] = []
+    details: list[str] = []
     for host, node in document["nodes"].items():
         stages = node["stages"]
-        cells = []
+        cells = [shown(host)]
         for stage in ("disks", "provision", "accept"):
             status = (stages.get(stage) or {}).get("status", "-")
             cells.append(
                 Text(_STATUS_WORD.get(status, status), style=_STATUS_STYLE.get(status, ""))
             )
+        cells.append(shown(node["state"] or "-", "green" if node["ready"] else "bold red"))
+        rows.append(cells)
         failed = node["failed_stage"]
-        detail = (
+        details.append(
             f"{failed}: {stages[failed]['detail']}"
             if failed
             else "; ".join(node["reason"]) or (stages.get("accept") or {}).get("detail", "")
         )
-        state = shown(node["state"] or "-", "green" if node["ready"] else "bold red")
-        # One line per node: the full reasons are printed under the table.
-        table.add_row(
-            shown(host), *cells, state, shown(shorten(detail, REASON_WIDTH, placeholder="…"))
-        )
+    used = sum(
+        max([len(header), *(len(row[i].plain) for row in rows)]) for i, header in enumerate(headers)
+    )
+    # SIMPLE_HEAD without edge padding: one column of edge on each side, three between columns.
+    reason_width = max(MIN_REASON_WIDTH, width - used - (3 * (len(headers) + 1) - 1))
+    table = Table(title="readiness", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in headers:
+        table.add_column(header, no_wrap=True)
+    table.add_column("reason / figure", no_wrap=True, overflow="ellipsis")
+    for cells, detail in zip(rows, details, strict=True):
+        table.add_row(*cells, shown(brief(detail, reason_width)))
     return table

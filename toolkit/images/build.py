@@ -20,7 +20,9 @@ from typing import Any
 import docker
 import docker.errors
 
+from toolkit import runs
 from toolkit.errors import ConfigError, ImageError
+from toolkit.images.buildlog import RUN_KIND, BuildLog, parse_step, step_line, terminal_width
 from toolkit.images.engine import build_lock, docker_client, find_image
 from toolkit.images.normalise import Normalised, iter_diff, normalise, read_image
 from toolkit.images.recipe import (
@@ -32,7 +34,7 @@ from toolkit.images.recipe import (
 )
 from toolkit.images.render import Context, render
 from toolkit.inventory import Inventory, load_inventory
-from toolkit.progress import Progress
+from toolkit.progress import HEARTBEAT_S, Heartbeat, Progress
 from toolkit.stack.lock import LOCK_KEY, lock_from_vars
 from toolkit.stack.resolve import resolve
 
@@ -177,6 +179,8 @@ def build_recipe(
     client: docker.DockerClient | None = None,
     workdir: Path | None = None,
     runner: bytes | None = None,
+    width: int | None = None,
+    interval: float = HEARTBEAT_S,
 ) -> BuildOutcome:
     """Render, build and normalise one recipe; tag the result with the stack id.
 
@@ -184,6 +188,11 @@ def build_recipe(
     last build normalised, unless ``no_cache``. ``record=False`` leaves the result out of
     that lookup (a rebuild made only to be compared). ``runner`` is the acceptance runner the
     image carries (default: this gpunode's, ``render``).
+
+    A build says one line per builder step, cut to ``width`` columns (default: the
+    terminal's, 80 without one), and where it is at least every ``interval`` seconds; the
+    builder's whole output goes to ``build.log`` in a run folder of its own, whose path it
+    says first.
 
     Raises:
         ImageError: The base is missing, the build failed, or normalisation failed.
@@ -208,11 +217,20 @@ def build_recipe(
             cached=True,
             reused=True,
         )
-    with build_lock():
+    log = BuildLog(runs.start_run(RUN_KIND))
+    progress(f"build log: {log.path}")
+    with (
+        build_lock(),
+        log,
+        Heartbeat(
+            progress, "image build", what="waiting for the engine", interval=interval
+        ) as beat,
+    ):
         started = time.perf_counter()
-        raw = _engine_build(client, context, recipe, no_cache, progress)
+        raw = _engine_build(client, context, recipe, no_cache, beat, log, width or terminal_width())
         built = time.perf_counter() - started
-        progress(f"normalising {raw[:19]}")
+        beat.say(f"normalising {raw[:19]}")
+        beat.update(f"normalising {raw[:19]}")
         tags = (recipe.tag,) if tag else ()
         epoch = recipe.source_date_epoch
         reuse = normalised_layers(client, recipe)
@@ -392,8 +410,12 @@ def _engine_build(
     context: Context,
     recipe: Recipe,
     no_cache: bool,
-    progress: Progress,
+    beat: Heartbeat,
+    log: BuildLog,
+    width: int,
 ) -> str:
+    """Run the classic builder; the raw image's ID. One line per step (``beat.say``), the
+    whole stream to ``log``."""
     image_id = None
     tail: list[str] = []
     try:
@@ -412,17 +434,32 @@ def _engine_build(
                 # The template's own message names what is wrong; the engine's names the step.
                 said = _SAID_RE.findall(_ANSI_RE.sub("", "".join(tail)))
                 head = said[-1] if said else str(event["error"]).strip()
-                raise ImageError(f"the image build failed: {head}\n" + "".join(tail))
+                log.write(str(event["error"]))
+                raise ImageError(
+                    f"the image build failed: {head}\n"
+                    + "".join(tail)
+                    + f"\n(full log: {log.path})"
+                )
             text = str(event.get("stream") or "")
+            log.write(text)
             if text.strip():
                 tail = [*tail, text][-20:]
-                if text.startswith("Step "):
-                    progress(text.strip())
+                step = parse_step(text)
+                if step is not None:
+                    beat.say(step_line(step, width))
+                    # The beat line adds the count and time: its step is cut shorter.
+                    beat.update(
+                        step_line(step, max(24, width - 32)),
+                        done=step.number - 1,
+                        total=step.total,
+                    )
             aux = event.get("aux") or {}
             if aux.get("ID"):
                 image_id = str(aux["ID"])
     except docker.errors.APIError as err:
         raise ImageError(f"the engine refused the build: {err}") from err
     if image_id is None:
-        raise ImageError("the build ended without an image ID:\n" + "".join(tail))
+        raise ImageError(
+            "the build ended without an image ID:\n" + "".join(tail) + f"\n(full log: {log.path})"
+        )
     return image_id

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -26,7 +27,8 @@ import docker.errors
 from toolkit.errors import LabError
 from toolkit.images.engine import build_lock, docker_client, image_exists, import_rootfs
 from toolkit.lab import paths
-from toolkit.lab.proc import run
+from toolkit.lab.proc import run, run_lines
+from toolkit.progress import HEARTBEAT_S, Heartbeat, Progress
 
 __all__ = ["docker_client", "ensure_image", "image_exists", "image_tag", "recipe_hash"]
 
@@ -298,8 +300,22 @@ def image_tag() -> str:
     return f"{IMAGE_REPOSITORY}:{recipe_hash()}"
 
 
-def ensure_image(client: docker.DockerClient | None = None) -> NodeImage:
+# The steps of a build, for the progress lines: "node image: debootstrap: ... (1/3, 40 s)".
+BUILD_STEPS = ("debootstrap", "customise", "import")
+
+
+def ensure_image(
+    client: docker.DockerClient | None = None,
+    progress: Progress | None = None,
+    interval: float = HEARTBEAT_S,
+) -> NodeImage:
     """Build the node image unless an image for the current recipe exists.
+
+    Args:
+        client: The engine (one is made when None).
+        progress: Where a build says where it is, at least every ``interval`` seconds
+            (:class:`~toolkit.progress.Heartbeat`; phase ``node image``).
+        interval: Seconds of silence before a progress line.
 
     Returns:
         The image tag and whether it was built by this call.
@@ -315,7 +331,10 @@ def ensure_image(client: docker.DockerClient | None = None) -> NodeImage:
     with build_lock():
         if image_exists(client, tag):
             return NodeImage(tag=tag, recipe_hash=digest, built=False)
-        _build(tag, digest)
+        with Heartbeat(
+            progress or _quiet, "node image", total=len(BUILD_STEPS), interval=interval
+        ) as beat:
+            _build(tag, digest, beat)
         _prune_old_images(client, tag)
     return NodeImage(tag=tag, recipe_hash=digest, built=True)
 
@@ -331,8 +350,27 @@ def _prune_old_images(client: docker.DockerClient, keep: str) -> None:
             continue  # still used by a lab's container: it goes with that lab
 
 
-def debootstrap(rootfs: Path, packages: tuple[str, ...]) -> None:
+def _quiet(_message: str) -> None:
+    return None
+
+
+def debootstrap_stage(line: str) -> str | None:
+    """The stage a line of debootstrap's output names (its ``I:`` lines: ``Retrieving
+    packages``, ``Extracting zlib1g...``, ``Configuring the base system...``), else None."""
+    if not line.startswith("I: "):
+        return None
+    return line[3:].strip().rstrip(".") or None
+
+
+def debootstrap(
+    rootfs: Path, packages: tuple[str, ...], stage: Callable[[str], None] | None = None
+) -> None:
     """A minbase bookworm root filesystem with ``packages``, from the shared .deb cache.
+
+    Args:
+        rootfs: Where the root filesystem is made.
+        packages: Packages beyond minbase.
+        stage: Called with each stage debootstrap reports (:func:`debootstrap_stage`).
 
     Raises:
         LabError: not root, or debootstrap failed.
@@ -341,7 +379,13 @@ def debootstrap(rootfs: Path, packages: tuple[str, ...]) -> None:
         raise LabError("building a root filesystem needs root (debootstrap and chroot)")
     debs = paths.cache_dir() / "debootstrap-debs"
     debs.mkdir(parents=True, exist_ok=True)
-    run(
+
+    def on_line(line: str) -> None:
+        found = debootstrap_stage(line)
+        if found is not None and stage is not None:
+            stage(found)
+
+    run_lines(
         [
             "debootstrap",
             "--variant=minbase",
@@ -351,21 +395,32 @@ def debootstrap(rootfs: Path, packages: tuple[str, ...]) -> None:
             str(rootfs),
             MIRROR,
         ],
+        on_line,
         timeout=1800,
     )
 
 
-def _build(tag: str, digest: str) -> None:
+def debootstrap_beat(beat: Heartbeat) -> Callable[[str], None]:
+    """A debootstrap ``stage`` callback that tells ``beat`` the stage (step 1 of the build)."""
+    return lambda found: beat.update(f"debootstrap: {found}")
+
+
+def _build(tag: str, digest: str, beat: Heartbeat | None = None) -> None:
+    # Not entered, a heartbeat never prints: a caller without one builds quietly.
+    beat = beat or Heartbeat(_quiet, "node image")
     cache = paths.cache_dir()
     with tempfile.TemporaryDirectory(prefix="gpunode-lab-image-", dir=cache) as tmp:
         rootfs = Path(tmp) / "rootfs"
-        debootstrap(rootfs, PACKAGES)
+        beat.update("debootstrap", done=0)
+        debootstrap(rootfs, PACKAGES, debootstrap_beat(beat))
+        beat.update("customising the root filesystem", done=1)
         for target, content in recipe_files().items():
             path = rootfs / target.lstrip("/")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content)
             path.chmod(0o755 if target.startswith("/usr/local/sbin/") else 0o644)
         run(["chroot", str(rootfs), "/bin/sh", "-c", CUSTOMIZE_SCRIPT], timeout=300)
+        beat.update("docker import", done=2)
         import_rootfs(rootfs, tag, [*IMPORT_CHANGES, f"LABEL {paths.IMAGE_LABEL}={digest}"])
         # debootstrap leaves bind-mount points empty, but be sure nothing is still mounted
         # below the root filesystem before the temporary directory is removed.

@@ -131,7 +131,7 @@ def up(
     # Each cold-start phase says what it cost: on a fresh machine these are most of `lab up`.
     say("node image: checking")
     started = time.monotonic()
-    built = lab_image.ensure_image(client)
+    built = lab_image.ensure_image(client, say)
     say(f"node image: {built.tag} ({'built' if built.built else 'cached'}, {_took(started)})")
     say("package repository: building or reusing the signed stand-in repository")
     started = time.monotonic()
@@ -142,7 +142,7 @@ def up(
     say(f"wheels: ready ({_took(started)})")
     say("training image base: checking")
     started = time.monotonic()
-    image_base = ensure_lab_base(repo, client)
+    image_base = ensure_lab_base(repo, client, say)
     say(
         f"training image base: {image_base.tag} "
         f"({'built' if image_base.built else 'cached'}, {_took(started)})"

@@ -31,10 +31,11 @@ from toolkit.errors import ImageError
 from toolkit.images.engine import build_lock, docker_client, import_rootfs
 from toolkit.lab import paths
 from toolkit.lab.catalog import NCCL_BUILDS, NcclBuild
-from toolkit.lab.image import MIRROR, SUITE, debootstrap
+from toolkit.lab.image import MIRROR, SUITE, debootstrap, debootstrap_beat
 from toolkit.lab.inventory import DEFAULT_STACK
 from toolkit.lab.proc import run
 from toolkit.lab.repo import RepoInfo
+from toolkit.progress import HEARTBEAT_S, Heartbeat, Progress
 
 REPOSITORY = "gpunode-train-base"
 LABEL = "gpunode.image.base"  # value: the recipe hash
@@ -130,12 +131,24 @@ def nccl_deb(repo: RepoInfo, build: NcclBuild) -> Path:
     return deb
 
 
-def ensure_lab_base(repo: RepoInfo, client: docker.DockerClient | None = None) -> BaseImage:
+# The steps of a build, for the progress lines ("training image base: ... (2/4, 80 s)").
+BUILD_STEPS = ("debootstrap", "libnccl2", "clean", "import")
+
+
+def ensure_lab_base(
+    repo: RepoInfo,
+    client: docker.DockerClient | None = None,
+    progress: Progress | None = None,
+    interval: float = HEARTBEAT_S,
+) -> BaseImage:
     """Import the base unless an image of the current recipe exists; return its ID.
 
     Args:
         repo: The lab repository, whose ``libnccl2`` the base installs and holds.
         client: The engine.
+        progress: Where a build says where it is, at least every ``interval`` seconds
+            (:class:`~toolkit.progress.Heartbeat`; phase ``training image base``).
+        interval: Seconds of silence before a progress line.
 
     Raises:
         ImageError: not root, the repository lacks the .deb, or debootstrap or the import
@@ -150,7 +163,14 @@ def ensure_lab_base(repo: RepoInfo, client: docker.DockerClient | None = None) -
         found = _get(client, tag)
         if found is not None:
             return BaseImage(id=found, tag=tag, built=False)
-        _build(tag, nccl_deb(repo, base_nccl()))
+        deb = nccl_deb(repo, base_nccl())
+        with Heartbeat(
+            progress or (lambda _m: None),
+            "training image base",
+            total=len(BUILD_STEPS),
+            interval=interval,
+        ) as beat:
+            _build(tag, deb, beat)
         built = _get(client, tag)
     if built is None:
         raise ImageError(f"the base image {tag} was imported but cannot be found")
@@ -166,12 +186,18 @@ def _get(client: docker.DockerClient, tag: str) -> str | None:
         raise ImageError(f"cannot inspect image {tag}: {err}") from err
 
 
-def _build(tag: str, deb: Path) -> None:
+def _build(tag: str, deb: Path, beat: Heartbeat | None = None) -> None:
+    # Not entered, a heartbeat never prints: a caller without one builds quietly.
+    beat = beat or Heartbeat(lambda _m: None, "training image base")
     with tempfile.TemporaryDirectory(prefix="gpunode-train-base-", dir=paths.cache_dir()) as tmp:
         rootfs = Path(tmp) / "rootfs"
-        debootstrap(rootfs, PACKAGES)
+        beat.update("debootstrap", done=0)
+        debootstrap(rootfs, PACKAGES, debootstrap_beat(beat))
         shutil.copyfile(deb, rootfs / "tmp" / "libnccl2.deb")
+        beat.update("installing libnccl2", done=1)
         run(["chroot", str(rootfs), "/bin/sh", "-c", NCCL_SCRIPT], timeout=300)
+        beat.update("cleaning", done=2)
         run(["chroot", str(rootfs), "/bin/sh", "-c", CLEAN_SCRIPT], timeout=300)
+        beat.update("docker import", done=3)
         changes = [*IMPORT_CHANGES, *nccl_changes(base_nccl())]
         import_rootfs(rootfs, tag, [*changes, f"LABEL {LABEL}={recipe_hash()}"])

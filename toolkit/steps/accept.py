@@ -51,7 +51,7 @@ from toolkit.images.distribute import push
 from toolkit.images.engine import docker_client
 from toolkit.inventory import Host, Inventory, load_inventory
 from toolkit.names import name_path
-from toolkit.progress import Progress
+from toolkit.progress import Heartbeat, Progress
 from toolkit.remote import Node, open_node, parallel
 from toolkit.report import write_reports
 from toolkit.report.prometheus import TEXTFILE_PATH, render_textfile
@@ -242,17 +242,23 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
     if opts.engine == "image":
         _stage_images(plans, opts, progress)
     try:
-        parallel(
-            [p.host for p in plans],
-            lambda h: _stage_node(_by_host(plans, h), opts, progress, executor),
-        )
-        multinode: MultiNodeReport | None = None
-        if opts.multi_node:
-            multinode = _stage_multi_node(plans, opts, run_id, progress)
-            for plan in plans:
-                if multinode is not None:
-                    name = plan.host.name
-                    plan.extra.extend(multinode.blame.get(name) or multinode.passed.get(name, []))
+        # The checks say nothing for minutes: a heartbeat says how far they are (issue 42).
+        with Heartbeat(progress, "acceptance", what="single-node checks", total=len(plans)) as beat:
+
+            def stage(host: Host) -> None:
+                _stage_node(_by_host(plans, host), opts, beat.say, executor)
+                beat.advance()
+
+            parallel([p.host for p in plans], stage)
+            multinode: MultiNodeReport | None = None
+            if opts.multi_node:
+                beat.uncounted("multi-node tests")
+                multinode = _stage_multi_node(plans, opts, run_id, beat.say)
+                for plan in plans:
+                    if multinode is not None:
+                        name = plan.host.name
+                        blamed = multinode.blame.get(name) or multinode.passed.get(name, [])
+                        plan.extra.extend(blamed)
         for plan in plans:
             plan.verdict = _judge(plan)
         finished = datetime.now(timezone.utc)
