@@ -273,6 +273,12 @@ def test_missing_sections_fail_only_where_floors_ask() -> None:
         ({"min_scaling_efficiency": 0}, "min_scaling_efficiency", "greater than 0"),
         ({"checkpoint_size": "lots"}, "checkpoint_size", "is not a size"),
         ({"storage_read_workers": 0}, "storage_read_workers", "greater than or equal to 1"),
+        # A p99 over fewer than 100 reads per worker: one stall of every worker decides it.
+        (
+            {"max_read_p99_ms": 10, "storage_reads": 1599, "storage_read_workers": 16},
+            "",
+            "storage_reads 1599 is below 100 x storage_read_workers (16)",
+        ),
     ],
 )
 def test_bad_training_settings_are_refused_naming_key_and_rule(
@@ -283,6 +289,14 @@ def test_bad_training_settings_are_refused_naming_key_and_rule(
     assert text in err.value.message and f"hardware.acceptance{'.' + key if key else ''}" in (
         err.value.message
     )
+
+
+def test_a_p99_needs_100_reads_per_worker_and_no_floor_needs_none() -> None:
+    """1600 reads by 16 workers may judge a p99; fewer may still measure it, unjudged."""
+    ok = {"max_read_p99_ms": 10, "storage_reads": 1600, "storage_read_workers": 16}
+    assert validate(AcceptanceSpec, ok, "hardware.yml").storage_reads == 1600
+    unjudged = {"storage_reads": 10, "storage_read_workers": 16}
+    assert validate(AcceptanceSpec, unjudged, "hardware.yml").max_read_p99_ms is None
 
 
 def test_every_real_profile_sets_the_training_floors_with_sources() -> None:
