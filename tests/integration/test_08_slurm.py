@@ -5,11 +5,13 @@ with uncorrectable ECC errors, slurmctld, slurmdbd and MariaDB on node 1 and slu
 all three, from Debian's packages. Through the real CLI, real SSH, real Ansible and real
 Slurm, in order:
 
-0. the cluster is up: every node in the partition, the license, the cluster registered in
-   slurmdbd, whose configuration (with the database password) only the Slurm user reads;
+0. the cluster is up: every node in the partition with its emulated GPUs as GRES over the
+   device files the lab made (``/dev/nvidia<i>`` 195:<i>), the license, the cluster registered
+   in slurmdbd, whose configuration (with the database password) only the Slurm user reads;
 
-1. ``gpunode up --executor slurm`` provisions the nodes and accepts them as Slurm jobs: nodes
-   1 and 3 ready, node 2 not ready because of its ECC errors;
+1. ``gpunode up --executor slurm`` provisions the nodes and accepts them as Slurm jobs that
+   ask for every GPU of the profile (``--gres=gpu:8``): nodes 1 and 3 ready, node 2 not ready
+   because of its ECC errors;
 2. ``gpunode accept --executor ssh`` on nodes 1 and 2 gives the same verdicts, with the same
    checks and reasons;
 3. node 3 is drained in Slurm, then ``gpunode accept`` (the executor from the inventory, which
@@ -17,7 +19,8 @@ Slurm, in order:
    priority 1 with the maximum nice, the lowest a job can have; node 3 comes out not-tested
    with Slurm's drain reason, never failed, and keeps its state file and its drain; once
    they are done, ``sacct`` (slurmdbd's records) has both jobs completed on their nodes at
-   priority 1, submitted with the maximum nice, and none for node 3;
+   priority 1, submitted with the maximum nice, given every GPU of the node (``AllocTRES``
+   with ``gres/gpu=8``), and none for node 3;
 4. a job that cannot start (somebody's job holds node 3 whole) is cancelled after the
    inventory's start timeout and the node comes out not-tested with Slurm's pending reason;
 5. gpunode's health check, which provision installed and the lab's slurm.conf runs every
@@ -84,6 +87,7 @@ def slurm_lab(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
         yield {
             "inventory": inventory,
             "names": names,
+            "gpus": spec.gpus,
             "state_dir": tmp_path_factory.mktemp("slurm-state"),
         }
     finally:
@@ -157,7 +161,10 @@ def sacct(since: str, jobids: list[str], timeout: float = 30) -> dict[str, dict[
     """``sacct``'s record of every job (its allocation, not its steps) that ran since
     ``since`` (the head node's clock), once slurmdbd has ``jobids`` finished (slurmctld sends
     the records as the jobs end)."""
-    fields = ("JobID", "JobName", "Partition", "Priority", "State", "NodeList", "SubmitLine")
+    fields = (
+        "JobID", "JobName", "Partition", "Priority", "State", "NodeList", "AllocTRES",
+        "SubmitLine",
+    )  # fmt: skip
     command = (
         f"sacct --allusers --allocations --noheader --parsable2 --starttime={since} "
         f"--format={','.join(fields)}"
@@ -184,6 +191,14 @@ def test_lab_runs_slurm_with_every_node(slurm_lab: dict[str, Any]) -> None:
     assert sorted(r.split()[0] for r in rows if r) == sorted(names)
     assert all(r.split()[1] == f"{lab_slurm.PARTITION}*" for r in rows if r)
     assert f"{lab_slurm.LICENSE}" in head("scontrol show licenses")
+    # The emulated GPUs are GRES over the device files the driver would make (195:<minor>;
+    # stat prints the numbers in hex: c3 is 195).
+    gpus = slurm_lab["gpus"]
+    assert head("sinfo --noheader --Node --format=%G").split() == [f"gpu:{gpus}"] * len(names)
+    devices = head("stat -c '%n %t:%T' /dev/nvidia[0-9]* /dev/nvidiactl").split("\n")
+    assert sorted(filter(None, devices)) == sorted(
+        [f"/dev/nvidia{i} c3:{i:x}" for i in range(gpus)] + ["/dev/nvidiactl c3:ff"]
+    )
     slurm_yml = (slurm_lab["inventory"] / "group_vars" / "all" / "slurm.yml").read_text()
     assert "gpunode_accept_executor: slurm" in slurm_yml
     # Accounting: slurmctld reports to slurmdbd, which has the cluster registered.
@@ -229,6 +244,7 @@ def test_up_accepts_through_slurm(slurm_lab: dict[str, Any]) -> None:
         job = nodes[name]["job"]
         assert job["executor"] == "slurm" and job["nodelist"] == name
         assert job["jobstate"] == "COMPLETED" and job["priority"] == 1
+        assert f"gres/gpu={slurm_lab['gpus']}" in job["tres"].split(","), job
     RUNS["slurm"] = run
 
 
@@ -312,9 +328,12 @@ def test_a_drained_node_is_not_tested_and_jobs_run_at_the_lowest_priority(
     assert all(r[3] == "1" and r[4] == str(MAX_NICE) for r in rows), rows
     # sacct (slurmdbd's records) after the jobs: the two jobs completed on their nodes, at
     # priority 1, submitted with the maximum nice (sacct has no Nice field: the submit line
-    # says it), and none for the drained node.
+    # says it), accounted with every GPU of the node, and none for the drained node.
     jobs = {nodes[n]["job"]["jobid"]: n for n in names[:2]}
-    assert sacct(since, list(jobs)) == {
+    records = sacct(since, list(jobs))
+    gpus = f"gres/gpu={slurm_lab['gpus']}"
+    assert all(gpus in r.pop("AllocTRES").split(",") for r in records.values()), records
+    assert records == {
         jobid: {
             "JobName": f"gpunode-accept-{name}",
             "Partition": lab_slurm.PARTITION,

@@ -31,7 +31,7 @@ from toolkit.acceptance.executors.slurm import (
 )
 from toolkit.acceptance.hooks import CommandResult
 from toolkit.acceptance.verdict import NOT_TESTED, NOT_TESTED_CHECK, not_tested_verdict
-from toolkit.errors import ConfigError
+from toolkit.errors import ConfigError, RemoteError
 from toolkit.inventory import Host
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real" / "slurm"
@@ -91,8 +91,8 @@ def _executor(slurm: Slurm, start_timeout_s: float = 60) -> SlurmExecutor:
     return SlurmExecutor(settings, lambda: slurm, poll_s=0)
 
 
-def _launch(executor: SlurmExecutor, node: Any = None) -> Any:
-    return executor.launch(HOST, node or Output(), "python3 run", "/opt/gpunode/accept", 1800)
+def _launch(executor: SlurmExecutor, node: Any = None, host: Host = HOST, gpus: int = 0) -> Any:
+    return executor.launch(host, node or Output(), "python3 run", "/opt/gpunode/accept", 1800, gpus)
 
 
 def test_real_job_record_has_the_lowest_priority() -> None:
@@ -136,7 +136,71 @@ def test_sbatch_asks_for_the_node_whole_at_the_lowest_priority() -> None:
         "--output=/w/slurm-%j.out",
     } <= set(argv)
     bare = sbatch_argv(SlurmSettings(), "gpu-2", "n", "c", "/w", 10)
-    assert not [a for a in bare if a.startswith(("--partition", "--licenses"))]
+    assert not [a for a in bare if a.startswith(("--partition", "--licenses", "--gres"))]
+
+
+def test_sbatch_asks_for_the_nodes_gpus_as_gres() -> None:
+    argv = sbatch_argv(SlurmSettings(), "gpu-2", "n", "python3 r.py", "/w", 10, gpus=8)
+    assert argv.count("--gres=gpu:8") == 1 and argv[-1] == "--wrap=python3 r.py"
+    assert argv.index("--gres=gpu:8") < argv.index("--wrap=python3 r.py")
+    assert "--exclusive" in argv
+
+
+def _sbatch(slurm: Slurm) -> list[str]:
+    return next(c for c in slurm.commands if c[0] == "sbatch")
+
+
+def test_the_job_asks_for_the_profiles_gpus_unless_the_inventory_says_not_to() -> None:
+    slurm = Slurm(states=[_job("COMPLETED")])
+    launch = _launch(_executor(slurm), gpus=8)
+    assert "--gres=gpu:8" in _sbatch(slurm)
+    # the real job record's TRES (what the accounting keeps), here without a GRES
+    assert launch.job["tres"] == "cpu=2,node=1,billing=2"
+    off = Host("gpu-2", "10.0.0.2", 22, None, None, None, (), {"gpunode_slurm_gres": False})
+    slurm = Slurm(states=[_job("COMPLETED")])
+    _launch(_executor(slurm), host=off, gpus=8)
+    assert not [a for a in _sbatch(slurm) if a.startswith("--gres")]
+    on = Host("gpu-2", "10.0.0.2", 22, None, None, None, (), {"gpunode_slurm_gres": True})
+    slurm = Slurm(states=[_job("COMPLETED")])
+    _launch(_executor(slurm), host=on, gpus=4)
+    assert "--gres=gpu:4" in _sbatch(slurm)
+
+
+class Refusing(Slurm):
+    """sbatch refuses the job with the lab's slurmctld's words (Slurm 22.05.8)."""
+
+    def __init__(self, said: str) -> None:
+        super().__init__(states=[_job("COMPLETED")])
+        self.said = said
+
+    def __call__(self, argv: Sequence[str]) -> CommandResult:
+        if argv[0] == "sbatch":
+            self.commands.append(list(argv))
+            return CommandResult(1, "", self.said)
+        return super().__call__(argv)
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # --gres=gpu:9 on a node of Gres=gpu:8; --gres on a cluster without GresTypes=gpu
+        "sbatch: error: Batch job submission failed: Requested node configuration is not "
+        "available\n",
+        "sbatch: error: Invalid generic resource (gres) specification\n",
+    ],
+)
+def test_a_gres_slurm_cannot_give_leaves_the_node_not_tested(said: str) -> None:
+    with pytest.raises(executors.NotTested, match=r"refused the job's --gres=gpu:9 on gpu-2") as e:
+        _launch(_executor(Refusing(said)), gpus=9)
+    assert said.strip()[-40:] in e.value.reason and "gpunode_slurm_gres: false" in e.value.reason
+
+
+def test_any_other_sbatch_refusal_is_an_error() -> None:
+    with pytest.raises(RemoteError, match="Invalid account"):
+        _launch(_executor(Refusing("sbatch: error: Invalid account or account/partition")), gpus=8)
+    # without GRES asked for, Slurm's words are an error too, never a not-tested
+    with pytest.raises(RemoteError, match="node configuration"):
+        _launch(_executor(Refusing("Requested node configuration is not available")))
 
 
 def test_a_completed_job_gives_the_runner_exit_status_and_output() -> None:

@@ -98,6 +98,9 @@ EXAMPLES = [
     ("ansible_ssh_private_key_file", '/k" -oProxyCommand="x', "path"),
     ("fabric_manager_service", "-x.service", "unit-name"),
     ("gpunode_slurm_partition", "a,b", "slurm-name"),
+    # 6. a switch gpunode reads itself: a quoted "no" would read as yes
+    ("gpunode_slurm_gres", "no", "not a boolean"),
+    ("gpunode_slurm_gres", 0, "not a boolean"),
 ]
 
 
@@ -140,6 +143,7 @@ def test_the_cli_exits_2_before_anything_is_touched(
         ("gpunode_kernel_log_command", "journalctl -b -t kernel -o short-monotonic --no-pager"),
         ("fabric_manager_service", "nvidia-fabricmanager"),
         ("gpunode_nvidia_repo_url", "https://mirror/{os}/{arch}/"),
+        ("gpunode_slurm_gres", False),
     ],
 )  # fmt: skip
 def test_values_that_follow_their_rule_are_read(tmp_path: Path, key: str, value: Any) -> None:

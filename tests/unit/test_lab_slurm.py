@@ -54,6 +54,33 @@ def test_conf_names_every_node_with_node_1_as_controller() -> None:
     )
 
 
+def test_conf_declares_the_gpus_as_gres_and_accounts_them() -> None:
+    conf = slurm.render_conf("lab", NODES, {"CPUs": "2", "RealMemory": "1000"}, gpus=8)
+    lines = conf.splitlines()
+    # slurm.conf(5) GresTypes; tres.html: a GRES is in sacct's AllocTRES only when named here
+    assert "GresTypes=gpu" in lines and "AccountingStorageTRES=gres/gpu" in lines
+    assert [line for line in lines if line.startswith("NodeName=")] == [
+        f"NodeName=lab-node-{i} NodeAddr=10.9.0.{10 + i} CPUs=2 RealMemory=1000 Gres=gpu:8 "
+        "State=UNKNOWN"
+        for i in (1, 2, 3)
+    ]
+    # the health check and its drain path are as they were
+    assert "HealthCheckProgram=/usr/local/sbin/gpunode-healthcheck" in lines
+    assert "HealthCheckNodeState=ANY" in lines and "ReturnToService=2" in lines
+    without = slurm.render_conf("lab", NODES, {"CPUs": "2"}).splitlines()
+    assert not [line for line in without if "gres" in line.lower()]
+
+
+@pytest.mark.parametrize(("gpus", "files"), [(8, "/dev/nvidia[0-7]"), (2, "/dev/nvidia[0-1]"),
+                                             (1, "/dev/nvidia0")])  # fmt: skip
+def test_gres_conf_names_each_nodes_device_files(gpus: int, files: str) -> None:
+    lines = slurm.render_gres_conf(NODES, gpus).splitlines()
+    assert lines[0].startswith("#")
+    assert lines[1:] == [f"NodeName=lab-node-{i} Name=gpu File={files}" for i in (1, 2, 3)]
+    with pytest.raises(ValueError, match="at least one"):
+        slurm.render_gres_conf(NODES, 0)
+
+
 def test_slurmdbd_conf_keeps_the_password_for_the_slurm_user_and_the_head_node() -> None:
     head = NODES[1]
     conf = slurm.render_dbd_conf(head, "s3cret")

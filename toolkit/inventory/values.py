@@ -207,6 +207,12 @@ IFNAMES = Rule(
     _pattern(_IFNAME_LIST_RE),
 )
 UNIT = Rule("unit-name", "a systemd unit name", _pattern(_UNIT_RE))
+# gpunode reads these itself, as YAML booleans: "no" in quotes or 0 would be read as "yes".
+BOOLEAN = Rule(
+    "boolean",
+    "true or false (a YAML boolean, not quoted)",
+    lambda value: None if isinstance(value, bool) else f"a {type(value).__name__}, not a boolean",
+)
 
 _SSH = "the ssh, scp or sftp command line Ansible runs"
 _OPENSSH = "OpenSSH ssh(1), ssh_config(5) (toolkit/inventory/ssh.py)"
@@ -239,6 +245,9 @@ VARIABLES: tuple[Variable, ...] = (
                "sbatch(1)")
       for key in ("gpunode_slurm_submit_host", "gpunode_slurm_partition",
                   "gpunode_slurm_license")),
+    Variable("gpunode_slurm_gres", BOOLEAN,
+             "whether the acceptance job asks for the node's GPUs (sbatch --gres=gpu:<count>)",
+             "sbatch(1) --gres"),
     Variable("gpunode_accept_address", ADDRESS,
              "the rendezvous address of a multi-node run (MASTER_ADDR)", "RFC 1123; ipaddress"),
     Variable("imex_nodes", Rule("address-list", "a list of host addresses",

@@ -22,6 +22,7 @@ from docker.models.containers import Container
 
 from toolkit.errors import ConfigError, LabError
 from toolkit.inventory import load_inventory
+from toolkit.lab import devices as lab_devices
 from toolkit.lab import disks as lab_disks
 from toolkit.lab import image as lab_image
 from toolkit.lab import inventory, network, nodes, paths, runfile, server, ssh
@@ -217,6 +218,7 @@ def up(
             future.result()
 
     for container, node, fresh in booting:
+        _make_devices(container, hardware[node.index])
         if fresh and ca_bundle:
             nodes.exec_in(container, ["update-ca-certificates", "--fresh"])
         if fresh and "slow-data" in spec.node_faults(node.index):
@@ -233,7 +235,7 @@ def up(
     if spec.slurm:
         say("slurm: munge, MariaDB, slurmdbd and slurmctld on node 1, slurmd on every node")
         started = time.monotonic()
-        lab_slurm.start(spec.name, [(c, n) for c, n, _fresh in booting])
+        lab_slurm.start(spec.name, [(c, n) for c, n, _fresh in booting], spec.gpus)
         say(f"slurm: every node registered ({_took(started)})")
 
     known_hosts = _write_known_hosts(home, state)
@@ -366,7 +368,27 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
             f"{paths.RDMA_DIR}/{name}": nodes.NodeFile(text.encode(), 0o444)
             for name, text in rdma_files(hw).items()
         },
+        **_device_files(hw),
     }
+
+
+def _device_files(hw: NodeHardware) -> dict[str, nodes.NodeFile]:
+    """The emulated GPUs' device list and the boot unit that makes their files (a changed list,
+    a missing GPU say, shows at the next boot, as a real driver's files do)."""
+    return {
+        lab_devices.LIST_FILE: nodes.NodeFile(lab_devices.render_list(hw).encode()),
+        lab_devices.SCRIPT_PATH: nodes.NodeFile(lab_devices.script(), 0o755),
+        lab_devices.UNIT_PATH: nodes.NodeFile(lab_devices.UNIT.encode()),
+    }
+
+
+def _make_devices(container: Container, hw: NodeHardware) -> None:
+    """Enable the device unit and make the device files now (later boots run the unit); a
+    node up from before the unit existed gets it here."""
+    nodes.put_files(container, _device_files(hw))
+    nodes.exec_in(container, ["systemctl", "daemon-reload"])
+    nodes.exec_in(container, ["systemctl", "enable", "--quiet", lab_devices.UNIT_NAME])
+    nodes.exec_in(container, ["systemctl", "restart", lab_devices.UNIT_NAME])
 
 
 def _node_files(

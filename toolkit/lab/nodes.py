@@ -4,7 +4,8 @@ A node runs unprivileged (``--privileged`` does not work here, and a node should
 the host): it gets SYS_ADMIN and NET_ADMIN, unconfined seccomp and AppArmor and the host's
 cgroup namespace with a writable cgroup tree, which is what systemd and a Docker engine
 inside the node need; block devices of the loop (7), md (9) and extended-partition (259)
-majors may be created and used inside it, nothing else.
+majors may be created and used inside it, and NVIDIA's character devices (195) created but
+never opened (the emulated GPUs' device files, ``toolkit.lab.devices``), nothing else.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from toolkit.errors import LabError
 from toolkit.lab import network, paths
 
 STOP_SIGNAL = "SIGRTMIN+3"  # what makes systemd shut down cleanly
-DEVICE_RULES = ("b 7:* rwm", "b 9:* rwm", "b 259:* rwm")
+# `m` alone for major 195: the emulated GPUs' files exist (slurmd's GRES plugin stats them) and
+# nothing in the node may read or write a real NVIDIA device of a GPU host.
+DEVICE_RULES = ("b 7:* rwm", "b 9:* rwm", "b 259:* rwm", "c 195:* m")
 CA_FILE = "/usr/local/share/ca-certificates/gpunode-lab-host-ca.crt"
 BOOT_ID_FILE = "/run/gpunode-lab/boot_id"
 DISKS_FILE = f"{paths.NODE_STATE_DIR}/disks"

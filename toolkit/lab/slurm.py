@@ -10,10 +10,15 @@ the order each needs the one before: MariaDB, slurmdbd (the cluster registered i
 ``sacctmgr``), slurmctld, slurmd. The configuration names the nodes by their hostnames with
 the hardware ``slurmd -C`` reports on the head node (the nodes share the host's CPUs and
 memory), one partition with every node, and a license that bounds how many acceptance jobs
-run at once (as Nebius soperator does with its ``gpu_checks`` license). Nothing runs on the
-control machine: ``gpunode accept --executor slurm`` submits over SSH on the head node (the
-inventory's ``gpunode_slurm_submit_host``), and ``lab down`` removes the containers and so
-the whole cluster.
+run at once (as Nebius soperator does with its ``gpu_checks`` license). The emulated GPUs are
+generic resources over the device files the lab makes in every node (``toolkit.lab.devices``):
+``GresTypes=gpu``, ``Gres=gpu:<N>`` on each node and a ``gres.conf`` naming
+``/dev/nvidia[0-<N-1>]``, so that a job that asks for GPUs (``--gres=gpu:N``) is scheduled on
+them and the accounting keeps what it was given (``AccountingStorageTRES=gres/gpu``: sacct's
+``AllocTRES`` shows ``gres/gpu=<N>``). Nothing runs on the control machine: ``gpunode accept
+--executor slurm`` submits over SSH on the head node (the inventory's
+``gpunode_slurm_submit_host``), and ``lab down`` removes the containers and so the whole
+cluster.
 
 The database password is made per lab and lives only in the head node's ``slurmdbd.conf``
 (mode 0600, owned by the Slurm user, as slurmdbd.conf(5) asks) and, for the moment the grant
@@ -23,7 +28,13 @@ Sources: slurm.conf(5), slurmdbd.conf(5), slurmd(8) and sacctmgr(1) of Slurm 22.
 12's slurm-wlm 22.05.8): ``slurmd -C`` prints the node's ``NodeName=... CPUs=...
 RealMemory=...`` line; ``Licenses=name:count``; ``ProctrackType=proctrack/linuxproc`` needs no
 cgroup plugin, which a container cannot own; ``DbdHost`` is the name ``hostname -s`` gives on
-the slurmdbd machine; ``StoragePass`` may not hold ``#``.
+the slurmdbd machine; ``StoragePass`` may not hold ``#``. GRES: slurm.conf(5) ``GresTypes``
+and the node's ``Gres=<name>:<count>``; gres.conf(5) ``NodeName=`` (one file for every node),
+``Name=gpu`` and ``File=`` (a hostlist expression of device files, one GRES each); Slurm's
+TRES guide (slurm.schedmd.com/tres.html): a GRES is accounted only when
+``AccountingStorageTRES`` names it (the default TRES are billing, cpu, energy, mem, node,
+fs/disk, pages and vmem); slurmd exits when a ``File=`` does not exist after 20 s
+(SchedMD/slurm src/common/gres.c, ``_my_stat``).
 """
 
 from __future__ import annotations
@@ -41,9 +52,11 @@ from docker.models.containers import Container
 from toolkit.check.healthcheck import PROGRAM_PATH
 from toolkit.errors import LabError
 from toolkit.lab import nodes
+from toolkit.lab.devices import gpu_device_paths
 from toolkit.lab.state import NodeState
 
 CONF_PATH = "/etc/slurm/slurm.conf"
+GRES_CONF_PATH = "/etc/slurm/gres.conf"  # beside slurm.conf, where slurmd reads it (gres.conf(5))
 DBD_CONF_PATH = "/etc/slurm/slurmdbd.conf"
 KEY_PATH = "/etc/munge/munge.key"
 # The accounting database and its user (slurmdbd.conf(5)'s StorageLoc default and the Slurm
@@ -137,11 +150,16 @@ def stored_password(dbd_conf: str) -> str | None:
     return found.group(1) if found else None
 
 
-def render_conf(cluster: str, node_states: Sequence[NodeState], hardware: dict[str, str]) -> str:
-    """slurm.conf for the lab: node 1 is the controller, every node computes. Pure."""
+def render_conf(
+    cluster: str, node_states: Sequence[NodeState], hardware: dict[str, str], gpus: int = 0
+) -> str:
+    """slurm.conf for the lab: node 1 is the controller, every node computes, each with its
+    ``gpus`` emulated GPUs as GRES (none when 0). Pure."""
     ordered = sorted(node_states, key=lambda n: n.index)
     head = ordered[0]
     spec = " ".join(f"{k}={v}" for k, v in hardware.items())
+    if gpus:
+        spec += f" Gres=gpu:{gpus}"
     lines = [
         f"# Written by `gpunode lab up --slurm` for lab {cluster}.",
         f"ClusterName={cluster_name(cluster)}",
@@ -161,6 +179,9 @@ def render_conf(cluster: str, node_states: Sequence[NodeState], hardware: dict[s
         # Every job's record in slurmdbd on the head node (sacct), as a site keeps them.
         "AccountingStorageType=accounting_storage/slurmdbd",
         f"AccountingStorageHost={head.ip}",
+        # The GPUs are generic resources (gres.conf names their device files), accounted
+        # with each job: sacct's AllocTRES carries gres/gpu=<N> only when this names it.
+        *(["GresTypes=gpu", "AccountingStorageTRES=gres/gpu"] if gpus else []),
         "MpiDefault=none",
         "SchedulerType=sched/backfill",
         "SelectType=select/cons_tres",
@@ -189,6 +210,24 @@ def render_conf(cluster: str, node_states: Sequence[NodeState], hardware: dict[s
     return "\n".join(lines) + "\n"
 
 
+def render_gres_conf(node_states: Sequence[NodeState], gpus: int) -> str:
+    """gres.conf for every node: each node's ``gpus`` GPUs over their device files (minors
+    0..gpus-1, as the driver numbers them). Pure.
+
+    Raises:
+        ValueError: ``gpus`` is below 1.
+    """
+    files = gpu_device_paths(gpus)
+    lines = [
+        "# Written by `gpunode lab up --slurm`: the emulated GPUs and their device files.",
+        *(
+            f"NodeName={n.name} Name=gpu File={files}"
+            for n in sorted(node_states, key=lambda n: n.index)
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def inventory_vars(node_states: Sequence[NodeState]) -> dict[str, object]:
     """The inventory's word on the lab's Slurm: acceptance runs through it, submitted on the
     head node, in the lab's partition, one license per job; provision installs gpunode's
@@ -204,10 +243,14 @@ def inventory_vars(node_states: Sequence[NodeState]) -> dict[str, object]:
 
 
 def start(
-    lab_name: str, containers: Sequence[tuple[Container, NodeState]], timeout: float = 90
+    lab_name: str,
+    containers: Sequence[tuple[Container, NodeState]],
+    gpus: int = 0,
+    timeout: float = 90,
 ) -> None:
-    """Write MUNGE's key and slurm.conf into every node and (re)start the daemons, then wait
-    until slurmctld sees every node idle (or drained, when somebody drained it).
+    """Write MUNGE's key, slurm.conf and gres.conf (``gpus`` GPUs a node) into every node and
+    (re)start the daemons, then wait until slurmctld sees every node idle (or drained, when
+    somebody drained it).
 
     Converges: a node whose key and configuration are already in place keeps its daemons.
 
@@ -217,10 +260,12 @@ def start(
     ordered = sorted(containers, key=lambda pair: pair[1].index)
     head_container, head_node = ordered[0]
     _code, probe = nodes.exec_in(head_container, ["slurmd", "-C"])
-    conf = render_conf(lab_name, [n for _c, n in ordered], parse_hardware(probe))
+    states = [n for _c, n in ordered]
+    conf = render_conf(lab_name, states, parse_hardware(probe), gpus)
+    gres = render_gres_conf(states, gpus) if gpus else None
     key = _read_file(head_container, KEY_PATH) or secrets.token_bytes(1024)
     for position, (container, _node) in enumerate(ordered):
-        changed = _install(container, conf, key)
+        changed = _install(container, conf, gres, key)
         verb = "restart" if changed else "start"
         nodes.exec_in(container, ["systemctl", "enable", "--quiet", "munge", "slurmd"])
         nodes.exec_in(container, ["systemctl", verb, "munge"])
@@ -229,7 +274,21 @@ def start(
             nodes.exec_in(container, ["systemctl", "enable", "--quiet", "slurmctld"])
             nodes.exec_in(container, ["systemctl", verb, "slurmctld"])
         nodes.exec_in(container, ["systemctl", verb, "slurmd"])
-    wait_registered(head_container, [n.name for _c, n in ordered], timeout)
+    try:
+        wait_registered(head_container, [n.name for _c, n in ordered], timeout)
+    except LabError as err:
+        raise LabError(f"{err.message}; {_slurmd_ends(ordered)}") from err
+
+
+def _slurmd_ends(containers: Sequence[tuple[Container, NodeState]]) -> str:
+    """The last lines of each node's slurmd log (a missing GRES device file ends slurmd)."""
+    said = []
+    for container, node in containers:
+        _code, log = nodes.exec_in(
+            container, ["tail", "-n", "2", "/var/log/slurm/slurmd.log"], check=False
+        )
+        said.append(f"{node.name}: {log.strip()[-300:]!r}")
+    return "slurmd.log: " + "; ".join(said)
 
 
 def start_accounting(head: Container, node: NodeState, cluster: str, timeout: float) -> None:
@@ -302,17 +361,21 @@ def _read_file(container: Container, path: str) -> bytes | None:
         return member.read() if member else None
 
 
-def _install(container: Container, conf: str, key: bytes) -> bool:
-    """Place the key and the configuration; True when either changed."""
+def _install(container: Container, conf: str, gres: str | None, key: bytes) -> bool:
+    """Place the key and the configuration (gres.conf when the nodes have GPUs); True when any
+    changed."""
     code, current = nodes.exec_in(container, ["cat", CONF_PATH], check=False)
     same_conf = code == 0 and current == conf
+    same_gres = (_read_file(container, GRES_CONF_PATH) or b"").decode() == (gres or "")
     same_key = _read_file(container, KEY_PATH) == key
-    if same_conf and same_key:
+    if same_conf and same_gres and same_key:
         return False
-    nodes.put_files(
-        container,
-        {CONF_PATH: nodes.NodeFile(conf.encode()), KEY_PATH: nodes.NodeFile(key, 0o400)},
-    )
+    files = {CONF_PATH: nodes.NodeFile(conf.encode()), KEY_PATH: nodes.NodeFile(key, 0o400)}
+    if gres is not None:
+        files[GRES_CONF_PATH] = nodes.NodeFile(gres.encode())
+    else:
+        nodes.exec_in(container, ["rm", "-f", GRES_CONF_PATH])
+    nodes.put_files(container, files)
     script = (
         f"chown munge:munge {KEY_PATH} && "
         f"install -d -o {SLURM_USER} -g {SLURM_USER} /var/lib/slurm/slurmctld "

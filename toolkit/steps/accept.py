@@ -419,6 +419,7 @@ def _stage_node(
             f"--out {REMOTE_DIR}/result.json",
             REMOTE_DIR,
             opts.runner_timeout_s,
+            gpus=plan.hardware.gpu.count,
         )
         plan.job = res.job
         if not res.ok:

@@ -52,9 +52,10 @@ class Executor(Protocol):
     name: str
 
     def launch(
-        self, host: Host, node: Node, command: str, workdir: str, timeout_s: float
+        self, host: Host, node: Node, command: str, workdir: str, timeout_s: float, gpus: int = 0
     ) -> Launch:
-        """Run ``command`` (as root) on ``host`` in ``workdir`` and wait for it.
+        """Run ``command`` (as root) on ``host`` in ``workdir`` and wait for it; ``gpus`` is
+        the GPU count of the node's hardware profile (a scheduler's job asks for them).
 
         Raises:
             NotTested: The node could not be tested (the reason says why).
@@ -73,9 +74,10 @@ class SshExecutor:
     name = SSH
 
     def launch(
-        self, host: Host, node: Node, command: str, workdir: str, timeout_s: float
+        self, host: Host, node: Node, command: str, workdir: str, timeout_s: float, gpus: int = 0
     ) -> Launch:
-        """Run the command over SSH and wait for it (see :class:`Executor`)."""
+        """Run the command over SSH and wait for it (see :class:`Executor`); the node's GPUs
+        are all there over SSH."""
         res = node.run(f"cd {workdir} && {command}", timeout=timeout_s)
         return Launch(res.returncode, res.stderr or res.stdout)
 

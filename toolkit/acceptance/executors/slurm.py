@@ -3,11 +3,17 @@
 What the sites that run checks through their scheduler do (issue 25: Nebius soperator's
 active checks as Slurm jobs bounded by a ``gpu_checks`` license; CoreWeave's checks as
 preemptible lowest-priority jobs): the job asks for exactly its node (``--nodelist``), the
-whole of it (``--exclusive``), at the lowest priority a job can have (``--nice`` at its
-maximum), never requeued (``--no-requeue``: a preempted check is reported, not rerun behind
-the run's back), with one of the inventory's license when it names one, so the cluster bounds
-how many run at once. Commands run on the submit host over SSH (``gpunode_slurm_submit_host``,
-an inventory host: a login node) or on this machine when there is none.
+whole of it (``--exclusive``) with every GPU its hardware profile says it has as generic
+resources (``--gres=gpu:<count>``: where the site constrains devices, ``ConstrainDevices=yes``
+in cgroup.conf, a job sees only the GPUs it was given, and Slurm accounts them with the job),
+at the lowest priority a job can have (``--nice`` at its maximum), never requeued
+(``--no-requeue``: a preempted check is reported, not rerun behind the run's back), with one
+of the inventory's license when it names one, so the cluster bounds how many run at once. A
+site whose Slurm does not schedule GPUs as GRES sets ``gpunode_slurm_gres: false`` (a host's
+or a group's variable). Slurm refusing the GRES request (the node's slurm.conf offers fewer
+GPUs, or none) leaves the node *not tested* with Slurm's words. Commands run on the submit
+host over SSH (``gpunode_slurm_submit_host``, an inventory host: a login node) or on this
+machine when there is none.
 
 Every way a job can fail to test its node is a per-node outcome, never a hang:
 
@@ -26,7 +32,13 @@ Every way a job can fail to test its node is a per-node outcome, never a hang:
 Sources (Slurm 22.05, Debian 12's slurm-wlm): sbatch(1) ``--nice``: "The adjustment range is
 +/- 2147483645"; ``--parsable`` prints ``jobid[;cluster]``; squeue(1)/scontrol(1) job states
 (PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, PREEMPTED, CANCELLED, NODE_FAIL, BOOT_FAIL,
-DEADLINE, OUT_OF_MEMORY) and ``ExitCode=<exit>:<signal>``.
+DEADLINE, OUT_OF_MEMORY) and ``ExitCode=<exit>:<signal>``; sbatch(1) ``--gres``, a list of
+``name[[:type]:count]``; cgroup.conf(5) ``ConstrainDevices``: 'If configured to "yes" then
+constrain the job's allowed devices based on GRES allocated resources'
+(https://slurm.schedmd.com/cgroup.conf.html). sbatch's refusals of a GRES it cannot give, as
+the lab's slurmctld (22.05.8) answered them: "Batch job submission failed: Requested node
+configuration is not available" (``--gres=gpu:9`` on a node of ``Gres=gpu:8``) and "Invalid
+generic resource (gres) specification" (a GRES name not in ``GresTypes``).
 """
 
 from __future__ import annotations
@@ -59,6 +71,11 @@ SUBMIT_HOST_VAR = "gpunode_slurm_submit_host"
 PARTITION_VAR = "gpunode_slurm_partition"
 LICENSE_VAR = "gpunode_slurm_license"
 START_TIMEOUT_VAR = "gpunode_slurm_start_timeout_s"
+# Whether the job asks for the node's GPUs as GRES (a host's or a group's; default yes).
+GRES_VAR = "gpunode_slurm_gres"
+GRES_NAME = "gpu"
+# sbatch's words when the cluster cannot give the GRES asked for (module docstring).
+GRES_REFUSALS = ("Requested node configuration is not available", "Invalid generic resource")
 DEFAULT_START_TIMEOUT_S = 600.0
 POLL_S = 2.0
 # Slurm node state flags under which a node takes no job (scontrol's State=A+B+...).
@@ -148,13 +165,21 @@ def exit_status(exit_code: str) -> int:
 def job_record(fields: Mapping[str, str]) -> dict[str, Any]:
     """The job's facts kept in run.json."""
     record: dict[str, Any] = {"executor": SLURM}
-    for key in ("JobId", "JobName", "Partition", "NodeList", "JobState", "Reason", "ExitCode"):
+    # TRES: what the job was given (``cpu=..,node=1,gres/gpu=8``), as the accounting keeps it.
+    keys = ("JobId", "JobName", "Partition", "NodeList", "JobState", "Reason", "ExitCode", "TRES")
+    for key in keys:
         if key in fields:
             record[key.lower()] = fields[key]
     for key in ("Priority", "Nice"):
         if fields.get(key, "").lstrip("-").isdigit():
             record[key.lower()] = int(fields[key])
     return record
+
+
+def gres_wanted(host_vars: Mapping[str, Any]) -> bool:
+    """Whether the host's job asks for its GPUs as GRES (``gpunode_slurm_gres``, default yes;
+    the inventory reader has checked it is a boolean)."""
+    return host_vars.get(GRES_VAR) is not False
 
 
 def sbatch_argv(
@@ -164,8 +189,10 @@ def sbatch_argv(
     command: str,
     workdir: str,
     timeout_s: float,
+    gpus: int = 0,
 ) -> list[str]:
-    """The ``sbatch`` command line of one node's acceptance job. Pure."""
+    """The ``sbatch`` command line of one node's acceptance job; ``gpus`` GPUs asked for as
+    GRES (none when 0). Pure."""
     argv = [
         "sbatch",
         "--parsable",
@@ -173,6 +200,7 @@ def sbatch_argv(
         f"--nodelist={slurm_node}",
         "--nodes=1",
         "--exclusive",
+        *([f"--gres={GRES_NAME}:{gpus}"] if gpus > 0 else []),
         f"--nice={MAX_NICE}",
         "--no-requeue",
         f"--time={max(1, math.ceil(timeout_s / 60))}",
@@ -220,9 +248,10 @@ class SlurmExecutor:
         return result.stdout
 
     def launch(
-        self, host: Host, node: Node, command: str, workdir: str, timeout_s: float
+        self, host: Host, node: Node, command: str, workdir: str, timeout_s: float, gpus: int = 0
     ) -> Launch:
-        """Submit the runner as a job on the host's Slurm node and wait for it."""
+        """Submit the runner as a job on the host's Slurm node, with its ``gpus`` GPUs as GRES
+        unless the inventory says not to, and wait for it."""
         slurm_node = host.scheduler_name  # checked when the inventory was loaded
         shown = self._checked(["scontrol", "show", "node", slurm_node])
         ours = drained_by_gpunode(shown)
@@ -234,8 +263,9 @@ class SlurmExecutor:
         if why:
             raise NotTested(f"{why} before the run: not submitted")
         job_name = f"{JOB_PREFIX}-{host.name}"
-        argv = sbatch_argv(self.settings, slurm_node, job_name, command, workdir, timeout_s)
-        job_id = self._checked(argv).strip().split(";")[0]
+        gres = gpus if gres_wanted(host.vars) else 0
+        argv = sbatch_argv(self.settings, slurm_node, job_name, command, workdir, timeout_s, gres)
+        job_id = self._submit(argv, slurm_node, gres).strip().split(";")[0]
         if not job_id.isdigit():
             raise RemoteError(f"Slurm: sbatch printed no job id: {job_id[:200]!r}")
         fields = self._wait(job_id, timeout_s)
@@ -248,6 +278,23 @@ class SlurmExecutor:
             return Launch(124, f"Slurm job {job_id} ran past its time limit", record)
         reason = fields.get("Reason") or "no reason given"
         raise NotTested(f"Slurm job {job_id} ended {state} (Reason={reason})", record)
+
+    def _submit(self, argv: list[str], slurm_node: str, gpus: int) -> str:
+        """sbatch's answer; a GRES request the cluster refuses is no verdict on the node."""
+        result = self._run(argv)
+        said = (result.stderr or result.stdout).strip()
+        if result.returncode != 0 and gpus and any(r in said for r in GRES_REFUSALS):
+            raise NotTested(
+                f"Slurm refused the job's --gres={GRES_NAME}:{gpus} on {slurm_node} "
+                f"({said[-300:]}): the node's Slurm GRES (slurm.conf Gres=, gres.conf) does not "
+                f"offer the {gpus} GPUs its hardware profile has; fix the node's GRES, or set "
+                f"{GRES_VAR}: false where the site does not schedule GPUs as GRES"
+            )
+        if result.returncode != 0:
+            raise RemoteError(
+                f"Slurm: `{shlex.join(argv[:3])}` exited {result.returncode}: {said[-400:]}"
+            )
+        return result.stdout
 
     def _wait(self, job_id: str, timeout_s: float) -> dict[str, str]:
         """Poll the job to its end; cancel it when it does not start or outlives its limit."""

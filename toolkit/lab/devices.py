@@ -1,0 +1,78 @@
+"""The emulated GPUs' device files in a lab node: ``/dev/nvidia<minor>`` and ``/dev/nvidiactl``.
+
+A real node's NVIDIA driver gives every GPU it found a character device of major 195 with the
+GPU's minor number, and the control device ``/dev/nvidiactl`` minor 255 (NVIDIA's CUDA
+Installation Guide for Linux, "Device Node Verification": ``mknod -m 666 /dev/nvidia$i c 195
+$i`` for each GPU and ``mknod -m 666 /dev/nvidiactl c 195 255``; nvidia-modprobe(1) makes the
+same files when the driver's user-space components ask for them). Minors close up when a GPU
+falls off the bus, as the hardware file's ``minor_number`` does (``missing-gpu``).
+
+Slurm's GRES plugin needs these files on the node: slurmd stats every ``File=`` of gres.conf,
+waits 20 s for one that is missing and then exits (SchedMD/slurm src/common/gres.c,
+``_my_stat``: "fatal: can't stat gres.conf file"). The lab writes the list of its node's
+devices (:data:`LIST_FILE`) with the other hardware files; a oneshot unit that runs at every
+boot (:data:`UNIT`), before slurmd, creates them in the node's ``/dev`` (a tmpfs that starts
+empty when the container starts). The node may create character devices of major 195 and never
+open them (``nodes.DEVICE_RULES``): nothing in a lab node has a driver behind them.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from toolkit.lab import paths
+from toolkit.lab.hardware import NodeHardware
+
+NVIDIA_MAJOR = 195  # NVIDIA's character devices (CUDA Installation Guide, Device Node Verification)
+NVIDIACTL_MINOR = 255
+DEVICE_MODE = 0o666  # the mode NVIDIA's own script gives them (mknod -m 666)
+LIST_FILE = f"{paths.NODE_STATE_DIR}/char-devices"
+SCRIPT_PATH = "/usr/local/sbin/gpunode-lab-devices"
+UNIT_NAME = "gpunode-lab-devices.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
+UNIT = """\
+[Unit]
+Description=gpunode lab: device files of the emulated GPUs (as the NVIDIA driver makes them)
+DefaultDependencies=no
+After=systemd-tmpfiles-setup-dev.service
+Before=sysinit.target slurmd.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/sbin/gpunode-lab-devices
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+
+def gpu_device_paths(count: int) -> str:
+    """gres.conf's ``File=`` for ``count`` GPUs of minors 0..count-1 (a Slurm hostlist
+    expression, gres.conf(5)). Pure."""
+    if count < 1:
+        raise ValueError("a node with GPUs has at least one")
+    return "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
+
+
+def char_devices(hw: NodeHardware) -> list[tuple[str, int, int]]:
+    """The node's NVIDIA character devices: (path, major, minor), one per GPU on the bus and
+    the control device; none for a node without GPUs. Pure."""
+    if not hw.gpus:
+        return []
+    devices = [(f"/dev/nvidia{g.minor_number}", NVIDIA_MAJOR, g.minor_number) for g in hw.gpus]
+    return [*devices, ("/dev/nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR)]
+
+
+def render_list(hw: NodeHardware) -> str:
+    """The :data:`LIST_FILE` the boot unit reads: ``<path> <major> <minor> <octal mode>`` a
+    line. Pure."""
+    return "".join(
+        f"{path} {major} {minor} {DEVICE_MODE:o}\n" for path, major, minor in char_devices(hw)
+    )
+
+
+def script() -> bytes:
+    """The boot unit's script (node_files/gpunode-lab-devices.sh)."""
+    node_files = resources.files("toolkit.lab").joinpath("node_files")
+    return node_files.joinpath("gpunode-lab-devices.sh").read_bytes()
