@@ -6,7 +6,7 @@ image build, ``gpunode up``) records itself in a folder ``<state>/runs/<run-id>/
 ``<UTC time>-<kind>-<6 hex>``: it sorts by time and says what made it.
 
 Rotation is per kind: routine runs (provision, status, drift ...) only ever remove older
-runs of their own kind. **Evidence** (acceptance and ``up`` runs, with their reports) is
+runs of their own kind. **Evidence** (acceptance, ``up`` and ``rollout`` runs) is
 never removed by routine runs: it stays until ``gpunode runs prune`` removes it, or until a
 count configured for its own kind (``$GPUNODE_KEEP_EVIDENCE_RUNS``) is exceeded. Folders whose
 name is not a run id (older formats, anything a person put there) are never removed

@@ -436,3 +436,20 @@ def test_without_domains_the_waves_are_as_few_as_the_bound_allows(
     else:
         least = math.ceil(len(rest) / options.max_unavailable.number)
     assert len(plan.waves) == 1 + least
+
+
+@configured
+@given(fleets())
+def test_with_n_in_all_the_waves_are_as_few_as_the_bound_and_the_domains_allow(
+    fleet: tuple[list[NodeSurvey], RolloutOptions, dict[str, int]],
+) -> None:
+    """``N`` in all: max(ceil(nodes / N), the largest domain's nodes) waves after the canary."""
+    surveys, options, sizes = fleet
+    options = RolloutOptions(MaxUnavailable(options.max_unavailable.number % 6 + 1))
+    plan = plan_rollout(surveys, options, sizes)
+    rest = plan.changing[1:]
+    if not rest:
+        return
+    per_domain = Counter(plan.nodes[h].domain for h in rest if plan.nodes[h].domain is not None)
+    least = max([math.ceil(len(rest) / options.max_unavailable.number), *per_domain.values()])
+    assert len(plan.waves) == 1 + least

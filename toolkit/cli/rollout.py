@@ -161,12 +161,14 @@ def plan_table(plan: RolloutPlan) -> Table:
 
 
 def plan_lines(plan: RolloutPlan) -> list[Text]:
-    """Under the table: each changing node's differences and reboot, then why each node is
-    left alone."""
+    """Under the table: each changing node's package differences and why it reboots, then
+    why each node is left alone."""
     lines = []
     for host in plan.changing:
         node = plan.nodes[host]
         for change in node.changes:
+            if change.kind == "loaded":  # said by the reboot's line
+                continue
             lines.append(Text.assemble(shown(f"{host}: ", "cyan"), shown(change.text)))
         if node.reboot:
             lines.append(Text.assemble(shown(f"{host}: ", "cyan"), shown(f"reboot: {node.reboot}")))

@@ -39,7 +39,8 @@ def status(inventory: Path, limit: str | None, as_json: bool) -> None:
     Per node: its state (new, provisioned, ready, not-ready) and reason, GPUs seen against the
     profile, installed vs pinned driver, CUDA and NCCL (and the loaded driver), the data
     mount, the last acceptance (busbw at the largest size, when, stack id) and the newest
-    handover certificate in the runs folder. Reads only:
+    handover certificate in the runs folder; under the table, a rollout in progress (wave,
+    nodes per status). Reads only:
     a ready node that drifted shows not-ready here; `gpunode drift` records it.
     """
     nodes = fleet_status(inventory, limit, display=live_display(as_json))

@@ -22,14 +22,18 @@ The waves:
   ``nvidia_driver`` role's ``nvidia_driver_reboot_required``), or the node already waits for
   one (its state's ``reboot_pending``).
 
-Nodes are placed in domain rounds (the first node of each domain, largest domain first, then
-the second of each, ...; nodes without a domain last, in inventory order) into the first wave
-with room, a new wave opened only when none has: without domains the waves follow the
-inventory's order.
+Without domains, the waves follow the inventory's order (each node into the first wave with
+room). With domains and ``N`` nodes in all, the fewest waves possible: ``max(ceil(nodes /
+N), the largest domain's nodes)``, the nodes dealt in turn onto that many waves, one domain
+after the other (largest first), so no domain lands twice in a wave. With domains and ``N%``
+(a bound per group as well), nodes are placed in domain rounds (the first node of each domain,
+largest domain first, then the second of each ...; nodes without a domain last) into the first
+wave with room, a new wave opened only when none has.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -414,12 +418,35 @@ def _domain_rounds(nodes: list[NodePlan], allow_same_domain: bool) -> list[NodeP
     return ordered + loose
 
 
+def _dealt(nodes: list[NodePlan], total: int, order: Mapping[str, int]) -> list[list[str]]:
+    """``N`` in all, with domains: the nodes, one domain after the other (largest first, then
+    those without a domain), dealt in turn onto the fewest waves that can hold them. A domain
+    has at most as many nodes as there are waves, and its nodes are dealt one after the other,
+    so they land in different waves; no wave gets more than ``ceil(nodes / waves) <= N``."""
+    domains: dict[str, list[NodePlan]] = {}
+    loose = []
+    for node in nodes:
+        if node.domain is None:
+            loose.append(node)
+        else:
+            domains.setdefault(node.domain, []).append(node)
+    ranked = sorted(domains.values(), key=lambda members: -len(members))
+    dealt = [node for members in ranked for node in members] + loose
+    count = max(math.ceil(len(dealt) / total), max(len(m) for m in ranked))
+    waves: list[list[str]] = [[] for _ in range(count)]
+    for index, node in enumerate(dealt):
+        waves[index % count].append(node.host)
+    return [sorted(wave, key=order.__getitem__) for wave in waves]
+
+
 def _waves(
     nodes: list[NodePlan], limits: Mapping[str, int], allow_same_domain: bool
 ) -> list[list[str]]:
     """The nodes after the canary in waves: each placed in the first wave with room."""
     order = {n.host: i for i, n in enumerate(nodes)}
     total = limits.get("*")
+    if total is not None and not allow_same_domain and any(n.domain for n in nodes):
+        return _dealt(nodes, total, order)
     waves: list[list[str]] = []
     counts: list[dict[str, int]] = []  # per wave: nodes per group
     domains: list[set[str]] = []
