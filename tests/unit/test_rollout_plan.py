@@ -214,6 +214,18 @@ def test_a_hold_missing_and_a_pending_reboot_are_differences() -> None:
     assert plan.nodes["n2"].reboot == "reboot pending: loaded 550.90.07, installed 550.127.05"
 
 
+def test_an_interrupted_provision_is_not_on_the_lock() -> None:
+    suspended = {
+        **READY_NEW,
+        "state": "not-ready",
+        "reason": ["provision in progress (run r0)"],
+        "suspended": {"state": "ready", "reason": [], "stack_id": NEW},
+    }
+    plan = plan_rollout([_node("n1", state=suspended, drift=[])], _options())
+    assert plan.changing == ["n1"]
+    assert plan.nodes["n1"].reason == "a provision was interrupted"
+
+
 @pytest.mark.parametrize(
     ("survey", "reason"),
     [

@@ -5,9 +5,9 @@ node itself. A node **differs from the lock** when the drift check reports anyth
 (a package not at its locked version, missing or not held, or a loaded driver module that is
 not the locked one: ``toolkit.drift``, the comparison ``gpunode status`` and ``drift`` show)
 or when its state file says it was provisioned or accepted for another stack id than the one
-pinned now. Nodes on the lock are left alone; so are nodes that cannot be read, nodes gpunode
-never provisioned (``gpunode up`` brings those up) and nodes whose state file is unreadable:
-each is listed with why.
+pinned now, or that a provision was interrupted on it. Nodes on the lock are left alone; so
+are nodes that cannot be read, nodes gpunode never provisioned (``gpunode up`` brings those
+up) and nodes whose state file is unreadable: each is listed with why.
 
 The waves:
 
@@ -303,7 +303,10 @@ def survey_node(survey: NodeSurvey) -> NodePlan:
         node.reason = "never provisioned: gpunode up brings it up"
         return node
     other_stack = node.from_stack != survey.locked_stack_id
-    if not node.changes and not other_stack and not node.reboot:
+    # A provision that was interrupted may have changed packages: the node is not proven on
+    # the lock (nodestate.begin_provision keeps its standing under ``suspended``).
+    interrupted = bool(survey.state.get("suspended"))
+    if not node.changes and not other_stack and not node.reboot and not interrupted:
         node.status, node.reason = "skipped", f"on the lock (stack {survey.locked_stack_id})"
         return node
     parts = []
@@ -311,6 +314,8 @@ def survey_node(survey: NodeSurvey) -> NodePlan:
         parts.append(f"stack {node.from_stack or '?'} -> {survey.locked_stack_id}")
     if node.changes:
         parts.append(f"{len(node.changes)} difference(s) from the lock")
+    if interrupted:
+        parts.append("a provision was interrupted")
     if node.reboot:
         parts.append("reboot")
     node.reason = "; ".join(parts)
