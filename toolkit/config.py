@@ -70,6 +70,8 @@ FILE_LIMITS: dict[str, int] = {
     "result file": 64 * 1024 * 1024,
     "check record": 64 * 1024 * 1024,
     "observations": 64 * 1024 * 1024,
+    # A rollout's record (toolkit.rollout.record): about 1 KB a node.
+    "rollout record": 64 * 1024 * 1024,
 }
 
 

@@ -6,7 +6,7 @@ image build, ``gpunode up``) records itself in a folder ``<state>/runs/<run-id>/
 ``<UTC time>-<kind>-<6 hex>``: it sorts by time and says what made it.
 
 Rotation is per kind: routine runs (provision, status, drift ...) only ever remove older
-runs of their own kind. **Evidence** (acceptance and ``up`` runs, with their reports) is
+runs of their own kind. **Evidence** (acceptance, ``up`` and ``rollout`` runs) is
 never removed by routine runs: it stays until ``gpunode runs prune`` removes it, or until a
 count configured for its own kind (``$GPUNODE_KEEP_EVIDENCE_RUNS``) is exceeded. Folders whose
 name is not a run id (older formats, anything a person put there) are never removed
@@ -18,7 +18,8 @@ file, no link, at most its kind's size): an acceptance run's record (``run.json`
 ``read_record``: the node passport and the fleet report read it), each node's runner result
 (``nodes/<host>.result.json``, ``read_result``) and a passive check's record (``check.json``,
 ``read_check_record``). A file that does not match is a ``ConfigError`` naming the file and
-the key path.
+the key path. A rollout's record (``rollout.json``) has its own owner, which writes it as
+well as reading it: ``toolkit.rollout.record``, through the same bounded read.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ from toolkit.errors import ConfigError
 
 # How many runs of one routine kind are kept (the oldest of that kind go first).
 KEEP_ROUTINE = 30
-# Kinds whose runs are evidence a handover needs: never rotated by routine runs.
-EVIDENCE_KINDS = frozenset({"accept", "up"})
+# Kinds whose runs are evidence a handover needs: never rotated by routine runs. A rollout's
+# record is kept with them: a later run resumes from it (toolkit.rollout.record).
+EVIDENCE_KINDS = frozenset({"accept", "up", "rollout"})
 # Set to a number to keep only that many runs of each evidence kind (unset: keep all).
 KEEP_EVIDENCE_ENV = "GPUNODE_KEEP_EVIDENCE_RUNS"
 

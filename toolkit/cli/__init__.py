@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("toolkit.cli.check:check", "Run the cheap passive checks of every node."),
     "node": ("toolkit.cli.node:node", "Show one node's passport across the recorded runs."),
     "up": ("toolkit.cli.up:up", "Take nodes from bare to ready in one resumable command."),
+    "rollout": ("toolkit.cli.rollout:rollout", "Plan moving nodes onto a new stack lock in waves."),
     "schedule": ("toolkit.cli.schedule:schedule", "Re-validate nodes on a timer, lowest priority."),
     "report": ("toolkit.cli.report:report", "Write the fleet's HTML report from recorded runs."),
     "runs": ("toolkit.cli.runs:runs", "List and prune the recorded runs."),

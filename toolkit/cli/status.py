@@ -14,6 +14,7 @@ from toolkit.cli.display import live_display
 from toolkit.cli.options import inventory_option, json_option, limit_option
 from toolkit.cli.output import emit_json, out_console, shown
 from toolkit.errors import EXIT_FAILED, ToolkitError
+from toolkit.rollout import record
 from toolkit.steps.status import fleet_status
 
 _STYLE = {"ready": "green", "provisioned": "cyan", "new": "dim", "not-ready": "bold red"}
@@ -38,13 +39,19 @@ def status(inventory: Path, limit: str | None, as_json: bool) -> None:
     Per node: its state (new, provisioned, ready, not-ready) and reason, GPUs seen against the
     profile, installed vs pinned driver, CUDA and NCCL (and the loaded driver), the data
     mount, the last acceptance (busbw at the largest size, when, stack id) and the newest
-    handover certificate in the runs folder. Reads only:
+    handover certificate in the runs folder; under the table, a rollout in progress (wave,
+    nodes per status). Reads only:
     a ready node that drifted shows not-ready here; `gpunode drift` records it.
     """
     nodes = fleet_status(inventory, limit, display=live_display(as_json))
+    rollout = record.in_progress()
     if as_json:
         emit_json(
-            {"nodes": {n.host: n.to_dict() for n in nodes}, "ready": all(n.ready for n in nodes)}
+            {
+                "nodes": {n.host: n.to_dict() for n in nodes},
+                "ready": all(n.ready for n in nodes),
+                "rollout": rollout,
+            }
         )
     else:
         out_console.print(fleet_table([n.to_dict() for n in nodes]))
@@ -55,11 +62,24 @@ def status(inventory: Path, limit: str | None, as_json: bool) -> None:
                 out_console.print(Text.assemble(shown(f"{node.host}: ", "yellow"), shown(line)))
             if node.certificate:
                 out_console.print(shown(f"{node.host}: certificate {node.certificate}"))
+        if rollout:
+            out_console.print(shown(rollout_line(rollout), "yellow"))
     if not nodes:
         raise ToolkitError(f"{inventory}: no node answered", EXIT_FAILED)
     not_ready = sorted(n.host for n in nodes if not n.ready)
     if not_ready:
         raise ToolkitError(f"not ready: {', '.join(not_ready)}", EXIT_FAILED)
+
+
+def rollout_line(progress: dict[str, Any]) -> str:
+    """A rollout in progress (``toolkit.rollout.record.progress``), in one line."""
+    counts = ", ".join(f"{n} {status}" for status, n in progress["counts"].items() if n)
+    where = (
+        f"stopped ({progress['stopped']})"
+        if progress["stopped"]
+        else f"wave {progress['wave']} of {progress['waves']}"
+    )
+    return f"rollout {progress['rollout_id']} in progress: {where}; {counts}"
 
 
 def _upstream(version: object) -> str:
