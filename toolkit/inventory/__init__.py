@@ -280,6 +280,12 @@ class Inventory:
             if name != "all" and group.hosts and ("stack" in group.vars or "hardware" in group.vars)
         ]
 
+    def stack_group_of(self, host: str) -> str:
+        """The group whose stack and hardware a host takes: the last of its
+        :meth:`stack_groups`, else ``all`` (how acceptance, ``up`` and rollouts name it)."""
+        groups = [g for g in self.stack_groups() if g in self.hosts[host].groups]
+        return groups[-1] if groups else "all"
+
     def group_config(self, group: str) -> tuple[Stack, HardwareProfile]:
         """The validated stack and hardware profile of a group (merged along its parents).
 

@@ -325,8 +325,7 @@ def _by_host(plans: list[NodePlan], host: Host) -> NodePlan:
 
 def _plan(inventory: Inventory, host: Host) -> NodePlan:
     stack, hardware = inventory.host_config(host)
-    groups = [g for g in inventory.stack_groups() if g in host.groups]
-    group = groups[-1] if groups else "all"
+    group = inventory.stack_group_of(host.name)
     domain, max_sets = multi_node_vars(host)
     return NodePlan(
         host=host,

@@ -46,13 +46,6 @@ class RolloutOutcome:
         return self.run_dir / record.RECORD if self.run_dir else None
 
 
-def stack_group(inventory: Inventory, host: Host) -> str:
-    """The host's stack group: the last of its groups with a stack or hardware, else ``all``
-    (how acceptance and ``up`` name a host's group)."""
-    groups = [g for g in inventory.stack_groups() if g in host.groups]
-    return groups[-1] if groups else "all"
-
-
 def check_canary(inventory: Inventory, hosts: list[Host], canary: tuple[str, ...]) -> None:
     """Every ``--canary`` host is in the inventory and among the targeted hosts.
 
@@ -98,7 +91,7 @@ def plan_fleet(
     report = drift_report(result)
     group_sizes: dict[str, int] = {}
     for host in inv.hosts.values():
-        group = stack_group(inv, host)
+        group = inv.stack_group_of(host.name)
         group_sizes[group] = group_sizes.get(group, 0) + 1
     surveys = []
     for host in hosts:
@@ -107,7 +100,7 @@ def plan_fleet(
         surveys.append(
             NodeSurvey(
                 host=host.name,
-                group=stack_group(inv, host),
+                group=inv.stack_group_of(host.name),
                 locked_stack_id=found.stack_ids[host.name],
                 state=dict(fact) if isinstance(fact, dict) else nodestate.new(),
                 drift=list(entry.get("drift") or []),

@@ -332,8 +332,7 @@ def _images(opts: UpOptions, nodes: dict[str, NodeUp], progress: Progress) -> di
     inventory = load_inventory(opts.inventory)
     groups: dict[str, list[str]] = {}
     for host in nodes:
-        member_of = [g for g in inventory.stack_groups() if g in inventory.hosts[host].groups]
-        groups.setdefault(member_of[-1] if member_of else "all", []).append(host)
+        groups.setdefault(inventory.stack_group_of(host), []).append(host)
     images: dict[str, str] = {}
     for group, hosts in sorted(groups.items()):
         t0 = time.monotonic()
