@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.ansible.plugins.modules import gpunode_apt_sources as module
+from toolkit.plugins.modules import gpunode_apt_sources as module
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
@@ -161,7 +161,7 @@ def test_the_module_runs_under_ansible_and_honours_check_mode(tmp_path: Path) ->
     ansible = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin" / "ansible"
     if not ansible.exists():
         ansible = Path(shutil.which("ansible") or "ansible")
-    env = {**os.environ, "ANSIBLE_LIBRARY": str(ROOT / "toolkit/ansible/plugins/modules")}
+    env = {**os.environ, "ANSIBLE_LIBRARY": str(ROOT / "toolkit/plugins/modules")}
 
     def call(*extra: str) -> dict[str, object]:
         args = f"url={REPO} keep={root / KEEP} apt_dir={root}"

@@ -3,6 +3,8 @@
 Floors (docs/architecture.md, whose picture this reads): a module imports only from its own
 floor or below, so no two packages reach each other through any chain of imports; nothing
 outside the lab and its CLI imports the lab, and nothing but the CLI imports the steps. The
+playbook engine (``toolkit/ansible``) holds no Ansible plugin and sits below every domain the
+plugins (``toolkit/plugins``) call. The
 count of function-level ``toolkit`` imports (each hides an arrow) may only shrink, and each
 says why it is there in a comment on its line or just above its block of imports. No file is
 over about 800 lines without saying why on its first line.
@@ -168,6 +170,42 @@ def test_the_floors_picture_holds_every_package_and_no_import_goes_up() -> None:
         if floors[target] < floors[source]
     )
     assert up == [], f"imports that go up a floor (docs/architecture.md): {up}"
+
+
+ENGINE = "ansible"
+PLUGINS = "plugins"
+# What makes a file an Ansible plugin: action plugins subclass ActionBase, filter plugins define
+# FilterModule, modules build an AnsibleModule.
+PLUGIN_MARKS = ("ansible.plugins", "ansible.module_utils", "FilterModule", "AnsibleModule")
+
+
+def test_the_engine_holds_no_plugin_and_sits_below_the_domains_its_plugins_call() -> None:
+    """Plugins are content (issue 40): they live in ``toolkit/plugins``, and the engine that runs
+    playbooks imports none of the domains they call; the picture puts the engine below them."""
+    in_engine = sorted(
+        str(path.relative_to(TOOLKIT.parent))
+        for path in (TOOLKIT / ENGINE).rglob("*.py")
+        if any(mark in path.read_text() for mark in PLUGIN_MARKS)
+    )
+    assert in_engine == [], f"Ansible plugins inside the engine package: {in_engine}"
+    assert not (TOOLKIT / ENGINE / "plugins").exists()
+    assert (TOOLKIT / PLUGINS / "action").is_dir()
+
+    floors = _floors()
+    ground = max(floors.values())
+    edges, _lab_importers, _function_level = _graph()
+    domains = {
+        target
+        for target in edges[PLUGINS]
+        if target != ENGINE and not target.startswith("__") and floors[target] != ground
+    }
+    assert domains >= {"check", "disks", "converge", "nodestate", "stack", "inventory"}
+    beside_or_above = sorted(d for d in domains if floors[d] >= floors[ENGINE])
+    assert beside_or_above == [], (
+        f"domains the plugins call on the engine's floor or below it: {beside_or_above}"
+    )
+    imported = sorted(edges[ENGINE] & domains)
+    assert imported == [], f"domains the engine imports: {imported}"
 
 
 MAX_LINES = 800

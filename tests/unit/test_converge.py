@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from toolkit import converge
-from toolkit.ansible.plugins.action import gpunode_converge_stamp
-from toolkit.ansible.plugins.filter.gpunode import gpunode_dpkg_held
 from toolkit.nodefacts import PROBE_SCRIPT, node_facts
+from toolkit.plugins.action import gpunode_converge_stamp
+from toolkit.plugins.filter.gpunode import gpunode_dpkg_held
 
 INPUTS = "a" * 64
 

@@ -13,9 +13,9 @@ from io import StringIO
 from rich.console import Console
 
 from toolkit.ansible.events import Failure, HostSummary, RunResult
-from toolkit.ansible.plugins.action.gpunode_data_disks import plan_diff
 from toolkit.cli import disks as cli_disks
 from toolkit.disks.planner import Action, DiskReport, Plan
+from toolkit.plugins.action.gpunode_data_disks import plan_diff
 from toolkit.steps import disks as step
 
 REFUSED = {

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.ansible.plugins.filter.gpunode import FilterModule
 from toolkit.facts.systemd import persistence_exec_start
+from toolkit.plugins.filter.gpunode import FilterModule
 
 REAL = Path(__file__).parents[1] / "data/real"
 

@@ -11,10 +11,10 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = sorted(p for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
-# The project's own plugins (toolkit/ansible/plugins/action) have no collection.
+# The project's own plugins (toolkit/plugins/action) have no collection.
 OWN_ACTIONS = {
     p.stem
-    for folder in ("toolkit/ansible/plugins/action", "toolkit/ansible/plugins/modules")
+    for folder in ("toolkit/plugins/action", "toolkit/plugins/modules")
     for p in (REPO / folder).glob("*.py")
 }
 TASK_KEYWORDS = {

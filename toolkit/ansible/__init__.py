@@ -1,1 +1,2 @@
-"""Running gpunode's Ansible content: where it lives, the ansible-runner wrapper, plugins."""
+"""The playbook engine: where gpunode's Ansible content lives, the ansible-runner wrapper,
+its events and the values that cross from Ansible (the plugins are ``toolkit/plugins``)."""

@@ -3,8 +3,8 @@
 In a source checkout the content sits next to the ``toolkit/`` package: ``playbooks/``,
 ``roles/`` and ``ansible.cfg`` at the repository root; an installation may carry them under
 ``<prefix>/share/gpunode/``. The plugins always ship inside the
-package (``toolkit/ansible/plugins/``). ``GPUNODE_CONTENT_DIR`` overrides the search, for an
-installation that keeps playbooks and roles elsewhere.
+package (``toolkit/plugins/``, beside this engine, not in it). ``GPUNODE_CONTENT_DIR`` overrides
+the search, for an installation that keeps playbooks and roles elsewhere.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from pathlib import Path
 
 from toolkit.errors import ConfigError
 
-PLUGINS_DIR = Path(__file__).resolve().parent / "plugins"
+# A path, not an import: the plugins import the domains, which sit above this engine.
+PLUGINS_DIR = Path(__file__).resolve().parents[1] / "plugins"
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 """Documentation of the ``gpunode_data_disks`` action (the work is done by the action plugin).
 
 Ansible and ansible-lint read the module's interface from here; the action plugin of the same
-name (toolkit/ansible/plugins/action/gpunode_data_disks.py) runs on the controller and never
+name (toolkit/plugins/action/gpunode_data_disks.py) runs on the controller and never
 executes this file on a node.
 """
 
