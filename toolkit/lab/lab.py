@@ -28,7 +28,7 @@ from toolkit.lab import inventory, network, nodes, paths, runfile, server, ssh
 from toolkit.lab import slurm as lab_slurm
 from toolkit.lab import state as lab_state
 from toolkit.lab.faults import KERNEL_LOG_FAULTS
-from toolkit.lab.hardware import NodeHardware, aer_files, rdma_files
+from toolkit.lab.hardware import NodeHardware, aer_files, rdma_device_files, rdma_files
 from toolkit.lab.repo import build_repository
 from toolkit.lab.spec import (
     SLOW_DATA_READ_BPS,
@@ -337,8 +337,27 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
         "product_serial": hw.system.product_serial,
         "board_serial": hw.system.board_serial,
     }
+    rdma_devices = "".join(
+        f"{name} {major} {minor}\n" for name, (major, minor) in rdma_device_files(hw).items()
+    )
     return {
         paths.HARDWARE_FILE: nodes.NodeFile(hw.to_json().encode()),
+        # The NICs' /dev/infiniband devices and the `no-rdma-passthrough` fault's switch, read
+        # by gpunode-lab-rdma (at boot; from the container runtime hook for each container).
+        nodes.RDMA_DEVICES_FILE: nodes.NodeFile(rdma_devices.encode()),
+        nodes.RDMA_PASSTHROUGH_FILE: nodes.NodeFile(
+            b"strip\n" if "no-rdma-passthrough" in faults else b""
+        ),
+        nodes.RDMA_SCRIPT: nodes.NodeFile(
+            resources.files("toolkit.lab")
+            .joinpath("node_files")
+            .joinpath("gpunode_lab_rdma.py")
+            .read_bytes(),
+            0o755,
+        ),
+        nodes.RDMA_DROP_IN: nodes.NodeFile(
+            f"[Service]\nExecStartPost={nodes.RDMA_SCRIPT} devices\n".encode()
+        ),
         nodes.KERNEL_EVENTS_FILE: nodes.NodeFile(events.encode()),
         nodes.EGRESS_RATE_FILE: nodes.NodeFile(rate.encode()),
         nodes.DATA_THROTTLE_FILE: nodes.NodeFile(throttle.encode()),

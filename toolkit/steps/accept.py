@@ -29,6 +29,7 @@ from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.expectation import expected_node
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, multi_node_vars, run_multi_node
+from toolkit.acceptance.node_runner.fabric import fabric_options
 from toolkit.acceptance.node_runner.node import container_argv
 from toolkit.acceptance.perf_checks import normalise_allreduce
 from toolkit.acceptance.staging import (
@@ -450,6 +451,18 @@ def _stage_multi_node(
                 p.extra.append(
                     Check("multinode.run", False, "left out: its single-node run failed")
                 )
+        # A node whose ranks did not see its fabric in the container would fail its sets for
+        # the harness's sake (NCCL falls back to sockets): it is left out, and nobody blamed.
+        blind = [p for p in usable if _container_lacks_fabric(p)]
+        for p in blind:
+            usable.remove(p)
+            p.extra.append(
+                Check(
+                    "multinode.run",
+                    False,
+                    "left out: its ranks' container lacks the host's devices (container.fabric)",
+                )
+            )
         if len(usable) < 2:
             progress(f"group {group}: fewer than 2 usable nodes; no multi-node test")
             continue
@@ -467,6 +480,12 @@ def _stage_multi_node(
             )
         )
     return MultiNodeReport.merged(reports) if reports else None
+
+
+def _container_lacks_fabric(plan: NodePlan) -> bool:
+    """Whether the node's own run found its container short of the host's devices."""
+    compared = ((plan.result or {}).get("fabric") or {}).get("check")
+    return isinstance(compared, dict) and compared.get("ok") is False
 
 
 _port_lock = threading.Lock()
@@ -521,7 +540,12 @@ def _launch_set(
             {"GLOO_SOCKET_IFNAME": str(ifname), "NCCL_SOCKET_IFNAME": str(ifname)} if ifname else {}
         )
         if plan.image:
-            options = container_options(plan.host)
+            # The site's options, then the node's RDMA devices and IPC_LOCK as its run found
+            # them on the host (the contract its own run checked inside the container).
+            host_fabric = (plan.result.get("fabric") or {}).get("host") or {}
+            options = container_options(plan.host) + fabric_options(
+                host_fabric.get("rdma_files") or []
+            )
             # The node's own IMEX channels, as its run found them on the host.
             channels = [str(c) for c in plan.result.get("imex_channels") or []]
             argv = container_argv(
