@@ -1,197 +1,240 @@
-"""The host-to-container contract: what the ranks' container is given (the host's RDMA device
-files and IPC_LOCK), what the ranks see inside it compared with the host's, the checks and
-failure classes that come of it, and GPUDirect RDMA's kernel side."""
+"""The fabric a group declares (``hardware.acceptance.transport.fabric``) held against real
+multi-node NCCL logs (tests/data/real/nccl-logs, sources in tests/data/real/SOURCES.md):
+InfiniBand, RoCE and EFA pass for groups that declare them, a socket fallback on an RDMA group
+fails with the reason, a log without GPUDirect RDMA fails where the profile requires it, the
+pinned aws-ofi-nccl version is the one loaded, and a run without a log stays not judged.
+"""
 
 from __future__ import annotations
 
-import os
+import copy
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from toolkit.acceptance import failure
-from toolkit.acceptance.fabric_checks import CONTAINER_FABRIC, GPUDIRECT_KERNEL, fabric_checks
-from toolkit.acceptance.node_runner import fabric, node
-from toolkit.floors import AcceptanceSpec, TransportSpec
+from toolkit.acceptance import nccllog
+from toolkit.acceptance.multinode import run_multi_node
+from toolkit.acceptance.perf_checks import transport_checks
+from toolkit.config import validate
+from toolkit.errors import ConfigError
+from toolkit.floors import TransportSpec
+from toolkit.hardware import HardwareProfile
 
-# What a real host with two ConnectX ports shows (Mellanox/k8s-rdma-shared-dev-plugin issue
-# #64: rdma_cm 10, 57; uverbs0-1 231, 192-193).
-HOST_RDMA = [
-    {"path": "/dev/infiniband/rdma_cm", "major": 10, "minor": 57},
-    {"path": "/dev/infiniband/uverbs0", "major": 231, "minor": 192},
-    {"path": "/dev/infiniband/uverbs1", "major": 231, "minor": 193},
+LOGS = Path(__file__).parents[1] / "data" / "real" / "nccl-logs"
+
+
+def _summary(name: str) -> nccllog.NcclTransport:
+    return nccllog.parse_log((LOGS / name).read_text())
+
+
+def _section(name: str) -> dict[str, Any]:
+    return {"engine": "torch-nccl", "nccl_log": (LOGS / name).read_text()}
+
+
+def _findings(name: str, **rules: Any) -> dict[str, nccllog.Finding]:
+    found = nccllog.judge(_summary(name), TransportSpec(**rules), across_nodes=True)
+    return {f.rule: f for f in found}
+
+
+# log -> the fabric it shows, judged against each declared fabric.
+FABRIC_CASES = [
+    ("ib-roce-devices-a100-nccl-707.log", "infiniband"),
+    ("ib-gdrdma-a100-nccl-707.log", "infiniband"),
+    ("ib-no-gdrdma-nv-peer-memory-56.log", "infiniband"),
+    ("roce-gdrdma-ibext-deepep-106.log", "roce"),
+    ("roce-no-gdrdma-nccl-392.log", "roce"),
+    ("efa-gdrdma-aws-ofi-nccl-715.log", "efa"),
+    ("socket-fallback-nccl-1232.log", "tcp"),
+    ("efa-ofi-1.9.1-socket-fallback-aws-k8s-tester-454.log", "tcp"),
 ]
-HOST_GPUS = [{"path": f"/dev/nvidia{i}", "major": 195, "minor": i} for i in range(2)]
-HOST = {"rdma_devices": ["mlx5_0", "mlx5_1"], "rdma_files": HOST_RDMA, "gpu_files": HOST_GPUS}
-OPEN_580 = (
-    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  "
-    "(dvs-builder@U16-I3-B03-4-3)  Tue Sep 23 09:35:33 UTC 2025\n"
+
+
+@pytest.mark.parametrize(("name", "fabric"), FABRIC_CASES)
+def test_each_real_log_passes_its_own_fabric_only(name: str, fabric: str) -> None:
+    for declared in ("infiniband", "roce", "efa", "tcp"):
+        finding = _findings(name, fabric=declared)["fabric"]
+        if declared == fabric:
+            assert finding.ok is True, (declared, finding.message)
+        elif {declared, fabric} == {"infiniband", "roce"} and name in (
+            "ib-gdrdma-a100-nccl-707.log",
+            "ib-no-gdrdma-nv-peer-memory-56.log",
+        ):
+            # IB verbs whose log names no device: the link layer is taken on trust.
+            assert finding.ok is True and "taken on trust" in finding.message
+        else:
+            assert finding.ok is False, (declared, finding.message)
+
+
+def test_the_connections_devices_decide_between_infiniband_and_roce() -> None:
+    # NCCL lists IB and RoCE devices, the connections use [0], [2], [4], [5]: all InfiniBand.
+    summary = _summary("ib-roce-devices-a100-nccl-707.log")
+    assert summary.ib_devices[7] == "mlx5_16:1/RoCE" and summary.link_layers == ["IB"]
+    roce = _findings("ib-roce-devices-a100-nccl-707.log", fabric="roce")["fabric"]
+    assert roce.message.startswith("fabric infiniband (NET/IB/0/GDRDMA")
+    assert "on a group that declares roce" in roce.message
+
+
+@pytest.mark.parametrize(
+    ("name", "declared"),
+    [
+        ("socket-fallback-nccl-1232.log", "infiniband"),
+        ("efa-ofi-1.9.1-socket-fallback-aws-k8s-tester-454.log", "efa"),
+    ],
 )
-PROPRIETARY_580 = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Release Build\n"
-
-
-def seen(**changes: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "rdma_files": list(HOST_RDMA),
-        "gpu_files": list(HOST_GPUS),
-        "memlock_bytes": 8 << 20,
-        "ipc_lock": True,
-    }
-    out.update(changes)
-    return out
-
-
-def test_the_ranks_get_each_rdma_device_file_and_ipc_lock() -> None:
-    options = fabric.fabric_options(HOST_RDMA)
-    assert options[0] == "--cap-add=IPC_LOCK"
-    assert options[1:] == [f"--device={f['path']}" for f in HOST_RDMA]
-    assert fabric.fabric_options([]) == []  # no RDMA device: nothing asked for
-    argv = node.container_argv(
-        "sha256:abc", "/opt/gpunode/accept", options=["--ipc=host", *options]
+def test_a_socket_fallback_on_an_rdma_group_fails_with_the_reason(name: str, declared: str) -> None:
+    finding = _findings(name, fabric=declared)["fabric"]
+    assert finding.ok is False
+    assert finding.message.startswith(
+        f"NCCL fell back to TCP sockets (NET/Socket/0) on a group that declares {declared}: "
     )
-    assert "--device=/dev/infiniband/uverbs1" in argv and "--cap-add=IPC_LOCK" in argv
-    assert argv.index("--device=/dev/infiniband/uverbs1") < argv.index("sha256:abc")
+    assert "/dev/infiniband" in finding.message and "IPC_LOCK" in finding.message
 
 
 @pytest.mark.parametrize(
-    ("view", "missing"),
+    ("name", "fabric"),
     [
-        (seen(), []),
-        # Unlimited memlock stands in for IPC_LOCK (ib_umem_get's rule).
-        (seen(ipc_lock=False, memlock_bytes=None), []),
-        (
-            seen(rdma_files=[]),
-            [
-                "/dev/infiniband/rdma_cm (10:57, --device)",
-                "/dev/infiniband/uverbs0 (231:192, --device)",
-                "/dev/infiniband/uverbs1 (231:193, --device)",
-            ],
-        ),
-        (seen(rdma_files=HOST_RDMA[:2]), ["/dev/infiniband/uverbs1 (231:193, --device)"]),
-        # The same path with other numbers is another device.
-        (
-            seen(rdma_files=[*HOST_RDMA[:2], {**HOST_RDMA[2], "minor": 199}]),
-            ["/dev/infiniband/uverbs1 (231:193, --device)"],
-        ),
-        (seen(gpu_files=HOST_GPUS[:1]), ["/dev/nvidia1 (195:1, --device)"]),
-        (
-            seen(ipc_lock=False),
-            [
-                "IPC_LOCK (--cap-add=IPC_LOCK) or an unlimited memlock limit "
-                "(--ulimit=memlock=-1): the ranks may lock 8388608 bytes"
-            ],
-        ),
+        ("ib-no-gdrdma-nv-peer-memory-56.log", "infiniband"),
+        ("roce-no-gdrdma-nccl-392.log", "roce"),
     ],
 )
-def test_what_the_ranks_see_is_held_against_the_host(
-    view: dict[str, Any], missing: list[str]
-) -> None:
-    assert fabric.compare(HOST, view) == {"ok": not missing, "missing": missing}
+def test_a_log_without_gdrdma_fails_where_the_profile_requires_it(name: str, fabric: str) -> None:
+    found = _findings(name, fabric=fabric, gpudirect_rdma="required")
+    assert found["fabric"].ok is True
+    assert found["gpudirect_rdma"].ok is False
+    assert "GPUDirect RDMA required, not used: connections via NET/IB/0" in (
+        found["gpudirect_rdma"].message
+    )
 
 
-def test_a_host_without_rdma_needs_no_ipc_lock() -> None:
-    host = {"rdma_devices": [], "rdma_files": [], "gpu_files": []}
-    assert fabric.compare(host, seen(rdma_files=[], gpu_files=[], ipc_lock=False))["ok"]
+def test_nccl_says_why_gpudirect_rdma_is_off() -> None:
+    message = _findings("ib-no-gdrdma-nv-peer-memory-56.log", gpudirect_rdma="required")[
+        "gpudirect_rdma"
+    ].message
+    assert message.endswith(
+        "; NCCL: GPU Direct RDMA Disabled for GPU 2[2] / HCA 0 (distance 3 >= 2); "
+        "GPU 3[3] / HCA 0 (distance 3 >= 2)"
+    )
 
 
 @pytest.mark.parametrize(
-    ("peermem", "release", "version", "missing"),
+    "name",
     [
-        (True, "5.4.0-150-generic", PROPRIETARY_580, None),
-        (False, "6.8.0-45-generic", OPEN_580, None),  # DMA-BUF
-        (
-            False,
-            "6.8.0-45-generic",
-            PROPRIETARY_580,
-            "nvidia_peermem is not loaded, and DMA-BUF needs the open GPU kernel module",
-        ),
-        (
-            False,
-            "5.4.0-150-generic",
-            OPEN_580,
-            "nvidia_peermem is not loaded, and DMA-BUF needs Linux >= 5.12 "
-            "(runs 5.4.0-150-generic)",
-        ),
-        (
-            False,
-            "6.1.0-18-amd64",
-            "",
-            "nvidia_peermem is not loaded, and DMA-BUF needs a loaded NVIDIA driver "
-            "(no /proc/driver/nvidia/version)",
-        ),
+        "ib-roce-devices-a100-nccl-707.log",
+        "roce-gdrdma-ibext-deepep-106.log",
+        "efa-gdrdma-aws-ofi-nccl-715.log",
     ],
 )
-def test_gpudirect_rdma_kernel_side_names_what_is_missing(
-    tmp_path: Path, peermem: bool, release: str, version: str, missing: str | None
-) -> None:
-    module = tmp_path / "nvidia_peermem"
-    if peermem:
-        module.mkdir()
-    found = fabric.gpudirect_kernel(str(module), release, version)
-    assert found["missing"] == missing
-    assert found["nvidia_peermem"] is peermem
-
-
-def test_device_files_are_listed_with_their_numbers(tmp_path: Path) -> None:
-    (tmp_path / "umad0").write_text("")  # not a character device, and not NCCL's
-    try:
-        os.mknod(tmp_path / "uverbs0", 0o20666, os.makedev(231, 192))
-        os.mknod(tmp_path / "rdma_cm", 0o20666, os.makedev(10, 58))
-        os.mknod(tmp_path / "issm0", 0o20600, os.makedev(231, 64))
-    except PermissionError:
-        pytest.skip("mknod needs CAP_MKNOD")
-    assert fabric.rdma_device_files(str(tmp_path)) == [
-        {"path": str(tmp_path / "rdma_cm"), "major": 10, "minor": 58},
-        {"path": str(tmp_path / "uverbs0"), "major": 231, "minor": 192},
+def test_rdma_logs_with_gdrdma_pass_their_fabric_and_gpudirect_rdma(name: str) -> None:
+    fabric = dict(FABRIC_CASES)[name]
+    found = _findings(name, fabric=fabric, gpudirect_rdma="required")
+    assert [(f.rule, f.ok) for f in found.values()] == [
+        ("fabric", True),
+        ("gpudirect_rdma", True),
     ]
-    assert fabric.rdma_device_files(str(tmp_path / "absent")) == []
 
 
-def test_a_container_short_of_the_hosts_devices_measures_nothing(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(node, "container_view", lambda: seen(rdma_files=[]))
-    out = node.run_framework({"host_fabric": HOST, "workdir": "/nonexistent"})
-    assert out["fabric_check"]["ok"] is False
-    assert out["allreduce"]["rows"] == []
-    assert out["allreduce"]["error"].startswith("harness: the ranks' container lacks ")
-    assert "/dev/infiniband/uverbs0 (231:192, --device)" in out["allreduce"]["error"]
+def test_the_pinned_ofi_plugin_is_the_one_loaded() -> None:
+    name = "efa-ofi-1.9.1-socket-fallback-aws-k8s-tester-454.log"
+    assert _summary(name).ofi_plugin_version == "1.9.1-aws"
+    for pin in ("1.9.1", "1.9.1-aws"):
+        finding = _findings(name, fabric="efa", ofi_plugin_version=pin)["ofi_plugin_version"]
+        assert (
+            finding.ok is True
+            and finding.message == f"aws-ofi-nccl 1.9.1-aws loaded == pinned {pin}"
+        )
+    other = _findings(name, fabric="efa", ofi_plugin_version="1.14.0")["ofi_plugin_version"]
+    assert other.ok is False and other.message == "aws-ofi-nccl 1.9.1-aws loaded != pinned 1.14.0"
+    # 1.9.10 is not 1.9.1 with a build tag.
+    assert _findings(name, ofi_plugin_version="1.9")["ofi_plugin_version"].ok is False
+    # A log that names no version (an excerpt) is not judged; one over sockets fails.
+    quiet = _findings("efa-gdrdma-aws-ofi-nccl-715.log", ofi_plugin_version="1.9.1")
+    assert quiet["ofi_plugin_version"].ok is None
+    sockets = _findings("socket-fallback-nccl-1232.log", ofi_plugin_version="1.9.1")
+    assert sockets["ofi_plugin_version"].ok is False
 
 
-def result(compared: dict[str, Any] | None, gpudirect: dict[str, Any] | None) -> dict[str, Any]:
-    return {
-        "fabric": {
-            "host": {**HOST, "gpudirect": gpudirect},
-            "container": seen(),
-            "check": compared,
-        }
+def test_another_libfabric_provider_is_not_efa() -> None:
+    summary = _summary("efa-gdrdma-aws-ofi-nccl-715.log")
+    summary.ofi_provider = "cxi"
+    [finding] = nccllog.judge(summary, TransportSpec(fabric="efa"), across_nodes=True)
+    assert summary.fabric == "ofi/cxi" and finding.ok is False
+    assert finding.message.startswith("the OFI plugin chose provider cxi, not efa")
+
+
+def test_fabric_rules_are_held_on_multi_node_runs_only() -> None:
+    rules = TransportSpec(fabric="infiniband", ofi_plugin_version="1.9.1")
+    section = _section("socket-fallback-nccl-1232.log")
+    # One node's all-reduce shows no fabric: shown, not judged.
+    [shown] = transport_checks(section, rules)
+    assert shown.ok and shown.message.endswith("(shown, not judged)")
+    names = {c.name: c.ok for c in transport_checks(section, rules, across_nodes=True)}
+    assert names == {
+        "allreduce.transport": True,
+        "allreduce.transport.fabric": False,
+        "allreduce.transport.ofi_plugin_version": False,
     }
+    # A single-node log that crossed no network is not judged, even across nodes.
+    lone = _findings("nvls-p2p-cumem-8gpu-nccl-1538.log", fabric="infiniband")["fabric"]
+    assert lone.ok is None and lone.message == "no connection crossed the network"
 
 
-def test_a_container_without_the_fabric_is_a_harness_problem_naming_it() -> None:
-    missing = ["/dev/infiniband/uverbs0 (231:192, --device)"]
-    (check,) = fabric_checks(result({"ok": False, "missing": missing}, None), AcceptanceSpec())
-    assert check.name == CONTAINER_FABRIC and check.outcome == "failed"
-    assert "uverbs0" in check.message
-    assert failure.advice_for(check.name).failure_class == failure.HARNESS
-    (good,) = fabric_checks(result({"ok": True, "missing": []}, None), AcceptanceSpec())
-    assert good.outcome == "passed" and "rdma_cm, uverbs0, uverbs1" in good.message
-    # The ranks on the host (--engine host): nothing to compare, no check.
-    assert fabric_checks(result(None, None), AcceptanceSpec()) == []
-    assert fabric_checks({}, AcceptanceSpec()) == []
+def test_the_multi_node_stage_fails_a_socket_fallback_on_an_infiniband_group() -> None:
+    section = _section("socket-fallback-nccl-1232.log")
+
+    def run_set(names: Any, p2p: bool) -> dict[str, Any]:
+        return copy.deepcopy(section)
+
+    report = run_multi_node(["a", "b"], [], run_set, None, TransportSpec(fabric="infiniband"))
+    assert report.ring is not None and not report.ring.ok
+    failed = next(c for c in report.blame["a"] if c.name == "multinode.transport.fabric")
+    assert "NCCL fell back to TCP sockets" in failed.message
+    assert failed.measured == "tcp" and failed.floor == "infiniband"
 
 
-def test_gpudirect_kernel_side_is_judged_only_where_the_profile_requires_it() -> None:
-    lacking = {"nvidia_peermem": False, "dmabuf": False, "missing": "nvidia_peermem is not loaded"}
-    loose = AcceptanceSpec()
-    strict = AcceptanceSpec(transport=TransportSpec(gpudirect_rdma="required"))
-    (shown,) = fabric_checks(result(None, lacking), loose)
-    assert shown.name == GPUDIRECT_KERNEL and shown.outcome == "not_measured"
-    assert "nvidia_peermem is not loaded" in shown.message
-    (judged,) = fabric_checks(result(None, lacking), strict)
-    assert judged.outcome == "failed"
-    assert failure.advice_for(judged.name).failure_class == failure.CONFIGURATION
-    loaded = {"nvidia_peermem": True, "dmabuf": False, "missing": None}
-    (passed,) = fabric_checks(result(None, loaded), strict)
-    assert passed.outcome == "passed" and "nvidia_peermem loaded" in passed.message
+def test_a_tcp_group_without_a_log_stays_not_judged() -> None:
+    # The lab: gloo on CPU ranks prints no NCCL log.
+    rules = TransportSpec(fabric="tcp")
+    gloo = {"engine": "torch-gloo", "rows": []}
+    assert transport_checks(gloo, rules) == []
+    [check] = transport_checks(gloo, rules, "multinode", across_nodes=True)
+    assert check.ok and check.message.startswith("not judged: ")
+
+    def run_set(names: Any, p2p: bool) -> dict[str, Any]:
+        return copy.deepcopy(gloo)
+
+    report = run_multi_node(["a", "b"], [], run_set, None, rules)
+    assert report.ring is not None
+    [judged] = [c for c in report.ring.checks if c.name.startswith("multinode.transport")]
+    assert judged.ok and judged.message.startswith("not judged: ")
+
+
+def test_the_fabric_is_declared_in_the_hardware_profile() -> None:
+    profile = validate(
+        HardwareProfile,
+        {
+            "gpu": {"model": "H100-SXM", "count": 8},
+            "acceptance": {"transport": {"fabric": "efa", "ofi_plugin_version": "1.9.1-aws"}},
+        },
+        "hardware.yml",
+    )
+    assert profile.acceptance is not None and profile.acceptance.transport is not None
+    assert profile.acceptance.transport.fabric == "efa"
+
+
+@pytest.mark.parametrize(
+    ("transport", "expected"),
+    [
+        ({"fabric": "ethernet"}, "acceptance.transport.fabric"),
+        ({"fabrik": "roce"}, "fabrik"),
+        ({"ofi_plugin_version": "latest"}, "acceptance.transport.ofi_plugin_version"),
+        ({"fabric": "infiniband", "network": "socket"}, "contradicts fabric infiniband"),
+    ],
+)
+def test_bad_fabric_declarations_name_the_key(transport: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        validate(
+            HardwareProfile,
+            {"gpu": {"model": "H100-SXM", "count": 8}, "acceptance": {"transport": transport}},
+            "hardware.yml",
+        )
