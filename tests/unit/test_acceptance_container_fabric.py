@@ -195,3 +195,39 @@ def test_gpudirect_kernel_side_is_judged_only_where_the_profile_requires_it() ->
     loaded = {"nvidia_peermem": True, "dmabuf": False, "missing": None}
     (passed,) = fabric_checks(result(None, loaded), strict)
     assert passed.outcome == "passed" and "nvidia_peermem loaded" in passed.message
+
+
+def test_multi_node_ranks_do_not_start_in_a_container_short_of_the_fabric(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from toolkit.acceptance.node_runner import __main__ as runner_main
+
+    host = tmp_path / "host-fabric.json"
+    host.write_text(json.dumps(HOST))
+    out = tmp_path / "out.json"
+    argv = [
+        "allreduce",
+        "--sizes",
+        "1024",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--master-addr",
+        "10.0.0.1",
+        "--master-port",
+        "29500",
+        "--host-fabric",
+        str(host),
+        "--out",
+        str(out),
+    ]
+    monkeypatch.setattr(runner_main, "container_view", lambda: seen(rdma_files=HOST_RDMA[1:]))
+    assert runner_main.main(argv) == 0
+    stopped = json.loads(out.read_text())
+    assert stopped["rows"] == [] and stopped["fabric"]["check"]["ok"] is False
+    assert stopped["error"] == (
+        "harness: the ranks' container lacks /dev/infiniband/rdma_cm (10:57, --device)"
+    )

@@ -539,10 +539,10 @@ def _launch_set(
         env = (
             {"GLOO_SOCKET_IFNAME": str(ifname), "NCCL_SOCKET_IFNAME": str(ifname)} if ifname else {}
         )
+        host_fabric = (plan.result.get("fabric") or {}).get("host") or {}
         if plan.image:
             # The site's options, then the node's RDMA devices and IPC_LOCK as its run found
             # them on the host (the contract its own run checked inside the container).
-            host_fabric = (plan.result.get("fabric") or {}).get("host") or {}
             options = container_options(plan.host) + fabric_options(
                 host_fabric.get("rdma_files") or []
             )
@@ -562,6 +562,15 @@ def _launch_set(
                 "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) if env else ""
             )
             start = f"{prefix} {plan.python} {REMOTE_DIR}/{payload.ARCHIVE}".strip()
+        check_fabric = ""
+        if plan.image and host_fabric:
+            # The ranks compare what they see with the host before the all-reduce.
+            try:
+                plan.node.put_text(json.dumps(host_fabric), f"{REMOTE_DIR}/host-fabric.json")
+                check_fabric = f" --host-fabric {REMOTE_DIR}/host-fabric.json"
+            except RemoteError as err:
+                results[index] = {"error": f"{plan.host.name}: {err}"}
+                return
         command = (
             f"{start} allreduce --nnodes {len(members)} "
             f"--node-rank {index} {ranks} --master-addr {shlex.quote(str(master))} "
@@ -569,6 +578,7 @@ def _launch_set(
             f"--timeout 120 --out {out} --sizes {' '.join(str(s) for s in sizes)}"
             + (" --p2p" if p2p else "")
             + train
+            + check_fabric
         )
         try:
             res = plan.node.run(command, timeout=300)
