@@ -234,6 +234,7 @@ CHECK_FAMILIES = (
     "gemm",
     "gpu",
     "gpu_perf",
+    "gpudirect",
     "h2d",
     "health",
     "mem_bw",

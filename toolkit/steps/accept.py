@@ -41,7 +41,13 @@ from toolkit.acceptance.staging import (
     rendezvous_address,
     runner_spec,
 )
-from toolkit.acceptance.summary import digest, largest_row, training_summary, transport_summary
+from toolkit.acceptance.summary import (
+    digest,
+    fabric_summary,
+    largest_row,
+    training_summary,
+    transport_summary,
+)
 from toolkit.acceptance.thresholds import effective, sweep_sizes
 from toolkit.acceptance.verdict import Verdict, judge, not_tested_verdict
 from toolkit.errors import AcceptanceError, ConfigError, RemoteError
@@ -178,6 +184,9 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
         "security": _security(plan),
         "checks": [c.to_dict() for c in verdict.checks],
         "failed_checks": verdict.to_dict()["failed_checks"],
+        "failure_class": verdict.failure_class,
+        # The host-to-container contract: what the host has, what the ranks saw.
+        "fabric": fabric_summary(plan.result),
         # passed, failed and not measured (never counted as passed), and why each was not.
         "outcomes": verdict.counts(),
         "not_measured_checks": verdict.to_dict()["not_measured_checks"],
