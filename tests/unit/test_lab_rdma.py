@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
 
 from toolkit.lab import lab, nodes
 from toolkit.lab.faults import FAULTS
 from toolkit.lab.hardware import NodeHardware, rdma_device_files
-from toolkit.lab.package_spec import render
 from toolkit.lab.spec import build_spec
 from toolkit.lab.state import NodeState
 
@@ -67,51 +64,53 @@ def test_the_fault_is_known_and_switches_the_strip_on() -> None:
     assert _files(("no-rdma-passthrough",))[nodes.RDMA_DEVICES_FILE].content
 
 
-def test_strip_removes_the_devices_from_the_container_runc_prepared(
+def test_the_wrapper_is_there_only_with_the_fault() -> None:
+    assert nodes.RUNC_WRAPPER not in _files(())
+    wrapper = _files(("no-rdma-passthrough",))[nodes.RUNC_WRAPPER]
+    assert wrapper.mode == 0o755 and wrapper.content == SCRIPT.read_bytes()
+
+
+def test_the_wrapper_strips_the_rdma_devices_from_the_oci_spec(tmp_path: Path) -> None:
+    script = _script()
+    assert (
+        script.bundle_of(["--root", "/r", "create", "--bundle", "/b", "--pid-file", "p", "c"])
+        == "/b"
+    )
+    assert script.bundle_of(["create", "--bundle=/b", "c"]) == "/b"
+    assert (
+        script.bundle_of(["start", "c"]) is None and script.bundle_of(["state", "-b", "x"]) is None
+    )
+    devices = [
+        {"path": "/dev/infiniband/uverbs0", "type": "c", "major": 231, "minor": 192},
+        {"path": "/dev/infiniband/rdma_cm", "type": "c", "major": 10, "minor": 58},
+        {"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229},
+    ]
+    (tmp_path / "config.json").write_text(json.dumps({"linux": {"devices": devices}, "x": 1}))
+    script.strip_spec(str(tmp_path))
+    spec = json.loads((tmp_path / "config.json").read_text())
+    assert spec == {"linux": {"devices": devices[2:]}, "x": 1}
+
+
+def test_the_wrapper_runs_the_real_runc_with_the_arguments_unchanged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     script = _script()
+    real = tmp_path / "sbin" / "runc"
+    real.parent.mkdir()
+    real.write_text("#!/bin/sh\n")
+    real.chmod(0o755)
     switch = tmp_path / "rdma-passthrough"
+    switch.write_text("strip\n")
     monkeypatch.setattr(script, "PASSTHROUGH_FILE", str(switch))
+    monkeypatch.setattr("sys.argv", [str(tmp_path / "local" / "runc")])
+    monkeypatch.setenv("PATH", f"{tmp_path / 'local'}:{real.parent}")
     bundle = tmp_path / "bundle"
     bundle.mkdir()
-    (bundle / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}}))
-    calls: list[list[str]] = []
-
-    def run(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
-        calls.append(argv)
-        return subprocess.CompletedProcess(argv, 0)
-
-    monkeypatch.setattr(script.subprocess, "run", run)
-    state = json.dumps({"pid": 77, "bundle": str(bundle), "id": "inner7"})
-    monkeypatch.setattr("sys.stdin", __import__("io").StringIO(state))
-    assert script.strip() == 0 and calls == []  # no fault: nothing removed
-    switch.write_text("strip\n")
-    monkeypatch.setattr("sys.stdin", __import__("io").StringIO(state))
-    assert script.strip() == 0
-    assert calls == [
-        ["nsenter", "-t", "77", "-m", "--", "rm", "-rf", f"{bundle}/rootfs/dev/infiniband"]
-    ]
-
-
-def test_the_runtime_hook_hands_the_container_state_to_the_strip(tmp_path: Path) -> None:
-    hook = tmp_path / "usr/bin/nvidia-container-runtime-hook"
-    hook.parent.mkdir(parents=True)
-    hook.write_text(render("nvidia-container-runtime-hook.sh.j2", version="1.16.2", commit="x"))
-    hook.chmod(0o755)
-    seen = tmp_path / "seen"
-    strip = tmp_path / "usr/local/sbin/gpunode-lab-rdma"
-    strip.parent.mkdir(parents=True)
-    strip.write_text(f'#!/bin/sh\necho "$1" >"{seen}"\ncat >>"{seen}"\n')
-    strip.chmod(0o755)
-    state = json.dumps({"ociVersion": "1.0.2", "id": "inner7", "pid": 77, "bundle": "/b"})
-    done = subprocess.run(
-        [str(hook), "prestart"],
-        input=state,
-        text=True,
-        capture_output=True,
-        env={"GPUNODE_LAB_ROOT": str(tmp_path), "PATH": "/usr/bin:/bin"},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert seen.read_text() == f"strip\n{state}\n"
+    devices = [{"path": "/dev/infiniband/uverbs0", "type": "c", "major": 231, "minor": 192}]
+    (bundle / "config.json").write_text(json.dumps({"linux": {"devices": devices}}))
+    ran: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(script.os, "execv", lambda path, argv: ran.append((path, argv)))
+    argv = ["create", "--bundle", str(bundle), "c1"]
+    script.runc(argv)
+    assert ran == [(str(real), [str(real), *argv])]
+    assert json.loads((bundle / "config.json").read_text())["linux"]["devices"] == []

@@ -73,9 +73,9 @@ FAULTS: dict[str, str] = {
         "ignore: the XID is shown with its action and the node stays ready"
     ),
     "no-rdma-passthrough": (
-        "the node's container runtime starts the ranks' containers without the RDMA devices "
-        "(/dev/infiniband) it was asked to pass: the host has them, the ranks do not see them, "
-        "and acceptance must call it a harness problem naming them, never the node"
+        "the node's container runtime (a runc wrapper) strips the RDMA devices (/dev/infiniband) "
+        "from each container it was asked to pass them to: the host has them, the ranks do not "
+        "see them, and acceptance must call it a harness problem naming them, never the node"
     ),
 }
 # The `ecc` fault's counts (uncorrectable, corrected); `remapped` and `returned-gpu` keep them as

@@ -38,11 +38,13 @@ DATA_THROTTLE_FILE = f"{paths.NODE_STATE_DIR}/data-throttle"
 DATA_THROTTLE_SCRIPT = "/usr/local/sbin/gpunode-lab-data-throttle"
 # The emulated compute NICs' /dev/infiniband devices (`<name> <major> <minor>` a line), the
 # `no-rdma-passthrough` fault's switch ("strip" or empty), the script that reads both
-# (node_files/gpunode_lab_rdma.py) and the drop-in that runs it at boot after the udev stand-in.
+# (node_files/gpunode_lab_rdma.py), the drop-in that runs it at boot after the udev stand-in,
+# and where the same script goes as the fault's runc wrapper (first on containerd's PATH).
 RDMA_DEVICES_FILE = f"{paths.NODE_STATE_DIR}/rdma-devices"
 RDMA_PASSTHROUGH_FILE = f"{paths.NODE_STATE_DIR}/rdma-passthrough"
 RDMA_SCRIPT = "/usr/local/sbin/gpunode-lab-rdma"
 RDMA_DROP_IN = "/etc/systemd/system/gpunode-lab-udev.service.d/gpunode-lab-rdma.conf"
+RUNC_WRAPPER = "/usr/local/sbin/runc"
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,10 @@
 
     gpunode-lab-rdma devices   create /dev/infiniband/<name> from the lab's file (at every
                                boot, after gpunode-lab-udev: a node's /dev starts empty)
-    gpunode-lab-rdma strip     the `no-rdma-passthrough` fault, as an OCI prestart hook step
-                               (the container's state on stdin): remove /dev/infiniband from
-                               the container that runc has just prepared
+    runc                       (installed as /usr/local/sbin/runc while the node has the
+                               `no-rdma-passthrough` fault) a wrapper of the real runc that
+                               strips /dev/infiniband from the devices of each container's
+                               OCI spec before runc creates it
 
 The lab writes /var/lib/gpunode-lab/rdma-devices, one device a line, `<name> <major> <minor>`,
 with the numbers a real host shows (toolkit/lab/hardware.py, rdma_device_files): the same
@@ -14,17 +15,16 @@ passes a character device into the ranks' container. The lab's kernel has no RDM
 behind them: opening one fails, listing and passing them works, which is what the host-to-
 container contract needs (design.md).
 
-`strip` models a runtime that drops the devices it was asked to pass: at prestart runc has
-created the container's /dev (its own tmpfs, in the container's mount namespace) and not yet
-pivoted into the root file system, as nvidia-container-cli sees it when it mounts the
-driver's files in. Stdlib only.
+The wrapper models a container runtime that drops the devices it was asked to pass: Docker
+asked for them (`--device`, in the OCI spec's linux.devices), the container does not get them.
+containerd's runc shim finds `runc` on its PATH, where /usr/local/sbin comes first (systemd's
+default service PATH). Stdlib only.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 STATE = "/var/lib/gpunode-lab"
@@ -51,30 +51,68 @@ def devices() -> int:
     return 0
 
 
-def strip() -> int:
-    state = json.load(sys.stdin)
-    try:
-        with open(PASSTHROUGH_FILE, encoding="utf-8") as handle:
-            if handle.read().strip() != "strip":
-                return 0
-    except OSError:
-        return 0
-    bundle = str(state.get("bundle") or "")
-    with open(os.path.join(bundle, "config.json"), encoding="utf-8") as handle:
-        root = str(json.load(handle)["root"]["path"])
-    rootfs = root if os.path.isabs(root) else os.path.join(bundle, root)
-    target = os.path.join(rootfs, DEV_DIR.lstrip("/"))
-    pid = str(int(state["pid"]))
-    return subprocess.run(["nsenter", "-t", pid, "-m", "--", "rm", "-rf", target]).returncode
+def real_runc() -> str | None:
+    """The first other `runc` on PATH (this wrapper excluded)."""
+    me = os.path.realpath(sys.argv[0])
+    for folder in os.environ.get("PATH", "/usr/sbin:/usr/bin").split(os.pathsep):
+        candidate = os.path.join(folder, "runc")
+        if os.path.realpath(candidate) != me and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def bundle_of(argv: list[str]) -> str | None:
+    """The bundle of a `runc create` or `runc run` (``--bundle DIR``, ``-b DIR``), else None."""
+    if not {"create", "run"} & set(argv):
+        return None
+    for i, arg in enumerate(argv):
+        if arg in ("--bundle", "-b") and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--bundle="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def strip_spec(bundle: str) -> None:
+    """Take the /dev/infiniband devices out of the bundle's OCI spec."""
+    path = os.path.join(bundle, "config.json")
+    with open(path, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    devices = spec.get("linux", {}).get("devices") or []
+    kept = [d for d in devices if not str(d.get("path", "")).startswith(DEV_DIR + "/")]
+    if len(kept) == len(devices):
+        return
+    spec["linux"]["devices"] = kept
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump(spec, handle)
+    os.replace(path + ".tmp", path)
+
+
+def runc(argv: list[str]) -> int:
+    real = real_runc()
+    if real is None:
+        sys.stderr.write("gpunode-lab-rdma: no runc found on PATH\n")
+        return 1
+    bundle = bundle_of(argv)
+    if bundle:
+        try:
+            with open(PASSTHROUGH_FILE, encoding="utf-8") as handle:
+                on = handle.read().strip() == "strip"
+        except OSError:
+            on = False
+        if on:
+            strip_spec(bundle)
+    os.execv(real, [real, *argv])
+    return 1  # not reached
 
 
 def main(argv: list[str]) -> int:
+    if os.path.basename(sys.argv[0]) == "runc":
+        return runc(argv)
     command = argv[0] if argv else "devices"
     if command == "devices":
         return devices()
-    if command == "strip":
-        return strip()
-    sys.stderr.write("usage: gpunode-lab-rdma [devices|strip]\n")
+    sys.stderr.write("usage: gpunode-lab-rdma [devices]   (as runc: the fault's wrapper)\n")
     return 2
 
 
