@@ -14,7 +14,8 @@ import pytest
 
 from toolkit.lab import lab, nodes
 from toolkit.lab.faults import FAULTS
-from toolkit.lab.hardware import NodeHardware, rdma_device_files
+from toolkit.lab.hardware import NodeHardware
+from toolkit.lab.rdma import rdma_device_files
 from toolkit.lab.spec import build_spec
 from toolkit.lab.state import NodeState
 

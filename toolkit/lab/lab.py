@@ -28,7 +28,8 @@ from toolkit.lab import inventory, network, nodes, paths, runfile, server, ssh
 from toolkit.lab import slurm as lab_slurm
 from toolkit.lab import state as lab_state
 from toolkit.lab.faults import KERNEL_LOG_FAULTS
-from toolkit.lab.hardware import NodeHardware, aer_files, rdma_device_files, rdma_files
+from toolkit.lab.hardware import NodeHardware, aer_files, rdma_files
+from toolkit.lab.rdma import rdma_device_files
 from toolkit.lab.repo import build_repository
 from toolkit.lab.spec import (
     SLOW_DATA_READ_BPS,

@@ -9,7 +9,7 @@
                                OCI spec before runc creates it
 
 The lab writes /var/lib/gpunode-lab/rdma-devices, one device a line, `<name> <major> <minor>`,
-with the numbers a real host shows (toolkit/lab/hardware.py, rdma_device_files): the same
+with the numbers a real host shows (toolkit/lab/rdma.py, rdma_device_files): the same
 files a real node's udev creates, so `docker run --device=/dev/infiniband/uverbs0` really
 passes a character device into the ranks' container. The lab's kernel has no RDMA driver
 behind them: opening one fails, listing and passing them works, which is what the host-to-
