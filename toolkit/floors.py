@@ -241,6 +241,7 @@ CHECK_FAMILIES = (
     "gemm",
     "gpu",
     "gpu_perf",
+    "gpudirect",
     "h2d",
     "health",
     "mem_bw",

@@ -132,6 +132,15 @@ def test_a_classed_failure_an_ignored_xid_and_an_rma_pack(
     xid = _check(good, "health.xid")
     assert xid["ok"] and "63" in xid["message"], xid
 
+    # The host-to-container contract held: the ranks saw the node's RDMA devices, and the run
+    # record keeps what they saw beside what the host has.
+    fabric = _check(good, "container.fabric")
+    assert fabric["outcome"] == "passed" and "uverbs0" in fabric["message"], fabric
+    record = json.loads((run.run_dir / "nodes" / f"{ignored}.result.json").read_text())
+    host_files = [f["path"] for f in record["fabric"]["host"]["rdma_files"]]
+    assert "/dev/infiniband/uverbs0" in host_files and "/dev/infiniband/rdma_cm" in host_files
+    assert [f["path"] for f in record["fabric"]["container"]["rdma_files"]] == host_files
+
     # What the lab cannot measure is not measured in every output, never passed.
     gpu_util = _check(good, "train.gpu_util")
     assert gpu_util["outcome"] == "not_measured" and gpu_util["reason"], gpu_util
@@ -200,3 +209,31 @@ def test_a_profile_that_requires_what_was_not_measured_is_not_ready_for_coverage
     # Nothing else failed: the node is healthy, only its proof falls short.
     assert {f["check"] for f in node["failed_checks"]} == {"coverage"}, node["failed_checks"]
     assert node["certificate"] is None
+
+
+@pytest.mark.lab
+def test_a_container_without_the_rdma_devices_is_a_harness_problem_not_the_node(
+    lab_inventory: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    """The `no-rdma-passthrough` fault: the node's runtime drops the RDMA devices it was
+    asked to pass; the ranks' check catches it before the all-reduce, names what is missing,
+    and the node's failure is the harness's."""
+    from toolkit.lab import lab as lab_core
+
+    inventory, names = lab_inventory
+    state = lab_core.require(LAB)
+    lab_core.set_faults(LAB, _lab_ref(state, names[0]), ["no-rdma-passthrough"])
+    try:
+        run = _accept(inventory, names[:1], tmp_path / "runs")
+    finally:
+        lab_core.set_faults(LAB, _lab_ref(state, names[0]), [])
+    node = _node(run, names[0])
+    assert node["verdict"] == "not-ready" and node["failure_class"] == "harness", node
+    assert {f["failure_class"] for f in node["failed_checks"]} == {"harness"}, node
+    [fabric] = [f for f in node["failed_checks"] if f["check"] == "container.fabric"]
+    assert "/dev/infiniband/uverbs0 (231:192" in fabric["message"], fabric
+    assert "/dev/infiniband/rdma_cm (10:58" in fabric["message"], fabric
+    record = json.loads((run.run_dir / "nodes" / f"{names[0]}.result.json").read_text())
+    assert (
+        record["fabric"]["host"]["rdma_files"] and not record["fabric"]["container"]["rdma_files"]
+    )

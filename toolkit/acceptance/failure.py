@@ -193,6 +193,15 @@ RULES: tuple[tuple[str, Advice], ...] = (
         )
         for stage in ("allreduce", "multinode")
     ),
+    (
+        "gpudirect.kernel",
+        Advice(
+            CONFIGURATION,
+            "load nvidia_peermem (modprobe nvidia-peermem, after the RDMA stack) or run the open "
+            "GPU kernel module on Linux >= 5.12 for DMA-BUF, then re-accept",
+            "NVIDIA GPU Operator docs, GPUDirect RDMA: DMA-BUF or the nvidia-peermem module",
+        ),
+    ),
     # The node's parts.
     (
         "gpu.count",
@@ -299,6 +308,15 @@ RULES: tuple[tuple[str, Advice], ...] = (
     # The test setup itself.
     ("coverage", COVERAGE),
     ("runner", HARNESS_RUN),
+    (
+        "container.fabric",
+        Advice(
+            HARNESS,
+            "give the ranks' container what it lacks (the container runtime or the executor "
+            "dropped it, or gpunode_accept_container_options took it away), then re-accept",
+            f"{HARNESS_SOURCE}; design.md, the host-to-container contract",
+        ),
+    ),
     ("container.", HARNESS_RUN),
     ("dcgm.run", HARNESS_RUN),
     (

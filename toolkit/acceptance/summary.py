@@ -64,6 +64,31 @@ def largest_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(rows, key=lambda r: r["size_bytes"]) if rows else None
 
 
+def fabric_summary(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The host-to-container contract of one node's run (``node_runner.fabric``): the RDMA
+    device files the host has and those the ranks saw in the container, what was missing, and
+    GPUDirect RDMA's kernel side; None from a runner without it."""
+    fabric = (result or {}).get("fabric")
+    if not isinstance(fabric, dict):
+        return None
+
+    def paths(side: dict[str, Any] | None) -> list[str] | None:
+        if not isinstance(side, dict):
+            return None
+        return [str(f.get("path")) for f in side.get("rdma_files") or []]
+
+    host = fabric.get("host") or {}
+    compared = fabric.get("check") or {}
+    gpudirect = host.get("gpudirect") or {}
+    return {
+        "rdma_devices": list(host.get("rdma_devices") or []),
+        "host_rdma_files": paths(host),
+        "container_rdma_files": paths(fabric.get("container")),
+        "missing": list(compared.get("missing") or []),
+        "gpudirect_missing": gpudirect.get("missing"),
+    }
+
+
 def transport_summary(result: dict[str, Any] | None) -> dict[str, Any] | None:
     """What the all-reduce's NCCL log says it ran over (None: no log, as gloo on the CPU)."""
     summary = nccllog.read_section((result or {}).get("allreduce"))

@@ -18,6 +18,7 @@ from toolkit.acceptance.check import (
     counts,
     coverage_check,
 )
+from toolkit.acceptance.fabric_checks import fabric_checks
 from toolkit.acceptance.node_checks import stack_check
 from toolkit.acceptance.passive import passive_checks
 from toolkit.acceptance.perf_checks import (
@@ -149,6 +150,9 @@ def judge(
         checks.extend(extra or [])
         return Verdict(expect.host, checks)
     checks += passive_checks(result, expect, spec, xids=critical_xids(), model_of=catalog.model_of)
+    # The host-to-container contract first: a container without the host's devices measures
+    # the harness, and the figures below are read with that in mind.
+    checks += fabric_checks(result, spec)
     checks += allreduce_checks(result.get("allreduce"), spec.allreduce)
     checks += transport_checks(result.get("allreduce"), spec.transport)
     checks += gpu_perf_checks(result, spec)

@@ -72,6 +72,11 @@ FAULTS: dict[str, str] = {
         "one GPU logs XID 63 (a row remapping recorded), which NVIDIA's Xid catalog says to "
         "ignore: the XID is shown with its action and the node stays ready"
     ),
+    "no-rdma-passthrough": (
+        "the node's container runtime (a runc wrapper) strips the RDMA devices (/dev/infiniband) "
+        "from each container it was asked to pass them to: the host has them, the ranks do not "
+        "see them, and acceptance must call it a harness problem naming them, never the node"
+    ),
 }
 # The `ecc` fault's counts (uncorrectable, corrected); `remapped` and `returned-gpu` keep them as
 # the board's lifetime history.

@@ -72,6 +72,7 @@ FaultName = Literal[
     "returned-gpu",
     "link-flap",
     "xid63",
+    "no-rdma-passthrough",
 ]
 
 

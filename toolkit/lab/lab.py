@@ -30,6 +30,7 @@ from toolkit.lab import slurm as lab_slurm
 from toolkit.lab import state as lab_state
 from toolkit.lab.faults import KERNEL_LOG_FAULTS
 from toolkit.lab.hardware import NodeHardware, aer_files, rdma_files
+from toolkit.lab.rdma import rdma_device_files
 from toolkit.lab.repo import build_repository
 from toolkit.lab.spec import (
     SLOW_DATA_READ_BPS,
@@ -48,6 +49,8 @@ DEFAULT_NAME = "gpunode"
 # Where the `keyring` fault puts NVIDIA's own sources (see _nvidia_sources_files).
 CUDA_KEYRING_LIST = "/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
 CONTAINER_TOOLKIT_LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+# The fault whose runc wrapper strips the RDMA devices from the containers a node starts.
+NO_RDMA_PASSTHROUGH = "no-rdma-passthrough"
 # The fault that leaves a .run-installed driver's files on a node (toolkit/lab/runfile.py).
 RUNFILE_FAULT = "runfile-driver"
 
@@ -339,8 +342,32 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
         "product_serial": hw.system.product_serial,
         "board_serial": hw.system.board_serial,
     }
+    rdma_devices = "".join(
+        f"{name} {major} {minor}\n" for name, (major, minor) in rdma_device_files(hw).items()
+    )
+    rdma_script = (
+        resources.files("toolkit.lab").joinpath("node_files").joinpath("gpunode_lab_rdma.py")
+    ).read_bytes()
+    # The `no-rdma-passthrough` fault's runc wrapper, there only while the fault is set
+    # (_apply_faults removes it when the fault is cleared).
+    wrapper = (
+        {nodes.RUNC_WRAPPER: nodes.NodeFile(rdma_script, 0o755)}
+        if NO_RDMA_PASSTHROUGH in faults
+        else {}
+    )
     return {
+        **wrapper,
         paths.HARDWARE_FILE: nodes.NodeFile(hw.to_json().encode()),
+        # The NICs' /dev/infiniband devices and the `no-rdma-passthrough` fault's switch, read
+        # by gpunode-lab-rdma (at boot; as the runc wrapper, for each container).
+        nodes.RDMA_DEVICES_FILE: nodes.NodeFile(rdma_devices.encode()),
+        nodes.RDMA_PASSTHROUGH_FILE: nodes.NodeFile(
+            b"strip\n" if NO_RDMA_PASSTHROUGH in faults else b""
+        ),
+        nodes.RDMA_SCRIPT: nodes.NodeFile(rdma_script, 0o755),
+        nodes.RDMA_DROP_IN: nodes.NodeFile(
+            f"[Service]\nExecStartPost={nodes.RDMA_SCRIPT} devices\n".encode()
+        ),
         nodes.KERNEL_EVENTS_FILE: nodes.NodeFile(events.encode()),
         nodes.EGRESS_RATE_FILE: nodes.NodeFile(rate.encode()),
         nodes.DATA_THROTTLE_FILE: nodes.NodeFile(throttle.encode()),
@@ -432,6 +459,8 @@ def _apply_faults(container: Container, spec: LabSpec, node: NodeState, hw: Node
     for line in hw.kernel_messages(added):
         nodes.exec_in(container, ["logger", "-t", "kernel", "-p", "kern.err", "--", line])
     now = set(spec.node_faults(node.index))
+    if NO_RDMA_PASSTHROUGH in before - now:
+        nodes.exec_in(container, ["rm", "-f", nodes.RUNC_WRAPPER])
     if RUNFILE_FAULT in now - before:
         runfile.install(container)
     elif RUNFILE_FAULT in before - now:

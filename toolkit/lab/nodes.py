@@ -1,7 +1,7 @@
 """Lab node containers: systemd as PID 1, sshd, data disks, the emulated hardware.
 
 A node runs unprivileged (``--privileged`` does not work here, and a node should not own
-the host): it gets SYS_ADMIN and NET_ADMIN, unconfined seccomp and AppArmor and the host's
+the host): it gets SYS_ADMIN, NET_ADMIN and IPC_LOCK, unconfined seccomp and AppArmor and the host's
 cgroup namespace with a writable cgroup tree, which is what systemd and a Docker engine
 inside the node need; block devices of the loop (7), md (9) and extended-partition (259)
 majors may be created and used inside it, and NVIDIA's character devices (195) created but
@@ -39,6 +39,15 @@ EGRESS_RATE_FILE = f"{paths.NODE_STATE_DIR}/egress-rate"
 # part of the node image: node_files/gpunode-lab-data-throttle.sh).
 DATA_THROTTLE_FILE = f"{paths.NODE_STATE_DIR}/data-throttle"
 DATA_THROTTLE_SCRIPT = "/usr/local/sbin/gpunode-lab-data-throttle"
+# The emulated compute NICs' /dev/infiniband devices (`<name> <major> <minor>` a line), the
+# `no-rdma-passthrough` fault's switch ("strip" or empty), the script that reads both
+# (node_files/gpunode_lab_rdma.py), the drop-in that runs it at boot after the udev stand-in,
+# and where the same script goes as the fault's runc wrapper (first on containerd's PATH).
+RDMA_DEVICES_FILE = f"{paths.NODE_STATE_DIR}/rdma-devices"
+RDMA_PASSTHROUGH_FILE = f"{paths.NODE_STATE_DIR}/rdma-passthrough"
+RDMA_SCRIPT = "/usr/local/sbin/gpunode-lab-rdma"
+RDMA_DROP_IN = "/etc/systemd/system/gpunode-lab-udev.service.d/gpunode-lab-rdma.conf"
+RUNC_WRAPPER = "/usr/local/sbin/runc"
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,11 @@ def container_labels(lab_name: str, role: str, index: int | None = None) -> dict
 def host_config(client: docker.DockerClient) -> dict[str, object]:
     """The HostConfig of a node: what systemd and Docker-in-node need, no more."""
     config: dict[str, object] = client.api.create_host_config(
-        cap_add=["SYS_ADMIN", "NET_ADMIN"],
+        # IPC_LOCK: the ranks' containers are given it (NCCL's verbs pin memory; Linux
+        # drivers/infiniband/core/umem.c lets only CAP_IPC_LOCK pin past RLIMIT_MEMLOCK), and a
+        # container can be given no capability its parent lacks (capabilities(7), the
+        # bounding set). It lets the node lock memory past its limit, nothing more.
+        cap_add=["SYS_ADMIN", "NET_ADMIN", "IPC_LOCK"],
         security_opt=["seccomp=unconfined", "apparmor=unconfined"],
         cgroupns="host",
         binds={"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "rw"}},

@@ -29,6 +29,7 @@ from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.expectation import expected_node
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
 from toolkit.acceptance.multinode import MultiNodeReport, multi_node_vars, run_multi_node
+from toolkit.acceptance.node_runner.fabric import fabric_options
 from toolkit.acceptance.node_runner.node import container_argv
 from toolkit.acceptance.perf_checks import normalise_allreduce
 from toolkit.acceptance.staging import (
@@ -40,7 +41,13 @@ from toolkit.acceptance.staging import (
     rendezvous_address,
     runner_spec,
 )
-from toolkit.acceptance.summary import digest, largest_row, training_summary, transport_summary
+from toolkit.acceptance.summary import (
+    digest,
+    fabric_summary,
+    largest_row,
+    training_summary,
+    transport_summary,
+)
 from toolkit.acceptance.thresholds import effective, sweep_sizes
 from toolkit.acceptance.verdict import Verdict, judge, not_tested_verdict
 from toolkit.errors import AcceptanceError, ConfigError, RemoteError
@@ -177,6 +184,9 @@ def _node_summary(plan: NodePlan) -> dict[str, Any]:
         "security": _security(plan),
         "checks": [c.to_dict() for c in verdict.checks],
         "failed_checks": verdict.to_dict()["failed_checks"],
+        "failure_class": verdict.failure_class,
+        # The host-to-container contract: what the host has, what the ranks saw.
+        "fabric": fabric_summary(plan.result),
         # passed, failed and not measured (never counted as passed), and why each was not.
         "outcomes": verdict.counts(),
         "not_measured_checks": verdict.to_dict()["not_measured_checks"],
@@ -456,6 +466,18 @@ def _stage_multi_node(
                 p.extra.append(
                     Check("multinode.run", False, "left out: its single-node run failed")
                 )
+        # A node whose ranks did not see its fabric in the container would fail its sets for
+        # the harness's sake (NCCL falls back to sockets): it is left out, and nobody blamed.
+        blind = [p for p in usable if _container_lacks_fabric(p)]
+        for p in blind:
+            usable.remove(p)
+            p.extra.append(
+                Check(
+                    "multinode.run",
+                    False,
+                    "left out: its ranks' container lacks the host's devices (container.fabric)",
+                )
+            )
         if len(usable) < 2:
             progress(f"group {group}: fewer than 2 usable nodes; no multi-node test")
             continue
@@ -473,6 +495,12 @@ def _stage_multi_node(
             )
         )
     return MultiNodeReport.merged(reports) if reports else None
+
+
+def _container_lacks_fabric(plan: NodePlan) -> bool:
+    """Whether the node's own run found its container short of the host's devices."""
+    compared = ((plan.result or {}).get("fabric") or {}).get("check")
+    return isinstance(compared, dict) and compared.get("ok") is False
 
 
 _port_lock = threading.Lock()
@@ -526,8 +554,13 @@ def _launch_set(
         env = (
             {"GLOO_SOCKET_IFNAME": str(ifname), "NCCL_SOCKET_IFNAME": str(ifname)} if ifname else {}
         )
+        host_fabric = (plan.result.get("fabric") or {}).get("host") or {}
         if plan.image:
-            options = container_options(plan.host)
+            # The site's options, then the node's RDMA devices and IPC_LOCK as its run found
+            # them on the host (the contract its own run checked inside the container).
+            options = container_options(plan.host) + fabric_options(
+                host_fabric.get("rdma_files") or []
+            )
             # The node's own IMEX channels, as its run found them on the host.
             channels = [str(c) for c in plan.result.get("imex_channels") or []]
             argv = container_argv(
@@ -544,6 +577,15 @@ def _launch_set(
                 "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) if env else ""
             )
             start = f"{prefix} {plan.python} {REMOTE_DIR}/{payload.ARCHIVE}".strip()
+        check_fabric = ""
+        if plan.image and host_fabric:
+            # The ranks compare what they see with the host before the all-reduce.
+            try:
+                plan.node.put_text(json.dumps(host_fabric), f"{REMOTE_DIR}/host-fabric.json")
+                check_fabric = f" --host-fabric {REMOTE_DIR}/host-fabric.json"
+            except RemoteError as err:
+                results[index] = {"error": f"{plan.host.name}: {err}"}
+                return
         command = (
             f"{start} allreduce --nnodes {len(members)} "
             f"--node-rank {index} {ranks} --master-addr {shlex.quote(str(master))} "
@@ -551,6 +593,7 @@ def _launch_set(
             f"--timeout 120 --out {out} --sizes {' '.join(str(s) for s in sizes)}"
             + (" --p2p" if p2p else "")
             + train
+            + check_fabric
         )
         try:
             res = plan.node.run(command, timeout=300)

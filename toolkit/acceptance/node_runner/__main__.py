@@ -12,6 +12,7 @@ from typing import Any
 
 from .collective import launch_ranks
 from .common import import_torch, torch_installed, write_json
+from .fabric import compare, container_view, fabric_error
 from .probe import nccl_probe
 from .rank import worker
 from .storage import remove_storage
@@ -50,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--nproc", type=int, default=0, help="0: one per GPU, else CPU ranks")
             p.add_argument("--master-addr", required=True)
             p.add_argument("--master-port", type=int, required=True)
+            p.add_argument(
+                "--host-fabric",
+                help="the host's side of the host-to-container contract (JSON, "
+                "fabric.host_fabric): the ranks start only if they see it all",
+            )
     args = parser.parse_args(argv)
     if args.cmd in ("run", "framework"):
         try:
@@ -68,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "nccl-probe":
         print(json.dumps(nccl_probe(import_torch()), sort_keys=True))
         return 0
+    if getattr(args, "host_fabric", None):
+        stopped = _fabric_stop(args.host_fabric)
+        if stopped is not None:
+            if args.out:
+                write_json(args.out, stopped)
+            return 0
     # The ranks import torch themselves; this process asks it only for the GPUs when they
     # decide the device or the number of ranks (an import of torch takes seconds).
     device = args.device
@@ -111,6 +123,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         write_json(args.out, result)
     return 0
+
+
+def _fabric_stop(path: str) -> dict[str, Any] | None:
+    """The all-reduce's result when the ranks' container lacks what the host has (a harness
+    error naming it), else None: the ranks may start."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            host = json.load(handle)
+    except (OSError, ValueError) as err:
+        return {"engine": "torch", "rows": [], "error": f"harness: cannot read {path}: {err}"}
+    seen = container_view()
+    compared = compare(host, seen)
+    if compared["ok"]:
+        return None
+    return {
+        "engine": "torch",
+        "rows": [],
+        "error": fabric_error(compared),
+        "fabric": {"container": seen, "check": compared},
+    }
 
 
 if __name__ == "__main__":

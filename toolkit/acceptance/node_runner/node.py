@@ -14,6 +14,7 @@ from typing import Any
 
 from .collective import find_nccl_tests, free_port, launch_ranks, run_nccl_tests
 from .common import ARCHIVE, import_torch, now_iso, sh, write_json
+from .fabric import compare, container_view, fabric_error, fabric_options, host_fabric
 from .facts import (
     DEFAULT_KERNEL_LOG_COMMAND,
     DMI_DIR,
@@ -71,8 +72,16 @@ def run_node(spec: dict[str, Any]) -> dict[str, Any]:
     result["identity"] = query_identity(str(spec.get("dmi_dir") or DMI_DIR))
     # What the multi-node ranks' containers are given too (``steps.accept``).
     result["imex_channels"] = imex_channels()
+    # The host's side of the host-to-container contract; the container's side is added by
+    # run_in_container (what the ranks saw, and the two compared).
+    result["fabric"] = {"host": host_fabric(result["topology"].get("rdma"))}
     container = spec.get("container")
-    framework = run_in_container(spec, container) if container else run_framework(spec)
+    if container:
+        framework = run_in_container(spec, container, result["fabric"]["host"])
+        result["fabric"]["container"] = framework.pop("fabric_seen", None)
+        result["fabric"]["check"] = framework.pop("fabric_check", None)
+    else:
+        framework = run_framework(spec)
     result["versions"].update(framework.pop("versions", {}))
     result.update(framework)
     result["duration_s"] = time.perf_counter() - started
@@ -126,14 +135,24 @@ def container_argv(
     return [*argv, "--entrypoint", "python3", image, os.path.join(workdir, ARCHIVE)]
 
 
-def run_in_container(spec: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
-    """The framework's checks inside the training image (``framework`` in the container)."""
+def run_in_container(
+    spec: dict[str, Any], container: dict[str, Any], host: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The framework's checks inside the training image (``framework`` in the container).
+
+    ``host`` (``fabric.host_fabric``): the RDMA devices the container is given (each device
+    file and IPC_LOCK, beside the site's options) and that the ranks must then see; the
+    framework compares before its all-reduce (``fabric_seen``, ``fabric_check``).
+    """
     workdir = str(spec.get("workdir", "/tmp"))
     spec_path = os.path.join(workdir, "framework-spec.json")
     out_path = os.path.join(workdir, f"framework-{os.getpid()}.json")
     inner = {k: v for k, v in spec.items() if k != "container"}
+    if host is not None:
+        inner["host_fabric"] = host
     write_json(spec_path, inner)
-    options = container.get("options") or DEFAULT_CONTAINER_OPTIONS
+    options = list(container.get("options") or DEFAULT_CONTAINER_OPTIONS)
+    options += fabric_options((host or {}).get("rdma_files") or [])
     argv = container_argv(
         str(container["image"]), workdir, spec.get("data_path"), None, options, imex_channels()
     )
@@ -168,6 +187,21 @@ def run_framework(spec: dict[str, Any]) -> dict[str, Any]:
     # In the training image, the NVIDIA runtime mounts nvidia-smi (the utility capability).
     smi = shutil.which("nvidia-smi")
     result: dict[str, Any] = {"versions": {}}
+    host = spec.get("host_fabric")
+    if host is not None:
+        # Before anything is measured: do the ranks see what the host has? A container that
+        # lacks a device measures the harness, not the node.
+        result["fabric_seen"] = container_view()
+        result["fabric_check"] = compare(host, result["fabric_seen"])
+        if not result["fabric_check"]["ok"]:
+            error = fabric_error(result["fabric_check"])
+            result.update(
+                cuda_device_count=0,
+                allreduce={"engine": "torch", "rows": [], "error": error},
+                gpu_perf=None,
+                data=None,
+            )
+            return result
     torch = import_torch()
     cuda_gpus = 0
     if torch is not None:

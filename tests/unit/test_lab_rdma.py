@@ -1,0 +1,117 @@
+"""The lab's side of the host-to-container contract: each node with RDMA NICs carries their
+/dev/infiniband devices with the real numbers, created at boot by gpunode-lab-rdma, and the
+`no-rdma-passthrough` fault takes them out of the containers the node's runtime starts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from importlib import resources
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from toolkit.lab import lab, nodes
+from toolkit.lab.faults import FAULTS
+from toolkit.lab.hardware import NodeHardware
+from toolkit.lab.rdma import rdma_device_files
+from toolkit.lab.spec import build_spec
+from toolkit.lab.state import NodeState
+
+SCRIPT = resources.files("toolkit.lab").joinpath("node_files").joinpath("gpunode_lab_rdma.py")
+
+
+def _files(faults: tuple[str, ...]) -> dict[str, nodes.NodeFile]:
+    spec = build_spec(name="t", nodes=1, faults=tuple((1, f) for f in faults))
+    hw = NodeHardware.for_node("H100", 8, True, faults, seed="t", index=1)
+    return lab._fault_files(spec, NodeState(index=1, name="t-node-1", ip="10.0.0.2"), hw)
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpunode_lab_rdma", str(SCRIPT))
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_nic_has_its_verbs_device_and_the_host_one_rdma_cm() -> None:
+    hw = NodeHardware.for_node("H100", 8, True, seed="t", index=1)
+    devices = rdma_device_files(hw)
+    assert len(hw.nics) == 4
+    assert devices == {
+        "uverbs0": (231, 192),
+        "uverbs1": (231, 193),
+        "uverbs2": (231, 194),
+        "uverbs3": (231, 195),
+        "rdma_cm": (10, 58),
+    }
+    text = _files(()).get(nodes.RDMA_DEVICES_FILE)
+    assert text is not None
+    assert text.content.decode().splitlines() == [
+        f"{name} {major} {minor}" for name, (major, minor) in devices.items()
+    ]
+    # Run at every boot, after the udev stand-in (a node's /dev starts empty).
+    drop_in = _files(())[nodes.RDMA_DROP_IN].content.decode()
+    assert f"ExecStartPost={nodes.RDMA_SCRIPT} devices" in drop_in
+
+
+def test_the_fault_is_known_and_switches_the_strip_on() -> None:
+    assert "no-rdma-passthrough" in FAULTS and "harness" in FAULTS["no-rdma-passthrough"]
+    assert _files(())[nodes.RDMA_PASSTHROUGH_FILE].content == b""
+    assert _files(("no-rdma-passthrough",))[nodes.RDMA_PASSTHROUGH_FILE].content == b"strip\n"
+    # The node keeps its devices: only the containers lose them.
+    assert _files(("no-rdma-passthrough",))[nodes.RDMA_DEVICES_FILE].content
+
+
+def test_the_wrapper_is_there_only_with_the_fault() -> None:
+    assert nodes.RUNC_WRAPPER not in _files(())
+    wrapper = _files(("no-rdma-passthrough",))[nodes.RUNC_WRAPPER]
+    assert wrapper.mode == 0o755 and wrapper.content == SCRIPT.read_bytes()
+
+
+def test_the_wrapper_strips_the_rdma_devices_from_the_oci_spec(tmp_path: Path) -> None:
+    script = _script()
+    assert (
+        script.bundle_of(["--root", "/r", "create", "--bundle", "/b", "--pid-file", "p", "c"])
+        == "/b"
+    )
+    assert script.bundle_of(["create", "--bundle=/b", "c"]) == "/b"
+    assert (
+        script.bundle_of(["start", "c"]) is None and script.bundle_of(["state", "-b", "x"]) is None
+    )
+    devices = [
+        {"path": "/dev/infiniband/uverbs0", "type": "c", "major": 231, "minor": 192},
+        {"path": "/dev/infiniband/rdma_cm", "type": "c", "major": 10, "minor": 58},
+        {"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229},
+    ]
+    (tmp_path / "config.json").write_text(json.dumps({"linux": {"devices": devices}, "x": 1}))
+    script.strip_spec(str(tmp_path))
+    spec = json.loads((tmp_path / "config.json").read_text())
+    assert spec == {"linux": {"devices": devices[2:]}, "x": 1}
+
+
+def test_the_wrapper_runs_the_real_runc_with_the_arguments_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = _script()
+    real = tmp_path / "sbin" / "runc"
+    real.parent.mkdir()
+    real.write_text("#!/bin/sh\n")
+    real.chmod(0o755)
+    switch = tmp_path / "rdma-passthrough"
+    switch.write_text("strip\n")
+    monkeypatch.setattr(script, "PASSTHROUGH_FILE", str(switch))
+    monkeypatch.setattr("sys.argv", [str(tmp_path / "local" / "runc")])
+    monkeypatch.setenv("PATH", f"{tmp_path / 'local'}:{real.parent}")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    devices = [{"path": "/dev/infiniband/uverbs0", "type": "c", "major": 231, "minor": 192}]
+    (bundle / "config.json").write_text(json.dumps({"linux": {"devices": devices}}))
+    ran: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(script.os, "execv", lambda path, argv: ran.append((path, argv)))
+    argv = ["create", "--bundle", str(bundle), "c1"]
+    script.runc(argv)
+    assert ran == [(str(real), [str(real), *argv])]
+    assert json.loads((bundle / "config.json").read_text())["linux"]["devices"] == []
