@@ -1,4 +1,4 @@
-"""The emulated GPUs' device files in a lab node (toolkit/lab/devices.py).
+"""The emulated hardware's device files in a lab node (toolkit/lab/devices.py).
 
 The files themselves are made in a running node (tests/integration/test_08_slurm.py, where
 slurmd's GRES plugin needs them).
@@ -18,17 +18,20 @@ def _hardware(count: int = 8, faults: tuple[str, ...] = ()) -> NodeHardware:
 
 def test_every_gpu_has_its_device_and_the_control_device_is_there() -> None:
     # NVIDIA's CUDA Installation Guide: /dev/nvidia<i> c 195 <i>, /dev/nvidiactl c 195 255
-    assert devices.char_devices(_hardware()) == [
+    assert devices.gpu_devices(_hardware()) == [
         *((f"/dev/nvidia{i}", 195, i) for i in range(8)),
         ("/dev/nvidiactl", 195, 255),
     ]
+    # The one list the boot unit makes: the GPUs', then the RDMA NICs' (2 here).
     assert devices.render_list(_hardware(2)) == (
         "/dev/nvidia0 195 0 666\n/dev/nvidia1 195 1 666\n/dev/nvidiactl 195 255 666\n"
+        "/dev/infiniband/uverbs0 231 192 666\n/dev/infiniband/uverbs1 231 193 666\n"
+        "/dev/infiniband/rdma_cm 10 58 666\n"
     )
 
 
 def test_a_gpu_off_the_bus_has_no_device_and_the_minors_close_up() -> None:
-    found = devices.char_devices(_hardware(faults=("missing-gpu",)))
+    found = devices.gpu_devices(_hardware(faults=("missing-gpu",)))
     assert [path for path, _major, _minor in found] == [
         *(f"/dev/nvidia{i}" for i in range(7)),
         "/dev/nvidiactl",

@@ -1,6 +1,7 @@
 """The lab's side of the host-to-container contract: each node with RDMA NICs carries their
-/dev/infiniband devices with the real numbers, created at boot by gpunode-lab-rdma, and the
-`no-rdma-passthrough` fault takes them out of the containers the node's runtime starts."""
+/dev/infiniband devices with the real numbers (in the device list the boot unit makes,
+toolkit/lab/devices.py), and the `no-rdma-passthrough` fault takes them out of the containers
+the node's runtime starts."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ from types import ModuleType
 
 import pytest
 
-from toolkit.lab import lab, nodes
+from toolkit.lab import devices, lab, nodes
 from toolkit.lab.faults import FAULTS
 from toolkit.lab.hardware import NodeHardware
-from toolkit.lab.rdma import rdma_device_files
 from toolkit.lab.spec import build_spec
 from toolkit.lab.state import NodeState
 
@@ -38,23 +38,20 @@ def _script() -> ModuleType:
 
 def test_each_nic_has_its_verbs_device_and_the_host_one_rdma_cm() -> None:
     hw = NodeHardware.for_node("H100", 8, True, seed="t", index=1)
-    devices = rdma_device_files(hw)
     assert len(hw.nics) == 4
-    assert devices == {
-        "uverbs0": (231, 192),
-        "uverbs1": (231, 193),
-        "uverbs2": (231, 194),
-        "uverbs3": (231, 195),
-        "rdma_cm": (10, 58),
-    }
-    text = _files(()).get(nodes.RDMA_DEVICES_FILE)
-    assert text is not None
-    assert text.content.decode().splitlines() == [
-        f"{name} {major} {minor}" for name, (major, minor) in devices.items()
+    assert devices.rdma_devices(hw) == [
+        ("/dev/infiniband/uverbs0", 231, 192),
+        ("/dev/infiniband/uverbs1", 231, 193),
+        ("/dev/infiniband/uverbs2", 231, 194),
+        ("/dev/infiniband/uverbs3", 231, 195),
+        ("/dev/infiniband/rdma_cm", 10, 58),
     ]
-    # Run at every boot, after the udev stand-in (a node's /dev starts empty).
-    drop_in = _files(())[nodes.RDMA_DROP_IN].content.decode()
-    assert f"ExecStartPost={nodes.RDMA_SCRIPT} devices" in drop_in
+    # In the one device list the boot unit makes (a node's /dev starts empty), after the GPUs'.
+    listed = _files(())[devices.LIST_FILE].content.decode().splitlines()
+    assert listed[-5:] == [
+        f"{path} {major} {minor} 666" for path, major, minor in devices.rdma_devices(hw)
+    ]
+    assert listed[0] == "/dev/nvidia0 195 0 666"
 
 
 def test_the_fault_is_known_and_switches_the_strip_on() -> None:
@@ -62,7 +59,10 @@ def test_the_fault_is_known_and_switches_the_strip_on() -> None:
     assert _files(())[nodes.RDMA_PASSTHROUGH_FILE].content == b""
     assert _files(("no-rdma-passthrough",))[nodes.RDMA_PASSTHROUGH_FILE].content == b"strip\n"
     # The node keeps its devices: only the containers lose them.
-    assert _files(("no-rdma-passthrough",))[nodes.RDMA_DEVICES_FILE].content
+    assert (
+        "/dev/infiniband/rdma_cm"
+        in _files(("no-rdma-passthrough",))[devices.LIST_FILE].content.decode()
+    )
 
 
 def test_the_wrapper_is_there_only_with_the_fault() -> None:

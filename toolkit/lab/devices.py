@@ -1,4 +1,5 @@
-"""The emulated GPUs' device files in a lab node: ``/dev/nvidia<minor>`` and ``/dev/nvidiactl``.
+"""The character devices of a lab node's emulated hardware: the GPUs' ``/dev/nvidia<minor>``
+and ``/dev/nvidiactl``, and the compute NICs' ``/dev/infiniband/uverbs<n>`` and ``rdma_cm``.
 
 A real node's NVIDIA driver gives every GPU it found a character device of major 195 with the
 GPU's minor number, and the control device ``/dev/nvidiactl`` minor 255 (NVIDIA's CUDA
@@ -25,7 +26,7 @@ from toolkit.lab.hardware import NodeHardware
 
 NVIDIA_MAJOR = 195  # NVIDIA's character devices (CUDA Installation Guide, Device Node Verification)
 NVIDIACTL_MINOR = 255
-DEVICE_MODE = 0o666  # the mode NVIDIA's own script gives them (mknod -m 666)
+DEVICE_MODE = 0o666  # mknod -m 666 in NVIDIA's script; crw-rw-rw- for /dev/infiniband too
 LIST_FILE = f"{paths.NODE_STATE_DIR}/char-devices"
 SCRIPT_PATH = "/usr/local/sbin/gpunode-lab-devices"
 UNIT_NAME = "gpunode-lab-devices.service"
@@ -47,6 +48,23 @@ WantedBy=sysinit.target
 """
 
 
+# The verbs devices of the compute NICs, /dev/infiniband's character devices (the `--device`s a
+# container needs for NCCL's IB transport). ib_uverbs registers major 231 (IB_UVERBS_MAJOR) and
+# numbers its devices from minor 192 (IB_UVERBS_BASE_MINOR), one per RDMA device in probe order
+# (Linux drivers/infiniband/core/uverbs_main.c); rdma_cm is a misc device (major 10) with a
+# dynamic minor (drivers/infiniband/core/ucma.c, MISC_DYNAMIC_MINOR), 58 on a real host with
+# four ConnectX ports (`ls -l /dev/infiniband/{rdma_cm,uverbs*}`: rdma_cm 10, 58; uverbs0-3
+# 231, 192-195; all crw-rw-rw-, rapidsai/ucx-py docs/source/install.rst; another real host
+# shows 10, 57, Mellanox/k8s-rdma-shared-dev-plugin issue #64). They give the host-to-container
+# contract (design.md) real device files to pass on every lab acceptance run; the lab's kernel
+# has no RDMA driver behind them, so opening one fails and listing or passing one works.
+RDMA_DEV_DIR = "/dev/infiniband"
+UVERBS_MAJOR = 231
+UVERBS_BASE_MINOR = 192
+RDMA_CM_MAJOR = 10
+RDMA_CM_MINOR = 58
+
+
 def gpu_device_paths(count: int) -> str:
     """gres.conf's ``File=`` for ``count`` GPUs of minors 0..count-1 (a Slurm hostlist
     expression, gres.conf(5)). Pure."""
@@ -55,7 +73,7 @@ def gpu_device_paths(count: int) -> str:
     return "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
 
 
-def char_devices(hw: NodeHardware) -> list[tuple[str, int, int]]:
+def gpu_devices(hw: NodeHardware) -> list[tuple[str, int, int]]:
     """The node's NVIDIA character devices: (path, major, minor), one per GPU on the bus and
     the control device; none for a node without GPUs. Pure."""
     if not hw.gpus:
@@ -64,11 +82,24 @@ def char_devices(hw: NodeHardware) -> list[tuple[str, int, int]]:
     return [*devices, ("/dev/nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR)]
 
 
+def rdma_devices(hw: NodeHardware) -> list[tuple[str, int, int]]:
+    """The node's /dev/infiniband character devices: (path, major, minor), one ``uverbs<n>``
+    per compute NIC and ``rdma_cm``; none on a node without RDMA NICs. Pure."""
+    if not hw.nics:
+        return []
+    verbs = [
+        (f"{RDMA_DEV_DIR}/uverbs{i}", UVERBS_MAJOR, UVERBS_BASE_MINOR + i)
+        for i in range(len(hw.nics))
+    ]
+    return [*verbs, (f"{RDMA_DEV_DIR}/rdma_cm", RDMA_CM_MAJOR, RDMA_CM_MINOR)]
+
+
 def render_list(hw: NodeHardware) -> str:
     """The :data:`LIST_FILE` the boot unit reads: ``<path> <major> <minor> <octal mode>`` a
     line. Pure."""
     return "".join(
-        f"{path} {major} {minor} {DEVICE_MODE:o}\n" for path, major, minor in char_devices(hw)
+        f"{path} {major} {minor} {DEVICE_MODE:o}\n"
+        for path, major, minor in [*gpu_devices(hw), *rdma_devices(hw)]
     )
 
 

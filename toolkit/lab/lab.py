@@ -30,7 +30,6 @@ from toolkit.lab import slurm as lab_slurm
 from toolkit.lab import state as lab_state
 from toolkit.lab.faults import KERNEL_LOG_FAULTS
 from toolkit.lab.hardware import NodeHardware, aer_files, rdma_files
-from toolkit.lab.rdma import rdma_device_files
 from toolkit.lab.repo import build_repository
 from toolkit.lab.spec import (
     SLOW_DATA_READ_BPS,
@@ -342,9 +341,6 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
         "product_serial": hw.system.product_serial,
         "board_serial": hw.system.board_serial,
     }
-    rdma_devices = "".join(
-        f"{name} {major} {minor}\n" for name, (major, minor) in rdma_device_files(hw).items()
-    )
     rdma_script = (
         resources.files("toolkit.lab").joinpath("node_files").joinpath("gpunode_lab_rdma.py")
     ).read_bytes()
@@ -358,15 +354,10 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
     return {
         **wrapper,
         paths.HARDWARE_FILE: nodes.NodeFile(hw.to_json().encode()),
-        # The NICs' /dev/infiniband devices and the `no-rdma-passthrough` fault's switch, read
-        # by gpunode-lab-rdma (at boot; as the runc wrapper, for each container).
-        nodes.RDMA_DEVICES_FILE: nodes.NodeFile(rdma_devices.encode()),
+        # The `no-rdma-passthrough` fault's switch, read by its runc wrapper for each container
+        # (the NICs' /dev/infiniband devices are in the device list, _device_files).
         nodes.RDMA_PASSTHROUGH_FILE: nodes.NodeFile(
             b"strip\n" if NO_RDMA_PASSTHROUGH in faults else b""
-        ),
-        nodes.RDMA_SCRIPT: nodes.NodeFile(rdma_script, 0o755),
-        nodes.RDMA_DROP_IN: nodes.NodeFile(
-            f"[Service]\nExecStartPost={nodes.RDMA_SCRIPT} devices\n".encode()
         ),
         nodes.KERNEL_EVENTS_FILE: nodes.NodeFile(events.encode()),
         nodes.EGRESS_RATE_FILE: nodes.NodeFile(rate.encode()),
@@ -400,8 +391,8 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
 
 
 def _device_files(hw: NodeHardware) -> dict[str, nodes.NodeFile]:
-    """The emulated GPUs' device list and the boot unit that makes their files (a changed list,
-    a missing GPU say, shows at the next boot, as a real driver's files do)."""
+    """The emulated GPUs' and RDMA NICs' device list and the boot unit that makes their files
+    (a changed list, a missing GPU say, shows at the next boot, as a real driver's files do)."""
     return {
         lab_devices.LIST_FILE: nodes.NodeFile(lab_devices.render_list(hw).encode()),
         lab_devices.SCRIPT_PATH: nodes.NodeFile(lab_devices.script(), 0o755),

@@ -4,8 +4,9 @@ A node runs unprivileged (``--privileged`` does not work here, and a node should
 the host): it gets SYS_ADMIN, NET_ADMIN and IPC_LOCK, unconfined seccomp and AppArmor and the host's
 cgroup namespace with a writable cgroup tree, which is what systemd and a Docker engine
 inside the node need; block devices of the loop (7), md (9) and extended-partition (259)
-majors may be created and used inside it, and NVIDIA's character devices (195) created but
-never opened (the emulated GPUs' device files, ``toolkit.lab.devices``), nothing else.
+majors may be created and used inside it, and the emulated hardware's character devices
+(NVIDIA's 195, the RDMA NICs' 231 and 10:58: ``toolkit.lab.devices``) created but never
+opened, nothing else.
 """
 
 from __future__ import annotations
@@ -39,14 +40,9 @@ EGRESS_RATE_FILE = f"{paths.NODE_STATE_DIR}/egress-rate"
 # part of the node image: node_files/gpunode-lab-data-throttle.sh).
 DATA_THROTTLE_FILE = f"{paths.NODE_STATE_DIR}/data-throttle"
 DATA_THROTTLE_SCRIPT = "/usr/local/sbin/gpunode-lab-data-throttle"
-# The emulated compute NICs' /dev/infiniband devices (`<name> <major> <minor>` a line), the
-# `no-rdma-passthrough` fault's switch ("strip" or empty), the script that reads both
-# (node_files/gpunode_lab_rdma.py), the drop-in that runs it at boot after the udev stand-in,
-# and where the same script goes as the fault's runc wrapper (first on containerd's PATH).
-RDMA_DEVICES_FILE = f"{paths.NODE_STATE_DIR}/rdma-devices"
+# The `no-rdma-passthrough` fault's switch ("strip" or empty) and where its runc wrapper
+# (node_files/gpunode_lab_rdma.py) goes while the fault is set: first on containerd's PATH.
 RDMA_PASSTHROUGH_FILE = f"{paths.NODE_STATE_DIR}/rdma-passthrough"
-RDMA_SCRIPT = "/usr/local/sbin/gpunode-lab-rdma"
-RDMA_DROP_IN = "/etc/systemd/system/gpunode-lab-udev.service.d/gpunode-lab-rdma.conf"
 RUNC_WRAPPER = "/usr/local/sbin/runc"
 
 

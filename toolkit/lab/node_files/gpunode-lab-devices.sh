@@ -5,9 +5,11 @@
 #     <path> <major> <minor> <octal mode>
 #
 # A real node's NVIDIA driver makes /dev/nvidia<minor> (major 195) for each GPU it found and
-# /dev/nvidiactl (195:255); a lab node's /dev is a tmpfs that starts empty at every boot, so
-# this script makes the same files (toolkit/lab/devices.py says where the numbers come from).
-# Nothing opens them in a lab node: slurmd's GRES plugin only needs them to exist.
+# /dev/nvidiactl (195:255), and its RDMA drivers /dev/infiniband/uverbs<n> (231:192+n) and
+# rdma_cm; a lab node's /dev is a tmpfs that starts empty at every boot, so this script makes
+# the same files (toolkit/lab/devices.py says where the numbers come from). Nothing opens them
+# in a lab node: slurmd's GRES plugin needs the GPUs' to exist, and acceptance passes the
+# NICs' into the ranks' container (`docker run --device`).
 set -eu
 
 LIST=/var/lib/gpunode-lab/char-devices

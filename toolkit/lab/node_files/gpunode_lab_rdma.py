@@ -1,24 +1,14 @@
 #!/usr/bin/python3
-"""gpunode lab: the RDMA character devices of a node's emulated compute NICs.
+"""gpunode lab: the `no-rdma-passthrough` fault's wrapper of the real runc.
 
-    gpunode-lab-rdma devices   create /dev/infiniband/<name> from the lab's file (at every
-                               boot, after gpunode-lab-udev: a node's /dev starts empty)
-    runc                       (installed as /usr/local/sbin/runc while the node has the
-                               `no-rdma-passthrough` fault) a wrapper of the real runc that
-                               strips /dev/infiniband from the devices of each container's
-                               OCI spec before runc creates it
-
-The lab writes /var/lib/gpunode-lab/rdma-devices, one device a line, `<name> <major> <minor>`,
-with the numbers a real host shows (toolkit/lab/rdma.py, rdma_device_files): the same
-files a real node's udev creates, so `docker run --device=/dev/infiniband/uverbs0` really
-passes a character device into the ranks' container. The lab's kernel has no RDMA driver
-behind them: opening one fails, listing and passing them works, which is what the host-to-
-container contract needs (design.md).
-
-The wrapper models a container runtime that drops the devices it was asked to pass: Docker
-asked for them (`--device`, in the OCI spec's linux.devices), the container does not get them.
+Installed as /usr/local/sbin/runc while a node has the fault, it strips /dev/infiniband from
+the devices of each container's OCI spec before the real runc creates the container. The
+node itself keeps the devices (toolkit/lab/devices.py makes them at boot): this models a
+container runtime that drops the devices it was asked to pass. Docker asked for them
+(`--device`, in the OCI spec's linux.devices); the container does not get them.
 containerd's runc shim finds `runc` on its PATH, where /usr/local/sbin comes first (systemd's
-default service PATH). Stdlib only.
+default service PATH). The switch is /var/lib/gpunode-lab/rdma-passthrough ("strip" or
+empty). Stdlib only.
 """
 
 from __future__ import annotations
@@ -28,27 +18,8 @@ import os
 import sys
 
 STATE = "/var/lib/gpunode-lab"
-DEVICES_FILE = f"{STATE}/rdma-devices"
 PASSTHROUGH_FILE = f"{STATE}/rdma-passthrough"
 DEV_DIR = "/dev/infiniband"
-MODE = 0o666  # crw-rw-rw-, as the verbs devices and rdma_cm are on a real host
-
-
-def devices() -> int:
-    try:
-        with open(DEVICES_FILE, encoding="utf-8") as handle:
-            lines = [line.split() for line in handle if line.strip() and line[0] != "#"]
-    except OSError:
-        return 0
-    if lines:
-        os.makedirs(DEV_DIR, exist_ok=True)
-    for name, major, minor in lines:
-        path = os.path.join(DEV_DIR, name)
-        if os.path.lexists(path):
-            os.unlink(path)
-        os.mknod(path, MODE | 0o020000, os.makedev(int(major), int(minor)))
-        os.chmod(path, MODE)  # mknod applies the umask
-    return 0
 
 
 def real_runc() -> str | None:
@@ -109,10 +80,7 @@ def runc(argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     if os.path.basename(sys.argv[0]) == "runc":
         return runc(argv)
-    command = argv[0] if argv else "devices"
-    if command == "devices":
-        return devices()
-    sys.stderr.write("usage: gpunode-lab-rdma [devices]   (as runc: the fault's wrapper)\n")
+    sys.stderr.write("gpunode-lab-rdma: run as runc (the no-rdma-passthrough fault's wrapper)\n")
     return 2
 
 
