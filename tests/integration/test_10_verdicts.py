@@ -25,6 +25,7 @@ import yaml
 from test_04_accept import _lab_ref
 
 from toolkit import cert
+from toolkit.cert.signature import split
 from toolkit.inventory import load_inventory
 from toolkit.steps.accept import AcceptanceRun, AcceptOptions, run_acceptance
 
@@ -148,7 +149,9 @@ def test_a_classed_failure_an_ignored_xid_and_an_rma_pack(
     junit = (run.run_dir / "junit.xml").read_text()
     case = junit.split('name="train.gpu_util"', 1)[1].split("</testcase>", 1)[0]
     assert "<skipped" in case, case
-    records = [r for r in _records(json.loads(Path(good["certificate"]).read_text()))]
+    # A certificate is its JSON document with the provider's SSH signature after it.
+    document, _signature = split(Path(good["certificate"]).read_bytes())
+    records = list(_records(json.loads(document)))
     assert [r["outcome"] for r in records if r.get("name") == "train.gpu_util"] == [
         "not_measured"
     ], records

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from importlib import resources
 
-from toolkit.lab import paths
+from docker.models.containers import Container
+
+from toolkit.lab import nodes, paths
 from toolkit.lab.hardware import NodeHardware
 
 NVIDIA_MAJOR = 195  # NVIDIA's character devices (CUDA Installation Guide, Device Node Verification)
@@ -107,3 +109,22 @@ def script() -> bytes:
     """The boot unit's script (node_files/gpunode-lab-devices.sh)."""
     node_files = resources.files("toolkit.lab").joinpath("node_files")
     return node_files.joinpath("gpunode-lab-devices.sh").read_bytes()
+
+
+def node_files(hw: NodeHardware) -> dict[str, nodes.NodeFile]:
+    """The device list and the boot unit that makes its files (a changed list, a missing GPU
+    say, shows at the next boot, as a real driver's files do)."""
+    return {
+        LIST_FILE: nodes.NodeFile(render_list(hw).encode()),
+        SCRIPT_PATH: nodes.NodeFile(script(), 0o755),
+        UNIT_PATH: nodes.NodeFile(UNIT.encode()),
+    }
+
+
+def make(container: Container, hw: NodeHardware) -> None:
+    """Enable the device unit and make the device files now (later boots run the unit); a
+    node up from before the unit existed gets it here."""
+    nodes.put_files(container, node_files(hw))
+    nodes.exec_in(container, ["systemctl", "daemon-reload"])
+    nodes.exec_in(container, ["systemctl", "enable", "--quiet", UNIT_NAME])
+    nodes.exec_in(container, ["systemctl", "restart", UNIT_NAME])

@@ -220,7 +220,7 @@ def up(
             future.result()
 
     for container, node, fresh in booting:
-        _make_devices(container, hardware[node.index])
+        lab_devices.make(container, hardware[node.index])
         if fresh and ca_bundle:
             nodes.exec_in(container, ["update-ca-certificates", "--fresh"])
         if fresh and "slow-data" in spec.node_faults(node.index):
@@ -355,7 +355,7 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
         **wrapper,
         paths.HARDWARE_FILE: nodes.NodeFile(hw.to_json().encode()),
         # The `no-rdma-passthrough` fault's switch, read by its runc wrapper for each container
-        # (the NICs' /dev/infiniband devices are in the device list, _device_files).
+        # (the NICs' /dev/infiniband devices are in the device list, lab_devices.node_files).
         nodes.RDMA_PASSTHROUGH_FILE: nodes.NodeFile(
             b"strip\n" if NO_RDMA_PASSTHROUGH in faults else b""
         ),
@@ -386,27 +386,8 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
             f"{paths.RDMA_DIR}/{name}": nodes.NodeFile(text.encode(), 0o444)
             for name, text in rdma_files(hw).items()
         },
-        **_device_files(hw),
+        **lab_devices.node_files(hw),
     }
-
-
-def _device_files(hw: NodeHardware) -> dict[str, nodes.NodeFile]:
-    """The emulated GPUs' and RDMA NICs' device list and the boot unit that makes their files
-    (a changed list, a missing GPU say, shows at the next boot, as a real driver's files do)."""
-    return {
-        lab_devices.LIST_FILE: nodes.NodeFile(lab_devices.render_list(hw).encode()),
-        lab_devices.SCRIPT_PATH: nodes.NodeFile(lab_devices.script(), 0o755),
-        lab_devices.UNIT_PATH: nodes.NodeFile(lab_devices.UNIT.encode()),
-    }
-
-
-def _make_devices(container: Container, hw: NodeHardware) -> None:
-    """Enable the device unit and make the device files now (later boots run the unit); a
-    node up from before the unit existed gets it here."""
-    nodes.put_files(container, _device_files(hw))
-    nodes.exec_in(container, ["systemctl", "daemon-reload"])
-    nodes.exec_in(container, ["systemctl", "enable", "--quiet", lab_devices.UNIT_NAME])
-    nodes.exec_in(container, ["systemctl", "restart", lab_devices.UNIT_NAME])
 
 
 def _node_files(
