@@ -10,6 +10,7 @@ import json
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.spec import build_spec
 from toolkit.lab.state import NodeState
 
-SCRIPT = resources.files("toolkit.lab").joinpath("node_files").joinpath("gpunode_lab_rdma.py")
+SCRIPT = resources.files("toolkit.lab").joinpath("node_files").joinpath("gpunode_lab_runc.py")
 
 
 def _files(faults: tuple[str, ...]) -> dict[str, nodes.NodeFile]:
@@ -29,7 +30,7 @@ def _files(faults: tuple[str, ...]) -> dict[str, nodes.NodeFile]:
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpunode_lab_rdma", str(SCRIPT))
+    spec = importlib.util.spec_from_file_location("gpunode_lab_runc", str(SCRIPT))
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -65,10 +66,53 @@ def test_the_fault_is_known_and_switches_the_strip_on() -> None:
     )
 
 
-def test_the_wrapper_is_there_only_with_the_fault() -> None:
-    assert nodes.RUNC_WRAPPER not in _files(())
-    wrapper = _files(("no-rdma-passthrough",))[nodes.RUNC_WRAPPER]
-    assert wrapper.mode == 0o755 and wrapper.content == SCRIPT.read_bytes()
+def test_the_wrapper_is_the_nodes_runc_with_or_without_the_fault() -> None:
+    for faults in ((), ("no-rdma-passthrough",)):
+        wrapper = _files(faults)[nodes.RUNC_WRAPPER]
+        assert wrapper.mode == 0o755 and wrapper.content == SCRIPT.read_bytes()
+
+
+def test_a_gpu_container_gets_the_nodes_nvidia_devices_as_the_hook_gives_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = _script()
+    infos = {"nvidia0": (195, 0), "nvidia1": (195, 1), "nvidiactl": (195, 255), "null": (1, 3)}
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in infos:
+        (dev / name).touch()
+
+    class Stat:
+        def __init__(self, name: str) -> None:
+            self.st_mode = 0o020666
+            self.st_rdev = script.os.makedev(*infos[name])
+
+    monkeypatch.setattr(script.os, "stat", lambda path: Stat(Path(path).name))
+    hook = {"prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook", "args": []}]}
+
+    def edited(env: list[str], hooks: dict[str, Any] | None = hook) -> dict[str, Any]:
+        spec: dict[str, Any] = {"process": {"env": env}, "linux": {"devices": []}}
+        if hooks:
+            spec["hooks"] = hooks
+        (tmp_path / "config.json").write_text(json.dumps(spec))
+        script.edit_spec(str(tmp_path), strip=False, dev=str(dev))
+        return json.loads((tmp_path / "config.json").read_text())
+
+    spec = edited(["NVIDIA_VISIBLE_DEVICES=all"])
+    paths = [d["path"] for d in spec["linux"]["devices"]]
+    assert paths == ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"]
+    assert {
+        (r["major"], r["minor"], r["access"]) for r in spec["linux"]["resources"]["devices"]
+    } == {
+        (195, 0, "rwm"),
+        (195, 1, "rwm"),
+        (195, 255, "rwm"),
+    }
+    one = edited(["NVIDIA_VISIBLE_DEVICES=1"])
+    assert [d["path"] for d in one["linux"]["devices"]] == ["/dev/nvidia1", "/dev/nvidiactl"]
+    # No hook (no --gpus), or no GPU asked for: nothing added.
+    assert edited(["NVIDIA_VISIBLE_DEVICES=all"], hooks=None)["linux"]["devices"] == []
+    assert edited(["NVIDIA_VISIBLE_DEVICES=void"])["linux"]["devices"] == []
 
 
 def test_the_wrapper_strips_the_rdma_devices_from_the_oci_spec(tmp_path: Path) -> None:
@@ -87,7 +131,7 @@ def test_the_wrapper_strips_the_rdma_devices_from_the_oci_spec(tmp_path: Path) -
         {"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229},
     ]
     (tmp_path / "config.json").write_text(json.dumps({"linux": {"devices": devices}, "x": 1}))
-    script.strip_spec(str(tmp_path))
+    script.edit_spec(str(tmp_path), strip=True, dev=str(tmp_path))
     spec = json.loads((tmp_path / "config.json").read_text())
     assert spec == {"linux": {"devices": devices[2:]}, "x": 1}
 

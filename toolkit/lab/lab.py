@@ -341,20 +341,18 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
         "product_serial": hw.system.product_serial,
         "board_serial": hw.system.board_serial,
     }
-    rdma_script = (
-        resources.files("toolkit.lab").joinpath("node_files").joinpath("gpunode_lab_rdma.py")
-    ).read_bytes()
-    # The `no-rdma-passthrough` fault's runc wrapper, there only while the fault is set
-    # (_apply_faults removes it when the fault is cleared).
-    wrapper = (
-        {nodes.RUNC_WRAPPER: nodes.NodeFile(rdma_script, 0o755)}
-        if NO_RDMA_PASSTHROUGH in faults
-        else {}
-    )
     return {
-        **wrapper,
+        # The node's runc: it gives a GPU container the node's NVIDIA device files, and takes
+        # /dev/infiniband away under `no-rdma-passthrough` (node_files/gpunode_lab_runc.py).
+        nodes.RUNC_WRAPPER: nodes.NodeFile(
+            resources.files("toolkit.lab")
+            .joinpath("node_files")
+            .joinpath("gpunode_lab_runc.py")
+            .read_bytes(),
+            0o755,
+        ),
         paths.HARDWARE_FILE: nodes.NodeFile(hw.to_json().encode()),
-        # The `no-rdma-passthrough` fault's switch, read by its runc wrapper for each container
+        # The `no-rdma-passthrough` fault's switch, read by the node's runc for each container
         # (the NICs' /dev/infiniband devices are in the device list, lab_devices.node_files).
         nodes.RDMA_PASSTHROUGH_FILE: nodes.NodeFile(
             b"strip\n" if NO_RDMA_PASSTHROUGH in faults else b""
@@ -431,8 +429,6 @@ def _apply_faults(container: Container, spec: LabSpec, node: NodeState, hw: Node
     for line in hw.kernel_messages(added):
         nodes.exec_in(container, ["logger", "-t", "kernel", "-p", "kern.err", "--", line])
     now = set(spec.node_faults(node.index))
-    if NO_RDMA_PASSTHROUGH in before - now:
-        nodes.exec_in(container, ["rm", "-f", nodes.RUNC_WRAPPER])
     if RUNFILE_FAULT in now - before:
         runfile.install(container)
     elif RUNFILE_FAULT in before - now:

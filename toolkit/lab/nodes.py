@@ -41,7 +41,7 @@ EGRESS_RATE_FILE = f"{paths.NODE_STATE_DIR}/egress-rate"
 DATA_THROTTLE_FILE = f"{paths.NODE_STATE_DIR}/data-throttle"
 DATA_THROTTLE_SCRIPT = "/usr/local/sbin/gpunode-lab-data-throttle"
 # The `no-rdma-passthrough` fault's switch ("strip" or empty) and where its runc wrapper
-# (node_files/gpunode_lab_rdma.py) goes while the fault is set: first on containerd's PATH.
+# (node_files/gpunode_lab_runc.py) goes while the fault is set: first on containerd's PATH.
 RDMA_PASSTHROUGH_FILE = f"{paths.NODE_STATE_DIR}/rdma-passthrough"
 RUNC_WRAPPER = "/usr/local/sbin/runc"
 
