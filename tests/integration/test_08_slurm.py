@@ -306,6 +306,7 @@ def test_a_drained_node_is_not_tested_and_jobs_run_at_the_lowest_priority(
     nodes = by_host(json.loads(out))
     assert [nodes[n]["verdict"] for n in names] == ["ready", "not-ready", "not-tested"]
     drained = nodes[names[2]]
+    # Not tested is transient (issue 38's classes): re-accept once the scheduler can run it.
     assert drained["failed_checks"] == [
         {
             "check": NOT_TESTED_CHECK,
@@ -313,6 +314,11 @@ def test_a_drained_node_is_not_tested_and_jobs_run_at_the_lowest_priority(
             "not submitted",
             "measured": None,
             "floor": None,
+            "failure_class": "transient",
+            "action": "re-accept when the scheduler can run the node's job",
+            "action_source": (
+                "toolkit/acceptance/executors: a node the executor could not test has no verdict"
+            ),
         }
     ]
     assert drained["job"] is None and drained["not_tested"]
