@@ -177,6 +177,11 @@ def test_a_container_without_the_fabric_is_a_harness_problem_naming_it() -> None
     assert failure.advice_for(check.name).failure_class == failure.HARNESS
     (good,) = fabric_checks(result({"ok": True, "missing": []}, None), AcceptanceSpec())
     assert good.outcome == "passed" and "rdma_cm, uverbs0, uverbs1" in good.message
+    # A host with no device file at all: both sides empty agree, and that measured nothing.
+    bare = result({"ok": True, "missing": []}, None)
+    bare["fabric"]["host"] = {"rdma_files": [], "gpu_files": []}
+    (empty,) = fabric_checks(bare, AcceptanceSpec())
+    assert empty.outcome == "not_measured" and "no RDMA or GPU device files" in empty.message
     # The ranks on the host (--engine host): nothing to compare, no check.
     assert fabric_checks(result(None, None), AcceptanceSpec()) == []
     assert fabric_checks({}, AcceptanceSpec()) == []

@@ -36,7 +36,11 @@ def fabric_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:
     compared = fabric.get("check")
     if isinstance(compared, dict):
         seen = fabric.get("container") or {}
-        if compared.get("ok"):
+        if compared.get("ok") and not (host.get("rdma_files") or host.get("gpu_files")):
+            # Two empty lists agree, but nothing reached the ranks that could be compared.
+            reason = "the host has no RDMA or GPU device files to compare"
+            checks.append(not_measured(CONTAINER_FABRIC, reason, f"not measured: {reason}"))
+        elif compared.get("ok"):
             message = (
                 f"the ranks saw the host's RDMA devices ({_names(host.get('rdma_files'))}) and "
                 f"{len(host.get('gpu_files') or [])} GPU device file(s)"

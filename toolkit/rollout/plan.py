@@ -405,10 +405,9 @@ def _breaks(wave: Sequence[NodePlan], limits: Mapping[str, int], allow_same_doma
     return ""
 
 
-def _domain_rounds(nodes: list[NodePlan], allow_same_domain: bool) -> list[NodePlan]:
-    """The order nodes are placed in: one node of each domain per round, largest first."""
-    if allow_same_domain:
-        return list(nodes)
+def _by_domain(nodes: list[NodePlan]) -> tuple[list[list[NodePlan]], list[NodePlan]]:
+    """The nodes of each domain, largest domain first (stable: inventory order), and those
+    without a domain."""
     domains: dict[str, list[NodePlan]] = {}
     loose = []
     for node in nodes:
@@ -416,7 +415,14 @@ def _domain_rounds(nodes: list[NodePlan], allow_same_domain: bool) -> list[NodeP
             loose.append(node)
         else:
             domains.setdefault(node.domain, []).append(node)
-    ranked = sorted(domains.values(), key=lambda members: -len(members))  # stable: inventory
+    return sorted(domains.values(), key=lambda members: -len(members)), loose
+
+
+def _domain_rounds(nodes: list[NodePlan], allow_same_domain: bool) -> list[NodePlan]:
+    """The order nodes are placed in: one node of each domain per round, largest first."""
+    if allow_same_domain:
+        return list(nodes)
+    ranked, loose = _by_domain(nodes)
     ordered = []
     for round_ in range(max((len(m) for m in ranked), default=0)):
         ordered += [members[round_] for members in ranked if round_ < len(members)]
@@ -428,14 +434,7 @@ def _dealt(nodes: list[NodePlan], total: int, order: Mapping[str, int]) -> list[
     those without a domain), dealt in turn onto the fewest waves that can hold them. A domain
     has at most as many nodes as there are waves, and its nodes are dealt one after the other,
     so they land in different waves; no wave gets more than ``ceil(nodes / waves) <= N``."""
-    domains: dict[str, list[NodePlan]] = {}
-    loose = []
-    for node in nodes:
-        if node.domain is None:
-            loose.append(node)
-        else:
-            domains.setdefault(node.domain, []).append(node)
-    ranked = sorted(domains.values(), key=lambda members: -len(members))
+    ranked, loose = _by_domain(nodes)
     dealt = [node for members in ranked for node in members] + loose
     count = max(math.ceil(len(dealt) / total), max(len(m) for m in ranked))
     waves: list[list[str]] = [[] for _ in range(count)]
