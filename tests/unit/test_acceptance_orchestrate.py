@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from toolkit.acceptance import payload
-from toolkit.acceptance.multinode import multi_node_vars
 from toolkit.acceptance.staging import rendezvous_address
 from toolkit.acceptance.summary import digest
 from toolkit.errors import ConfigError
 from toolkit.inventory import Host
+from toolkit.inventory.values import multi_node_vars
 from toolkit.stack.systems import os_id_of_release
 
 

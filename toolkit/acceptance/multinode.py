@@ -24,9 +24,7 @@ from toolkit.acceptance.check import Check
 from toolkit.acceptance.isolation import AdaptivePlan, Isolation, Probe, SetResult, run_plan
 from toolkit.acceptance.perf_checks import allreduce_checks, transport_checks
 from toolkit.acceptance.train_checks import multi_node_scaling_check
-from toolkit.errors import ConfigError
 from toolkit.floors import BusbwFloor, TransportSpec
-from toolkit.inventory import Host
 
 # A direction is "slow" when it moves less than this share of the faster direction: shaping
 # or a bad cable on one side shows as asymmetry, noise does not reach a factor of two.
@@ -398,32 +396,3 @@ def _slow_only(failed: list[Check]) -> bool:
     """Slow, not broken: below a busbw floor or scaling badly across the set (both measure
     the links)."""
     return all(c.name.startswith(("multinode.busbw@", "multinode.scaling")) for c in failed)
-
-
-# Inventory variables of the multi-node plan (host or group vars): a node's topology domain,
-# screened as one group by the adaptive plan, and the most sets run at once.
-DOMAIN_VAR = "gpunode_accept_domain"
-MAX_SETS_VAR = "gpunode_accept_max_sets"
-
-
-def multi_node_vars(host: Host) -> tuple[str | None, int | None]:
-    """The host's topology domain and its bound on sets at once, checked.
-
-    Raises:
-        ConfigError: Either is not what it must be (named: the variable and the rule).
-    """
-    domain = host.vars.get(DOMAIN_VAR)
-    if domain is not None and (not isinstance(domain, str | int) or isinstance(domain, bool)):
-        raise ConfigError(
-            f"host {host.name}: {DOMAIN_VAR} must be a name (its rack or NVLink clique), "
-            f"not {type(domain).__name__}"
-        )
-    max_sets = host.vars.get(MAX_SETS_VAR)
-    if max_sets is not None and (
-        not isinstance(max_sets, int) or isinstance(max_sets, bool) or max_sets < 1
-    ):
-        raise ConfigError(
-            f"host {host.name}: {MAX_SETS_VAR} must be a whole number of at least 1, "
-            f"not {max_sets!r}"
-        )
-    return (None if domain is None else str(domain)), max_sets

@@ -21,7 +21,7 @@ import ipaddress
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from toolkit.errors import ConfigError, clip
 from toolkit.inventory.ssh import SshRefused, check_ssh_args
@@ -321,3 +321,43 @@ def check_values(values: Mapping[str, Any], sources: Mapping[str, str], whose: s
                 f"{variable.rule.name}: {variable.rule.says}; it goes to {variable.goes}; "
                 f"{variable.source})"
             )
+
+
+class HostVars(Protocol):
+    """A host as the readers below need it (``toolkit.inventory.Host``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def vars(self) -> Mapping[str, Any]: ...
+
+
+# Inventory variables of the multi-node plan and of rollouts (host or group vars): a node's
+# topology domain (rack or NVLink clique: screened as one group by acceptance's adaptive plan,
+# never two of one in a rollout's wave) and the most multi-node sets run at once.
+DOMAIN_VAR = "gpunode_accept_domain"
+MAX_SETS_VAR = "gpunode_accept_max_sets"
+
+
+def multi_node_vars(host: HostVars) -> tuple[str | None, int | None]:
+    """The host's topology domain and its bound on sets at once, checked.
+
+    Raises:
+        ConfigError: Either is not what it must be (named: the variable and the rule).
+    """
+    domain = host.vars.get(DOMAIN_VAR)
+    if domain is not None and (not isinstance(domain, str | int) or isinstance(domain, bool)):
+        raise ConfigError(
+            f"host {host.name}: {DOMAIN_VAR} must be a name (its rack or NVLink clique), "
+            f"not {type(domain).__name__}"
+        )
+    max_sets = host.vars.get(MAX_SETS_VAR)
+    if max_sets is not None and (
+        not isinstance(max_sets, int) or isinstance(max_sets, bool) or max_sets < 1
+    ):
+        raise ConfigError(
+            f"host {host.name}: {MAX_SETS_VAR} must be a whole number of at least 1, "
+            f"not {max_sets!r}"
+        )
+    return (None if domain is None else str(domain)), max_sets

@@ -28,7 +28,7 @@ from toolkit.acceptance import executors, payload, topology
 from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.expectation import expected_node
 from toolkit.acceptance.hooks import CommandRunner, NodeMark, local_runner, run_hooks
-from toolkit.acceptance.multinode import MultiNodeReport, multi_node_vars, run_multi_node
+from toolkit.acceptance.multinode import MultiNodeReport, run_multi_node
 from toolkit.acceptance.node_runner.fabric import fabric_options
 from toolkit.acceptance.node_runner.node import container_argv
 from toolkit.acceptance.perf_checks import normalise_allreduce
@@ -57,6 +57,7 @@ from toolkit.images.build import recipe_for
 from toolkit.images.distribute import push
 from toolkit.images.engine import docker_client
 from toolkit.inventory import Host, Inventory, load_inventory
+from toolkit.inventory.values import multi_node_vars
 from toolkit.names import name_path
 from toolkit.progress import Heartbeat, Progress
 from toolkit.remote import Node, open_node, parallel
