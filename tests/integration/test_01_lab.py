@@ -203,7 +203,7 @@ def lab_repo_on_node_1(lab: Lab) -> Iterator[dict[str, str]]:
             f"rm -f {LAB_LIST} {LAB_KEYRING}; "
             "rm -f /var/lib/apt/lists/*compute_cuda_repos* "
             "/var/lib/gpunode-lab/loaded-driver-version "
-            "/var/lib/gpunode-lab/proc-driver-nvidia-version "
+            "/proc/driver/nvidia/version "
             "/var/lib/gpunode-lab/persistence-mode.json",
         )
 

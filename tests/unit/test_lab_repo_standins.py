@@ -96,7 +96,7 @@ def test_module_load_emulates_install_upgrade_and_boot(root: Root) -> None:
     loader = "/usr/lib/gpunode-lab/nvidia-module-load"
     assert root.run(loader, "install").returncode == 0
     assert _loaded(root) == "550.127.05"
-    proc = (root.state / "proc-driver-nvidia-version").read_text()
+    proc = (root.path / "proc/driver/nvidia/version").read_text()
     assert proc.startswith(
         "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.127.05  Release Build"
     )
@@ -113,7 +113,7 @@ def test_module_load_emulates_install_upgrade_and_boot(root: Root) -> None:
 def test_proprietary_module_says_so(root: Root) -> None:
     root.unpack("nvidia-kernel-dkms", "580.95.05-1")
     assert root.run("/usr/lib/gpunode-lab/nvidia-module-load", "boot").returncode == 0
-    proc = (root.state / "proc-driver-nvidia-version").read_text()
+    proc = (root.path / "proc/driver/nvidia/version").read_text()
     assert proc.startswith("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  ")
 
 

@@ -125,7 +125,7 @@ RemainAfterExit=yes
 # A kernel module does not survive a reboot: forget the emulated "loaded" driver before the
 # stand-in module unit (After=local-fs.target) loads whatever driver is installed now.
 ExecStartPre=/bin/rm -f /var/lib/gpunode-lab/loaded-driver-version \
-  /var/lib/gpunode-lab/proc-driver-nvidia-version
+  /proc/driver/nvidia/version
 ExecStart=/usr/local/sbin/gpunode-lab-udev
 
 [Install]
