@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from collections.abc import Generator
 from pathlib import Path
 
@@ -45,6 +46,30 @@ def pytest_runtest_makereport(
     if not any(allowed in reason for allowed in CI_ALLOWED_SKIPS):
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where nothing may be missing: {reason}"
+
+
+# Wall time per test file (setup, call and teardown; a session fixture counts where it is first
+# set up): what a suite of 60 minutes spends where, printed at the end of every run.
+_FILE_SECONDS: defaultdict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _FILE_SECONDS[report.nodeid.split("::", 1)[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _FILE_SECONDS:
+        return
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.write_sep("=", f"seconds per test file ({total:.0f} s in all)")
+    ranked = sorted(_FILE_SECONDS.items(), key=lambda item: -item[1])
+    for path, seconds in ranked[:40]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {path}")
+    rest = ranked[40:]
+    if rest:
+        terminalreporter.write_line(
+            f"{sum(s for _, s in rest):8.1f}s in the other {len(rest)} files"
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)
