@@ -88,6 +88,9 @@ def test_a_gpu_container_gets_the_nodes_nvidia_devices_as_the_hook_gives_them(
             self.st_rdev = script.os.makedev(*infos[name])
 
     monkeypatch.setattr(script.os, "stat", lambda path: Stat(Path(path).name))
+    hardware = tmp_path / "hardware.json"
+    gpus = [{"index": i, "minor_number": i, "uuid": f"GPU-{i}aaa"} for i in (0, 1)]
+    hardware.write_text(json.dumps({"gpus": gpus}))
     hook = {"prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook", "args": []}]}
 
     def edited(env: list[str], hooks: dict[str, Any] | None = hook) -> dict[str, Any]:
@@ -95,7 +98,7 @@ def test_a_gpu_container_gets_the_nodes_nvidia_devices_as_the_hook_gives_them(
         if hooks:
             spec["hooks"] = hooks
         (tmp_path / "config.json").write_text(json.dumps(spec))
-        script.edit_spec(str(tmp_path), strip=False, dev=str(dev))
+        script.edit_spec(str(tmp_path), strip=False, dev=str(dev), hardware=str(hardware))
         return json.loads((tmp_path / "config.json").read_text())
 
     spec = edited(["NVIDIA_VISIBLE_DEVICES=all"])
@@ -113,6 +116,14 @@ def test_a_gpu_container_gets_the_nodes_nvidia_devices_as_the_hook_gives_them(
     # No hook (no --gpus), or no GPU asked for: nothing added.
     assert edited(["NVIDIA_VISIBLE_DEVICES=all"], hooks=None)["linux"]["devices"] == []
     assert edited(["NVIDIA_VISIBLE_DEVICES=void"])["linux"]["devices"] == []
+    assert edited(["NVIDIA_VISIBLE_DEVICES=none"])["linux"]["devices"] == []
+    # A GPU by its UUID (`--gpus device=GPU-...`) is the same GPU as by its index.
+    by_uuid = edited(["NVIDIA_VISIBLE_DEVICES=GPU-1aaa"])
+    assert [d["path"] for d in by_uuid["linux"]["devices"]] == ["/dev/nvidia1", "/dev/nvidiactl"]
+    # A GPU the node lacks fails the start, as the hook does, and names it.
+    for missing in ("2", "GPU-9zzz", "0,7"):
+        with pytest.raises(script.UnknownDevice, match=missing.split(",")[-1]):
+            edited([f"NVIDIA_VISIBLE_DEVICES={missing}"])
 
 
 def test_the_wrapper_strips_the_rdma_devices_from_the_oci_spec(tmp_path: Path) -> None:

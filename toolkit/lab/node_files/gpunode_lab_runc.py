@@ -5,9 +5,12 @@ spec as a GPU server's container runtime would, then runs the real runc.
 - A container that asks for GPUs (Docker's `--gpus`, which puts NVIDIA's prestart hook in the
   spec) gets the node's NVIDIA device files, as the real hook gives them
   (nvidia-container-runtime-hook -> `nvidia-container-cli configure`: /dev/nvidiactl and a
-  /dev/nvidia<minor> per visible GPU, NVIDIA_VISIBLE_DEVICES `all` or a list of indices, each
-  allowed in the container's device cgroup; NVIDIA Container Toolkit docs, "Specialized
-  Configurations with Docker", Environment variables). The lab's hook stand-in cannot make
+  /dev/nvidia<minor> per visible GPU, each allowed in the container's device cgroup;
+  NVIDIA_VISIBLE_DEVICES is `all`, a list of indices or GPU UUIDs, or `none`/`void`/empty for
+  no GPU: NVIDIA Container Toolkit docs, "Specialized Configurations with Docker",
+  Environment variables). A GPU the node does not have fails the container's start, as the
+  hook does ("nvidia-container-cli: device error: 1: unknown device":
+  NVIDIA/nvidia-docker#1283, NVIDIA/enroot#207). The lab's hook stand-in cannot make
   them itself: it cannot enter a starting container's mount namespace (a lab node has no
   CAP_SYS_PTRACE), so the runtime adds them to the spec, as CDI does.
 - While the node has the `no-rdma-passthrough` fault (the switch file says "strip") it takes
@@ -27,6 +30,7 @@ import stat
 import sys
 
 STATE = "/var/lib/gpunode-lab"
+HARDWARE_FILE = f"{STATE}/hardware.json"  # the node's emulated GPUs (toolkit/lab/hardware.py)
 PASSTHROUGH_FILE = f"{STATE}/rdma-passthrough"
 DEV_DIR = "/dev/infiniband"
 GPU_DEV = re.compile(r"^nvidia([0-9]+|ctl)$")
@@ -56,9 +60,26 @@ def bundle_of(argv: list[str]) -> str | None:
     return None
 
 
-def visible_gpus(spec: dict) -> set[int] | None:
-    """The GPU minors a container asks for: None for all, a set of indices, or an empty set
-    (no NVIDIA hook in the spec, or NVIDIA_VISIBLE_DEVICES none, void or unset)."""
+class UnknownDevice(Exception):
+    """A GPU asked for that the node does not have (its index or UUID)."""
+
+
+def node_gpus(path: str = HARDWARE_FILE) -> list[dict]:
+    """The node's GPUs (index, UUID, minor number), as nvidia-smi lists them."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return list(json.load(handle).get("gpus") or [])
+    except (OSError, ValueError):
+        return []
+
+
+def visible_gpus(spec: dict, gpus: list[dict]) -> set[int] | None:
+    """The minor numbers of the GPUs a container asks for: None for all, else a set, empty
+    without NVIDIA's hook in the spec or with NVIDIA_VISIBLE_DEVICES none, void or unset.
+
+    Raises:
+        UnknownDevice: An index or UUID that is not one of ``gpus``.
+    """
     hooks = (spec.get("hooks") or {}).get("prestart") or []
     if not any(NVIDIA_HOOK in str(h.get("path", "")) for h in hooks):
         return set()
@@ -68,7 +89,17 @@ def visible_gpus(spec: dict) -> set[int] | None:
     value = env.get("NVIDIA_VISIBLE_DEVICES", "").strip()
     if value == "all":
         return None
-    return {int(v) for v in value.split(",") if v.strip().isdigit()}
+    if value in ("", "none", "void"):
+        return set()
+    minors = {str(g.get("index")): g.get("minor_number") for g in gpus}
+    minors.update({str(g.get("uuid")): g.get("minor_number") for g in gpus})
+    wanted: set[int] = set()
+    for item in (v.strip() for v in value.split(",")):
+        minor = minors.get(item)
+        if not isinstance(minor, int):
+            raise UnknownDevice(item)
+        wanted.add(minor)
+    return wanted
 
 
 def gpu_devices(wanted: set[int] | None, dev: str = "/dev") -> list[dict]:
@@ -100,8 +131,12 @@ def gpu_devices(wanted: set[int] | None, dev: str = "/dev") -> list[dict]:
     return found if any(d["path"] != "/dev/nvidiactl" for d in found) else []
 
 
-def edit_spec(bundle: str, strip: bool, dev: str = "/dev") -> None:
-    """Add the NVIDIA devices a GPU container asks for; take /dev/infiniband out (``strip``)."""
+def edit_spec(bundle: str, strip: bool, dev: str = "/dev", hardware: str = HARDWARE_FILE) -> None:
+    """Add the NVIDIA devices a GPU container asks for; take /dev/infiniband out (``strip``).
+
+    Raises:
+        UnknownDevice: The container asks for a GPU the node does not have.
+    """
     path = os.path.join(bundle, "config.json")
     with open(path, encoding="utf-8") as handle:
         spec = json.load(handle)
@@ -109,7 +144,8 @@ def edit_spec(bundle: str, strip: bool, dev: str = "/dev") -> None:
     devices = linux.get("devices") or []
     kept = [d for d in devices if not (strip and str(d.get("path", "")).startswith(DEV_DIR + "/"))]
     have = {d.get("path") for d in kept}
-    added = [d for d in gpu_devices(visible_gpus(spec), dev) if d["path"] not in have]
+    wanted = visible_gpus(spec, node_gpus(hardware))
+    added = [d for d in gpu_devices(wanted, dev) if d["path"] not in have]
     if len(kept) == len(devices) and not added:
         return
     linux["devices"] = kept + added
@@ -136,7 +172,11 @@ def runc(argv: list[str]) -> int:
                 strip = handle.read().strip() == "strip"
         except OSError:
             strip = False
-        edit_spec(bundle, strip)
+        try:
+            edit_spec(bundle, strip)
+        except UnknownDevice as err:
+            sys.stderr.write(f"nvidia-container-cli: device error: {err}: unknown device\n")
+            return 1
     os.execv(real, [real, *argv])
     return 1  # not reached
 
