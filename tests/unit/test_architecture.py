@@ -21,7 +21,7 @@ LAB_DOORS = {"toolkit/lab", "toolkit/cli/lab.py"}
 
 # Function-level imports of toolkit modules: 88 when this test was written, 46 since the steps
 # got their own floor (toolkit/steps imports at module level; cli/up keeps `up --help` light),
-# 31 since toolkit.stack re-exports nothing and acceptance's flow is toolkit/steps/accept.py,
+# 31 since toolkit.stack re-exports nothing and acceptance's flow is toolkit/steps/accept/,
 # 18 since the stack's targets and names moved out of stack/ and the rest import at module
 # level: what is left keeps a CLI group's `--help` (or an error's path) free of heavy modules.
 MAX_FUNCTION_LEVEL_IMPORTS = 18

@@ -18,6 +18,7 @@ import pytest
 from shared_fixtures import run_cli
 from test_acceptance_verdict import EXPECT, SPEC, healthy
 
+from toolkit.acceptance.plan import NodePlan
 from toolkit.acceptance.topology import (
     MAX_CPUS,
     MAX_NUMA_NODES,
@@ -291,9 +292,9 @@ def test_a_garbled_topology_fails_its_node_with_the_line(numa: str) -> None:
     assert check.name == "topology.read" and "line 2: NUMA Affinity" in check.message
 
 
-def _plan(name: str, result: Any) -> accept.NodePlan:
+def _plan(name: str, result: Any) -> NodePlan:
     host = Host(name, name, 22, None, None, None, ("all",), {})
-    plan = accept.NodePlan(host, "all", _topology_spec(), None, None, result=result)
+    plan = NodePlan(host, "all", _topology_spec(), None, None, result=result)
     plan.expect = EXPECT
     return plan
 

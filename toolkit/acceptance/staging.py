@@ -3,7 +3,7 @@
 The working folder, the runner's ``spec.json`` (the checks and the floors' sizes), the
 ``docker run`` options of ranks in the training image, a Python with torch for
 ``--engine host`` (from a hashed lock only), and the address the node's peers reach it at.
-The flow that stages nodes and runs them is ``toolkit/steps/accept.py``.
+The flow that stages nodes and runs them is ``toolkit/steps/accept``.
 """
 
 from __future__ import annotations
