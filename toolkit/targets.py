@@ -12,7 +12,7 @@ from typing import Any
 from toolkit.errors import ConfigError, StackError
 from toolkit.floors import looser_floors
 from toolkit.hardware import HardwareProfile, load_stack_file
-from toolkit.inventory import load_inventory
+from toolkit.inventory import Inventory, load_inventory
 from toolkit.stack.aptindex import Fetch, fetch_url
 from toolkit.stack.check import Violation, check, has_errors, security
 from toolkit.stack.lock import (
@@ -192,32 +192,41 @@ def load_targets(path: str | Path) -> tuple[bool, list[Target]]:
     """
     path = Path(path)
     if path.is_dir():
-        inventory = load_inventory(path)
-        targets = []
-        for group in inventory.stack_groups():
-            stack, hardware = inventory.group_config(group)
-            info = inventory.groups[group]
-            repo_vars = {k: info.vars[k] for k in repository_variables() if k in info.vars}
-            overrides = {}
-            for host in info.hosts:
-                sources = inventory.host_vars(host).sources
-                if any(sources.get(key) != info.sources.get(key) for key in ("stack", "hardware")):
-                    overrides[host] = inventory.host_config(host)
-            risks = _accepted_risks(info.vars, info.sources, group)
-            source = info.sources.get(LOCK_KEY, LOCK_FILE_UNKNOWN)
-            targets.append(
-                Target(group, stack, hardware, repo_vars, overrides, info.vars, risks, source)
-            )
-        if not targets:
-            raise ConfigError(
-                f"{path}: no group has hosts and a `stack:` (group_vars/<group>/stack.yml)"
-            )
-        return True, targets
+        return True, inventory_targets(load_inventory(path))
     if not path.exists():
         raise ConfigError(f"{path}: no such file or directory")
     stack_file = load_stack_file(path)
     risks = tuple(stack_file.gpunode_accepted_risks)
     return False, [Target(None, stack_file.stack, stack_file.hardware, accepted_risks=risks)]
+
+
+def inventory_targets(inventory: Inventory) -> list[Target]:
+    """One target per group of a loaded inventory that has hosts and a stack or hardware
+    profile, in inventory order.
+
+    Raises:
+        ConfigError: Malformed files (naming file and key path), or no stack group.
+    """
+    targets = []
+    for group in inventory.stack_groups():
+        stack, hardware = inventory.group_config(group)
+        info = inventory.groups[group]
+        repo_vars = {k: info.vars[k] for k in repository_variables() if k in info.vars}
+        overrides = {}
+        for host in info.hosts:
+            sources = inventory.host_vars(host).sources
+            if any(sources.get(key) != info.sources.get(key) for key in ("stack", "hardware")):
+                overrides[host] = inventory.host_config(host)
+        risks = _accepted_risks(info.vars, info.sources, group)
+        source = info.sources.get(LOCK_KEY, LOCK_FILE_UNKNOWN)
+        targets.append(
+            Target(group, stack, hardware, repo_vars, overrides, info.vars, risks, source)
+        )
+    if not targets:
+        raise ConfigError(
+            f"{inventory.path}: no group has hosts and a `stack:` (group_vars/<group>/stack.yml)"
+        )
+    return targets
 
 
 def _accepted_risks(
@@ -251,13 +260,19 @@ class LockOutcome:
         }
 
 
-def _inventory_targets(path: Path, limit: str | None) -> list[Target]:
-    is_inventory, targets = load_targets(path)
-    if not is_inventory:
-        raise ConfigError(f"{path}: a stack lock belongs to an inventory directory, not a file")
+def _inventory_targets(
+    path: Path, limit: str | None, inventory: Inventory | None = None
+) -> list[Target]:
+    if inventory is None:
+        if not path.exists():
+            raise ConfigError(f"{path}: no such file or directory")
+        if not path.is_dir():
+            raise ConfigError(f"{path}: a stack lock belongs to an inventory directory, not a file")
+        inventory = load_inventory(path)
+    targets = inventory_targets(inventory)
     if limit is None:
         return targets
-    groups = {g for host in load_inventory(path).hosts_for(limit) for g in host.groups}
+    groups = {g for host in inventory.hosts_for(limit) for g in host.groups}
     return [t for t in targets if t.group in groups]
 
 
@@ -306,7 +321,12 @@ def lock_inventory(
 
 
 def check_locks(
-    path: str | Path, *, limit: str | None = None, relock: bool = False, fetch: Fetch = fetch_url
+    path: str | Path,
+    *,
+    limit: str | None = None,
+    relock: bool = False,
+    fetch: Fetch = fetch_url,
+    inventory: Inventory | None = None,
 ) -> list[LockOutcome]:
     """Before nodes change: every targeted group's lock is current and still in its repositories.
 
@@ -315,6 +335,7 @@ def check_locks(
         limit: The command's ``--limit``: only the groups of those hosts.
         relock: Resolve and write the locks again instead of refusing a missing or stale one.
         fetch: Reads a URL.
+        inventory: ``path`` as loaded already (read again when not given).
 
     Returns:
         The locks written (with ``relock``).
@@ -324,7 +345,7 @@ def check_locks(
             repositories lack or republished with another SHA256, each named.
     """
     path = Path(path)
-    targets = _inventory_targets(path, limit)
+    targets = _inventory_targets(path, limit, inventory)
     if relock:
         groups = ",".join(str(t.group) for t in targets)
         return lock_inventory(path, limit=groups or None, fetch=fetch)

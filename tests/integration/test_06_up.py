@@ -318,3 +318,47 @@ def test_up_on_two_ready_nodes_is_one_look(
             f"CLI), ansible -m setup {setup_seconds:.1f} s, up/setup "
             f"{up_seconds / setup_seconds:.2f}x"
         )
+
+
+# Runs the CLI with an audit hook (PEP 578) that counts, per file under the inventory folder,
+# how often this process opens it; Ansible's own processes are apart and not counted.
+_COUNT_OPENS = """
+import atexit, json, os, sys
+folder, out = os.path.realpath(sys.argv[1]), sys.argv[2]
+opened = {}
+def hook(event, args):
+    if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        path = os.path.realpath(os.fsdecode(args[0]))
+        if path.startswith(folder + os.sep):
+            opened[path] = opened.get(path, 0) + 1
+sys.addaudithook(hook)
+atexit.register(lambda: open(out, "w").write(json.dumps(opened)))
+sys.argv = ["gpunode", *sys.argv[3:]]
+from toolkit.cli import main
+main()
+"""
+
+
+def test_up_on_two_ready_nodes_reads_each_inventory_file_once(
+    up_lab: dict[str, Any], tmp_path: Path
+) -> None:
+    # Issue 40: the inventory is loaded once (the precheck's) and carried to every stage.
+    inventory = up_lab["inventory"]
+    counts = tmp_path / "opens.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", _COUNT_OPENS, str(inventory), str(counts)]
+        + ["up", "-i", str(inventory), "--yes", "--json"],
+        cwd=REPO,
+        env=_env(up_lab["state_dir"]),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(proc.stdout)["all_ready"] is True
+    opened = json.loads(counts.read_text())
+    group_vars = sorted(p for p in opened if "/group_vars/" in p)
+    assert group_vars and any(p.endswith("hosts.yml") for p in opened), opened
+    assert {p: n for p, n in opened.items() if n != 1} == {}, opened

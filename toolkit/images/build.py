@@ -147,13 +147,13 @@ def pick_group(inventory: Inventory, group: str | None) -> str:
     return groups[0]
 
 
-def recipe_for(inventory_path: Path, group: str | None = None) -> Recipe:
-    """The recipe of a group's image, from the inventory.
+def recipe_for(source: Path | Inventory, group: str | None = None) -> Recipe:
+    """The recipe of a group's image, from the inventory (its folder, or as loaded already).
 
     Raises:
         ConfigError: The inventory, the stack or an image variable is malformed.
     """
-    inventory = load_inventory(inventory_path)
+    inventory = source if isinstance(source, Inventory) else load_inventory(source)
     name = pick_group(inventory, group)
     hosts = inventory.group_hosts(name)
     merged = inventory.host_vars(hosts[0]) if hosts else None
@@ -166,7 +166,7 @@ def recipe_for(inventory_path: Path, group: str | None = None) -> Recipe:
     os_id = str(values.get("gpunode_image_os") or DEFAULT_OS)
     repo_vars = {k: v for k, v in values.items() if k.startswith("gpunode_")}
     resolved = resolve(stack, hardware, os_id, repo_vars=repo_vars)
-    return make_recipe(name, resolved, values, f"{inventory_path} (group {name})")
+    return make_recipe(name, resolved, values, f"{inventory.path} (group {name})")
 
 
 def build_recipe(

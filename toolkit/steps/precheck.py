@@ -12,7 +12,7 @@ from pathlib import Path
 
 from toolkit import nodestate
 from toolkit.errors import StackError
-from toolkit.inventory import load_inventory
+from toolkit.inventory import Inventory, load_inventory
 from toolkit.stack import models
 from toolkit.stack.check import check
 from toolkit.stack.check import security as check_security
@@ -22,8 +22,10 @@ from toolkit.targets import LockOutcome, check_locks
 
 @dataclass
 class Precheck:
-    """What the check found for the targeted hosts."""
+    """What the check found for the targeted hosts, and the inventory it read: the stages
+    after it take this object rather than reading the inventory's files again."""
 
+    inventory: Inventory
     hosts: list[str] = field(default_factory=list)
     stack_ids: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -51,7 +53,7 @@ def check_inventory(inventory: Path, limit: str | None = None) -> Precheck:
     hosts = inv.hosts_for(limit)
     if not hosts:
         raise StackError(f"{inventory}: no host matches {limit or 'all'!r}")
-    result = Precheck()
+    result = Precheck(inventory=inv)
     errors: dict[str, list[str]] = {}
     seen_warnings: set[str] = set()
     for host in hosts:
@@ -98,5 +100,11 @@ def precheck(
             or one the repositories no longer carry (without ``relock``); nothing touched.
     """
     found = check_inventory(inventory, limit)
-    written = check_locks(inventory, limit=limit, relock=relock) if locks else []
+    written = (
+        check_locks(inventory, limit=limit, relock=relock, inventory=found.inventory)
+        if locks
+        else []
+    )
+    if written:  # the lock files changed under the loaded inventory: read it as it is now
+        found.inventory = load_inventory(inventory)
     return found, written

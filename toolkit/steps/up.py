@@ -55,7 +55,7 @@ from toolkit.images.build import build_recipe, recipe_for
 from toolkit.images.engine import docker_client, find_image
 from toolkit.images.recipe import LABEL_INPUT_DIGEST
 from toolkit.images.render import render
-from toolkit.inventory import load_inventory
+from toolkit.inventory import Inventory
 from toolkit.progress import Display, Progress
 from toolkit.steps import disks
 from toolkit.steps.accept import AcceptOptions, run_acceptance
@@ -226,9 +226,9 @@ def _signals(stop: _Stop) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _check_sign_key(opts: UpOptions) -> None:
+def _check_sign_key(opts: UpOptions, inventory: Inventory) -> None:
     """A signing key that cannot sign is refused before any node is touched (exit 2)."""
-    group_all = load_inventory(opts.inventory).groups.get("all")
+    group_all = inventory.groups.get("all")
     cert.sign_key_from(opts.sign_key, group_all.vars if group_all else {}, opts.inventory)
 
 
@@ -242,7 +242,7 @@ def run_up(opts: UpOptions, progress: Progress = lambda _m: None) -> UpOutcome:
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
     found, written = precheck(opts.inventory, opts.limit, locks=True, relock=opts.relock)
-    _check_sign_key(opts)
+    _check_sign_key(opts, found.inventory)
     run_dir = runs.start_run("up", opts.runs_dir, started)
     for lock in written:
         progress(f"group {lock.group}: stack lock written to {lock.path}")
@@ -287,7 +287,7 @@ def _stages(
     stop: _Stop,
     progress: Progress,
 ) -> None:
-    images = _images(opts, nodes, progress) if opts.engine == "image" else {}
+    images = _images(found.inventory, nodes, progress) if opts.engine == "image" else {}
     stop.check()
     todo_provision, todo_accept = _survey(opts, found, nodes, images, stop, progress)
     if todo_provision and opts.accept_only:
@@ -304,7 +304,7 @@ def _stages(
             todo_accept += _provision(opts, found, nodes, provisionable, stop, progress)
     stop.check()
     if todo_accept:
-        _accept(opts, nodes, sorted(todo_accept), outcome, progress)
+        _accept(opts, found.inventory, nodes, sorted(todo_accept), outcome, progress)
 
 
 def _held_for_hardware(node: NodeUp) -> bool:
@@ -323,13 +323,12 @@ def _held_for_hardware(node: NodeUp) -> bool:
     return True
 
 
-def _images(opts: UpOptions, nodes: dict[str, NodeUp], progress: Progress) -> dict[str, str]:
+def _images(inventory: Inventory, nodes: dict[str, NodeUp], progress: Progress) -> dict[str, str]:
     """Build each group's training image unless its current recipe's image is here already.
 
     Returns:
         Per host, the ID of its group's image (hosts whose image failed are marked failed).
     """
-    inventory = load_inventory(opts.inventory)
     groups: dict[str, list[str]] = {}
     for host in nodes:
         groups.setdefault(inventory.stack_group_of(host), []).append(host)
@@ -337,7 +336,7 @@ def _images(opts: UpOptions, nodes: dict[str, NodeUp], progress: Progress) -> di
     for group, hosts in sorted(groups.items()):
         t0 = time.monotonic()
         try:
-            recipe = recipe_for(opts.inventory, group)
+            recipe = recipe_for(inventory, group)
             digest = render(recipe).digest
             client = docker_client()
             have = find_image(client, recipe.tag)
@@ -486,6 +485,7 @@ def _provision(
 
 def _accept(
     opts: UpOptions,
+    inventory: Inventory,
     nodes: dict[str, NodeUp],
     hosts: list[str],
     outcome: UpOutcome,
@@ -505,6 +505,7 @@ def _accept(
             sign_key=opts.sign_key,
         ),
         progress=progress,
+        inventory=inventory,
     )
     spent = time.monotonic() - t0
     outcome.accept_run_id = run.run_id

@@ -47,7 +47,7 @@ from toolkit.facts import probe, system
 from toolkit.images.build import recipe_for
 from toolkit.images.distribute import push
 from toolkit.images.engine import docker_client
-from toolkit.inventory import Host, load_inventory
+from toolkit.inventory import Host, Inventory, load_inventory
 from toolkit.progress import Heartbeat, Progress
 from toolkit.remote import open_node, parallel
 from toolkit.stack.systems import os_id_of_release
@@ -78,15 +78,21 @@ class AcceptOptions:
     executor: str | None = None
 
 
-def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) -> AcceptanceRun:
-    """Run the acceptance test on the inventory's nodes and give a verdict per node.
+def run_acceptance(
+    opts: AcceptOptions,
+    progress: Progress = lambda _m: None,
+    *,
+    inventory: Inventory | None = None,
+) -> AcceptanceRun:
+    """Run the acceptance test on the inventory's nodes and give a verdict per node
+    (``inventory``: ``opts.inventory`` as a caller loaded it already, else it is read here).
 
     Raises:
         ConfigError: The inventory, a stack or a hardware profile is malformed, or the limit
             matches no host.
     """
     started = datetime.now(timezone.utc)
-    inventory = load_inventory(opts.inventory)
+    inventory = inventory or load_inventory(opts.inventory)
     hosts = inventory.hosts_for(opts.limit)
     if not hosts:
         raise ConfigError(f"{opts.inventory}: no hosts match {opts.limit or 'all'!r}")
@@ -107,7 +113,7 @@ def run_acceptance(opts: AcceptOptions, progress: Progress = lambda _m: None) ->
     if opts.engine not in ENGINES:
         raise ConfigError(f"unknown acceptance engine {opts.engine!r}; one of {list(ENGINES)}")
     if opts.engine == "image":
-        _stage_images(plans, opts, progress)
+        _stage_images(plans, inventory, progress)
     try:
         # The checks say nothing for minutes: a heartbeat says how far they are (issue 42).
         with Heartbeat(progress, "acceptance", what="single-node checks", total=len(plans)) as beat:
@@ -186,7 +192,7 @@ def _judge(plan: NodePlan) -> Verdict:
         return judge(None, plan.expect, plan.spec, runner_error=why, extra=plan.extra)
 
 
-def _stage_images(plans: list[NodePlan], opts: AcceptOptions, progress: Progress) -> None:
+def _stage_images(plans: list[NodePlan], inventory: Inventory, progress: Progress) -> None:
     """Each group's training image, on every node of the group that lacks it.
 
     The image is the one ``gpunode image build`` tagged for the group's stack on this
@@ -203,7 +209,7 @@ def _stage_images(plans: list[NodePlan], opts: AcceptOptions, progress: Progress
         groups.setdefault(plan.group, []).append(plan)
     for group, members in groups.items():
         try:
-            recipe = recipe_for(opts.inventory, group)
+            recipe = recipe_for(inventory, group)
         except ConfigError as err:
             raise ConfigError(f"{err.message} (or accept with --engine host)") from err
         try:
