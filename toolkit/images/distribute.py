@@ -14,6 +14,11 @@ reads the layer's file only when the chain is missing (moby ``image/tarexport/lo
 ``lss.Get(ChainID)`` before ``loadLayer``); test_05 loads such a subset on a lab node. A node
 whose engine refuses the subset (a layer went between the look and the load) gets the whole
 archive, and says so.
+
+The transfer says nothing of its own for as long as a ``docker save`` and a ``docker load``
+of hundreds of MB take (a first ``up`` on the lab was silent for 38.5 s here, issue 42): a
+heartbeat (:class:`~toolkit.progress.Heartbeat`, phase ``image push``) says what it does and
+how many nodes are done whenever nothing else was said for ``interval`` seconds.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from toolkit.images.engine import docker_client
 from toolkit.images.normalise import chain_prefixes
 from toolkit.images.recipe import REPOSITORY
 from toolkit.inventory import Host
-from toolkit.progress import Progress
+from toolkit.progress import HEARTBEAT_S, Heartbeat, Progress
 from toolkit.remote import Node, open_node, parallel
 
 CHUNK = 1 << 20
@@ -118,8 +123,13 @@ def push(
     progress: Progress = lambda _m: None,
     client: docker.DockerClient | None = None,
     workdir: Path | None = None,
+    interval: float = HEARTBEAT_S,
 ) -> PushOutcome:
     """Put the image on every host (registry when one is named, else SSH).
+
+    Lines go to ``progress``: one per node as it starts and ends, and the heartbeat's
+    (``image push: <what now> (<nodes done>/<nodes>, <elapsed> s)``) after each ``interval``
+    seconds of silence.
 
     Raises:
         ImageError: The image is not on this engine, or the registry refused the push.
@@ -134,16 +144,27 @@ def push(
         raise ImageError(f"image {image_id} is not on this engine: build it first") from err
     image_id = str(image.id)
     started = time.perf_counter()
-    if registry:
-        # The registry repository is <registry>/gpunode-training; the local tag's tag part
-        # (the stack id) names the image there.
-        remote_tag = tag.rsplit(":", 1)[1] if tag and ":" in tag.rsplit("/", 1)[-1] else "latest"
-        reference = registry_push(client, image_id, registry, remote_tag, progress)
-        nodes = _fan_out(hosts, image_id, lambda node: _pull(node, reference, image_id), progress)
-        outcome = PushOutcome(image_id, "registry", reference, nodes)
-    else:
-        outcome = PushOutcome(image_id, "ssh", None, [])
-        outcome.nodes = _ssh(client, image_id, hosts, tag, progress, workdir)
+    with Heartbeat(
+        progress,
+        "image push",
+        what=f"{image_id[:19]} to the nodes",
+        total=len(hosts),
+        interval=interval,
+    ) as beat:
+        if registry:
+            # The registry repository is <registry>/gpunode-training; the local tag's tag part
+            # (the stack id) names the image there.
+            remote_tag = (
+                tag.rsplit(":", 1)[1] if tag and ":" in tag.rsplit("/", 1)[-1] else "latest"
+            )
+            beat.update(f"pushing {image_id[:19]} to {registry}")
+            reference = registry_push(client, image_id, registry, remote_tag, beat.say)
+            beat.update(f"the nodes pull {reference}")
+            nodes = _fan_out(hosts, image_id, lambda node: _pull(node, reference, image_id), beat)
+            outcome = PushOutcome(image_id, "registry", reference, nodes)
+        else:
+            outcome = PushOutcome(image_id, "ssh", None, [])
+            outcome.nodes = _ssh(client, image_id, hosts, tag, beat, workdir)
     outcome.seconds = time.perf_counter() - started
     return outcome
 
@@ -183,16 +204,25 @@ def _fan_out(
     hosts: list[Host],
     image_id: str,
     transfer: Callable[[Node], NodeTransfer],
-    progress: Progress,
+    beat: Heartbeat,
 ) -> list[NodeTransfer]:
+    """``transfer`` on every host that lacks the image, at once; each node done counts one
+    in the heartbeat, whatever its outcome."""
+
     def one(host: Host) -> NodeTransfer:
+        try:
+            return _one(host)
+        finally:
+            beat.advance()
+
+    def _one(host: Host) -> NodeTransfer:
         started = time.perf_counter()
         node = open_node(host)
         try:
             if node_image_id(node, image_id) == image_id:
-                progress(f"{host.name}: already holds {image_id[:19]}")
+                beat.say(f"{host.name}: already holds {image_id[:19]}")
                 return NodeTransfer(host.name, "present", image_id)
-            progress(f"{host.name}: transferring {image_id[:19]}")
+            beat.say(f"{host.name}: transferring {image_id[:19]}")
             done = transfer(node)
         finally:
             node.close()
@@ -218,27 +248,29 @@ def _ssh(
     image_id: str,
     hosts: list[Host],
     tag: str | None,
-    progress: Progress,
+    beat: Heartbeat,
     workdir: Path | None,
 ) -> list[NodeTransfer]:
     with tempfile.TemporaryDirectory(prefix="gpunode-push-", dir=workdir) as tmp:
         saved = Path(tmp) / "image.tar"
         state: dict[str, Any] = {}
+        streamed = _Streamed(beat)
 
         def load(node: Node) -> NodeTransfer:
-            layers = _save_once(client, image_id, saved, state)
+            layers = _save_once(client, image_id, saved, state, beat)
             skip = held_files(layers, _held_stacks(node))
             sent = len({name for name, _diff in layers} - skip)
             note = None
-            counted = _Counted(_subset_chunks(saved, skip) if skip else _saved_chunks(saved))
+            chunks = _subset_chunks(saved, skip) if skip else _saved_chunks(saved)
+            counted = _Counted(chunks, tick=streamed.add)
             res = node.run_with_input("docker load --quiet", counted, timeout=1800)
             counted.close()
             if not res.ok and skip:
                 note = f"the subset was refused ({(res.stderr or res.stdout).strip()[-200:]}); "
                 note += "sent the whole image"
-                progress(f"{node.host.name}: {note}")
+                beat.say(f"{node.host.name}: {note}")
                 sent = len({name for name, _diff in layers})
-                counted = _Counted(_saved_chunks(saved), counted.bytes)
+                counted = _Counted(_saved_chunks(saved), counted.bytes, tick=streamed.add)
                 res = node.run_with_input("docker load --quiet", counted, timeout=1800)
                 counted.close()
             if not res.ok:
@@ -257,7 +289,7 @@ def _ssh(
                 note=note,
             )
 
-        return _fan_out(hosts, image_id, load, progress)
+        return _fan_out(hosts, image_id, load, beat)
 
 
 def held_files(layers: list[tuple[str, str]], held: set[tuple[str, ...]]) -> set[str]:
@@ -291,16 +323,38 @@ def _held_stacks(node: Node) -> set[tuple[str, ...]]:
     return chain_prefixes(stacks)
 
 
-class _Counted:
-    """A byte stream that counts what went through it."""
+class _Streamed:
+    """The bytes sent to every node's ``docker load`` so far, as the heartbeat's "what now"."""
 
-    def __init__(self, chunks: Iterator[bytes], already: int = 0) -> None:
+    def __init__(self, beat: Heartbeat) -> None:
+        self._beat = beat
+        self._bytes = 0
+        self._lock = threading.Lock()  # the nodes' loads run in parallel
+
+    def add(self, count: int) -> None:
+        with self._lock:
+            self._bytes += count
+            sent = self._bytes
+        self._beat.update(f"docker load on the nodes, {sent / 1e6:.0f} MB sent")
+
+
+class _Counted:
+    """A byte stream that counts what went through it (and tells ``tick`` each chunk's size)."""
+
+    def __init__(
+        self,
+        chunks: Iterator[bytes],
+        already: int = 0,
+        tick: Callable[[int], None] = lambda _n: None,
+    ) -> None:
         self.chunks = chunks
         self.bytes = already
+        self._tick = tick
 
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self.chunks:
             self.bytes += len(chunk)
+            self._tick(len(chunk))
             yield chunk
 
     def close(self) -> None:
@@ -345,13 +399,19 @@ _save_lock = threading.Lock()
 
 
 def _save_once(
-    client: docker.DockerClient, image_id: str, path: Path, state: dict[str, Any]
+    client: docker.DockerClient,
+    image_id: str,
+    path: Path,
+    state: dict[str, Any],
+    beat: Heartbeat | None = None,
 ) -> list[tuple[str, str]]:
     """``docker save`` into ``path`` once, whichever node asks first; the archive's layer
     files with their diff IDs, bottom first."""
     with _save_lock:
         if "layers" in state:
             return list(state["layers"])
+        if beat is not None:
+            beat.update(f"docker save {image_id[:19]} on this machine")
         try:
             with path.open("wb") as handle:
                 for chunk in client.images.get(image_id).save(chunk_size=CHUNK, named=False):

@@ -56,7 +56,7 @@ from toolkit.images.engine import docker_client, find_image
 from toolkit.images.recipe import LABEL_INPUT_DIGEST
 from toolkit.images.render import render
 from toolkit.inventory import Inventory
-from toolkit.progress import Display, Progress
+from toolkit.progress import HEARTBEAT_S, Display, Heartbeat, Progress
 from toolkit.steps import disks
 from toolkit.steps.accept import AcceptOptions, run_acceptance
 from toolkit.steps.precheck import Precheck, precheck
@@ -241,7 +241,15 @@ def run_up(opts: UpOptions, progress: Progress = lambda _m: None) -> UpOutcome:
     """
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
-    found, written = precheck(opts.inventory, opts.limit, locks=True, relock=opts.relock)
+    # The locks are checked against the repositories' indexes (fetched, and with --relock
+    # resolved): on a slow link that is a phase of its own (issue 42).
+    with Heartbeat(
+        progress,
+        "check",
+        what="the stack and its locks against the repositories",
+        interval=HEARTBEAT_S,
+    ):
+        found, written = precheck(opts.inventory, opts.limit, locks=True, relock=opts.relock)
     _check_sign_key(opts, found.inventory)
     run_dir = runs.start_run("up", opts.runs_dir, started)
     for lock in written:

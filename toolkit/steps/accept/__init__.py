@@ -226,8 +226,13 @@ def _stage_images(plans: list[NodePlan], inventory: Inventory, progress: Progres
                 )
             continue
         progress(f"group {group}: image {image_id[:19]} ({recipe.tag}) to its nodes")
+        # Its progress too: a transfer of hundreds of MB says where it is (issue 42).
         outcome = push(
-            image_id, [p.host for p in members], registry=recipe.registry, tag=recipe.tag
+            image_id,
+            [p.host for p in members],
+            registry=recipe.registry,
+            tag=recipe.tag,
+            progress=progress,
         )
         for plan, transfer in zip(members, outcome.nodes, strict=True):
             if transfer.action == "failed":
