@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
@@ -87,7 +88,16 @@ def test_a_gpu_container_gets_the_nodes_nvidia_devices_as_the_hook_gives_them(
             self.st_mode = 0o020666
             self.st_rdev = script.os.makedev(*infos[name])
 
-    monkeypatch.setattr(script.os, "stat", lambda path: Stat(Path(path).name))
+    # The wrapper's `os` is the one module: only the emulated /dev answers with device numbers,
+    # every other path (pytest's own) is stat'ed for real.
+    real_stat = os.stat
+    monkeypatch.setattr(
+        script.os,
+        "stat",
+        lambda path, *a, **k: (
+            Stat(Path(path).name) if str(path).startswith(str(dev)) else real_stat(path, *a, **k)
+        ),
+    )
     hardware = tmp_path / "hardware.json"
     gpus = [{"index": i, "minor_number": i, "uuid": f"GPU-{i}aaa"} for i in (0, 1)]
     hardware.write_text(json.dumps({"gpus": gpus}))

@@ -195,9 +195,13 @@ def test_acceptance_hands_its_progress_to_the_image_push(
         hardware=None,
     )
     said = Recorder()
-    accept_step._stage_images([plan], accept_step.AcceptOptions(inventory=tmp_path), said)
+    inventory: Any = None  # only handed to recipe_for
+    accept_step._stage_images([plan], inventory, {}, said)
     assert seen["progress"] is said
     assert plan.image == IMAGE_ID
+    # The image `up`'s image stage chose is staged by its ID, whatever the tag says now.
+    accept_step._stage_images([plan], inventory, {"lab": "sha256:" + "c" * 64}, said)
+    assert plan.image == "sha256:" + "c" * 64
 
 
 def test_up_checks_the_stack_locks_under_a_heartbeat(

@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
@@ -163,23 +163,16 @@ class UpOutcome:
 
 
 @dataclass
-class UpOptions:
-    """What ``gpunode up`` was asked to do."""
+class UpOptions(AcceptOptions):
+    """What ``gpunode up`` was asked to do: what its acceptance stage is asked (the options
+    of ``gpunode accept``), and the stages before it."""
 
-    inventory: Path
-    limit: str | None = None
-    multi_node: bool = False
-    hooks: Sequence[str] = ()
-    engine: str = "image"  # or "host": acceptance without the training image
-    executor: str | None = None  # "ssh" or "slurm" (None: the inventory's, else ssh)
     # Asked with the disk plan when a node's disks would change (None: no question).
     confirm_disks: Callable[[disks.DisksOutcome], bool] | None = None
     display: Display | None = None
     relock: bool = False  # resolve missing or stale stack locks instead of refusing them
-    sign_key: Path | None = None  # signs the certificates of nodes accepted ready
     # Change no node: those that need disks or provisioning are reported, not converged.
     accept_only: bool = False
-    runs_dir: Path = field(default_factory=runs.runs_dir)
 
 
 class _Stop:
@@ -501,19 +494,18 @@ def _accept(
 ) -> None:
     progress(f"accept: {_limit(hosts)}")
     t0 = time.monotonic()
+    # The images the image stage found or built, by ID: the group's tag may have moved since
+    # (another build on this machine), and the nodes are judged against these.
+    images: dict[str, str] = {}
+    for host in hosts:
+        image_id = nodes[host].image_id
+        if image_id:
+            images[inventory.stack_group_of(host)] = image_id
     run = run_acceptance(
-        AcceptOptions(
-            inventory=opts.inventory,
-            limit=_limit(hosts),
-            multi_node=opts.multi_node,
-            hooks=opts.hooks,
-            runs_dir=opts.runs_dir,
-            engine=opts.engine,
-            executor=opts.executor,
-            sign_key=opts.sign_key,
-        ),
+        replace(opts, limit=_limit(hosts)),
         progress=progress,
         inventory=inventory,
+        images=images,
     )
     spent = time.monotonic() - t0
     outcome.accept_run_id = run.run_id

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -83,9 +83,12 @@ def run_acceptance(
     progress: Progress = lambda _m: None,
     *,
     inventory: Inventory | None = None,
+    images: Mapping[str, str] | None = None,
 ) -> AcceptanceRun:
-    """Run the acceptance test on the inventory's nodes and give a verdict per node
-    (``inventory``: ``opts.inventory`` as a caller loaded it already, else it is read here).
+    """Run the acceptance test on the inventory's nodes and give a verdict per node.
+
+    What a caller has already: ``inventory``, ``opts.inventory`` as loaded (else it is read
+    here); ``images``, the training image ID of a group (else its tag is looked up here).
 
     Raises:
         ConfigError: The inventory, a stack or a hardware profile is malformed, or the limit
@@ -113,7 +116,7 @@ def run_acceptance(
     if opts.engine not in ENGINES:
         raise ConfigError(f"unknown acceptance engine {opts.engine!r}; one of {list(ENGINES)}")
     if opts.engine == "image":
-        _stage_images(plans, inventory, progress)
+        _stage_images(plans, inventory, images or {}, progress)
     try:
         # The checks say nothing for minutes: a heartbeat says how far they are (issue 42).
         with Heartbeat(progress, "acceptance", what="single-node checks", total=len(plans)) as beat:
@@ -192,7 +195,9 @@ def _judge(plan: NodePlan) -> Verdict:
         return judge(None, plan.expect, plan.spec, runner_error=why, extra=plan.extra)
 
 
-def _stage_images(plans: list[NodePlan], inventory: Inventory, progress: Progress) -> None:
+def _stage_images(
+    plans: list[NodePlan], inventory: Inventory, images: Mapping[str, str], progress: Progress
+) -> None:
     """Each group's training image, on every node of the group that lacks it.
 
     The image is the one ``gpunode image build`` tagged for the group's stack on this
@@ -213,7 +218,7 @@ def _stage_images(plans: list[NodePlan], inventory: Inventory, progress: Progres
         except ConfigError as err:
             raise ConfigError(f"{err.message} (or accept with --engine host)") from err
         try:
-            image_id = str(docker_client().images.get(recipe.tag).id)
+            image_id = images.get(group) or str(docker_client().images.get(recipe.tag).id)
         except docker.errors.ImageNotFound:
             for plan in members:
                 plan.extra.append(
