@@ -10,6 +10,7 @@ import json
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -287,10 +288,11 @@ def test_accept_only_re_accepts_what_can_heal_and_reports_a_hardware_hold(
     }
     accepted: list[str] = []
     monkeypatch.setattr(up_step, "_survey", lambda *a: ([], sorted(nodes)))
-    monkeypatch.setattr(up_step, "_accept", lambda o, n, hosts, *a: accepted.extend(hosts))
+    monkeypatch.setattr(up_step, "_accept", lambda o, i, n, hosts, *a: accepted.extend(hosts))
+    found: Any = SimpleNamespace(inventory=None)  # what the precheck read: not read here
     opts = up_step.UpOptions(inventory=tmp_path, engine="host", accept_only=True)
     outcome = up_step.UpOutcome("r", tmp_path, tmp_path, "", "", 0.0, nodes)
-    up_step._stages(opts, None, nodes, outcome, up_step._Stop(), lambda _m: None)  # type: ignore[arg-type]
+    up_step._stages(opts, found, nodes, outcome, up_step._Stop(), lambda _m: None)
     assert accepted == ["cfg", "flaky"]
     stage = nodes["hw"].stages["accept"]
     assert stage.status == "failed"
@@ -299,7 +301,7 @@ def test_accept_only_re_accepts_what_can_heal_and_reports_a_hardware_hold(
     # Without --accept-only the operator's run re-accepts it.
     accepted.clear()
     forced = up_step.UpOptions(inventory=tmp_path, engine="host")
-    up_step._stages(forced, None, nodes, outcome, up_step._Stop(), lambda _m: None)  # type: ignore[arg-type]
+    up_step._stages(forced, found, nodes, outcome, up_step._Stop(), lambda _m: None)
     assert accepted == ["cfg", "flaky", "hw"]
 
 
