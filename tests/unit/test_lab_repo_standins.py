@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.lab.driver_packages import IMEX_CHANNELS_MAJOR
 from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.repo import RepoInfo, build_repository
 
@@ -108,6 +109,9 @@ def test_module_load_emulates_install_upgrade_and_boot(root: Root) -> None:
     assert _loaded(root) == "550.144.03"
     assert not (root.state / "persistence-mode.json").exists()
     assert root.run(loader, "sideways").returncode == 2
+    # The loaded module registers the IMEX channels' major, which roles/imex reads.
+    devices = (root.path / "proc/devices").read_text().splitlines()
+    assert f"{IMEX_CHANNELS_MAJOR} nvidia-caps-imex-channels" in devices
 
 
 def test_proprietary_module_says_so(root: Root) -> None:

@@ -71,6 +71,12 @@ DRIVERS: tuple[DriverRelease, ...] = (
 NVLSM_RELEASES: tuple[str, ...] = ("2025.06.10",)
 NVLSM_DAEMON = "/opt/nvidia/nvlsm/sbin/nvlsm"
 
+# The major number the emulated module registers its IMEX channels under in the node's
+# /proc/devices (`nvidia-caps-imex-channels`; the module stand-in, nvidia-module-load.sh.j2).
+# A real one is dynamic; this one is from the kernel's extended dynamic range (fs/char_dev.c,
+# CHRDEV_MAJOR_DYN_EXT_START 511 down to CHRDEV_MAJOR_DYN_EXT_END 384).
+IMEX_CHANNELS_MAJOR = 510
+
 
 def _exclusive(family: list[str], name: str) -> tuple[str, ...]:
     """The other members of a family of packages that cannot be installed together."""
@@ -398,6 +404,7 @@ def _kernel_modules(build: _DriverBuild) -> list[PackageSpec]:
             "flavour": flavour,
             "nvrm": nvrm,
             "build_date": release.build_date,
+            "imex_major": IMEX_CHANNELS_MAJOR,
         }
         # The proprietary module also provides nvidia-kernel-V (Debian's packaging); the
         # open one is reached by its own name (see any_module).
