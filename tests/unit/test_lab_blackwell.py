@@ -50,6 +50,8 @@ def test_blackwell_boards_are_the_catalogues(
 def test_gb200_says_what_the_lab_cannot_be() -> None:
     gap = GPU_MODELS["GB200"].lab_gap or ""
     assert "arm64" in gap and "sbsa" in gap and "amd64" in gap
+    hw = NodeHardware.for_node("GB200", 4, True)
+    assert [g.cpu_affinity for g in hw.gpus] == ["0-71", "0-71", "72-143", "72-143"]
 
 
 def test_a_gb200_tray_has_four_gpus() -> None:

@@ -404,7 +404,7 @@ def _kernel_modules(build: _DriverBuild) -> list[PackageSpec]:
             "flavour": flavour,
             "nvrm": nvrm,
             "build_date": release.build_date,
-            "imex_major": IMEX_CHANNELS_MAJOR,
+            "imex_major": str(IMEX_CHANNELS_MAJOR),
         }
         # The proprietary module also provides nvidia-kernel-V (Debian's packaging); the
         # open one is reached by its own name (see any_module).

@@ -54,6 +54,9 @@ class GpuModel(BaseModel):
     # GPUs on a full board: an 8-GPU HGX baseboard, a 4-GPU GB200 compute tray (two superchips
     # of one Grace and two Blackwell GPUs each). A lab node has at most this many.
     board_gpus: int = 8
+    # The CPUs near each socket's GPUs (`topo -m` "CPU Affinity"): a two-socket x86 host's
+    # threads by default, a GB200 tray's two 72-core Graces (sglang issue #11208: 0-71, 72-143).
+    cpu_affinity: tuple[str, str] = ("0-55,112-167", "56-111,168-223")
     # What the lab cannot be for this model, said wherever the model is offered (None: nothing
     # beyond what every lab node is not).
     lab_gap: str | None = None
@@ -261,6 +264,7 @@ GPU_MODELS: dict[str, GpuModel] = {
             slowdown_temp_c=89,
             row_remap_banks=2560,
             board_gpus=4,
+            cpu_affinity=("0-71", "72-143"),
             lab_gap=(
                 "a GB200 tray is a Grace (arm64) system: its packages come from NVIDIA's sbsa "
                 "repository and its GPUs sit one per PCI domain (00000008:01:00.0, "

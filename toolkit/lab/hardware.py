@@ -578,7 +578,7 @@ def _make_gpu(model: GpuModel, i: int, count: int, seed: str, node: int) -> dict
         "vbios_version": model.vbios_version,
         "board_part_number": model.board_part_number,
         "numa_node": numa,
-        "cpu_affinity": "0-55,112-167" if numa == 0 else "56-111,168-223",
+        "cpu_affinity": model.cpu_affinity[numa],
         "pcie_switch": switch,
         "memory_total_mib": model.memory_total_mib,
         "memory_reserved_mib": model.memory_reserved_mib,
