@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.lab import kmods
 from toolkit.lab.driver_packages import IMEX_CHANNELS_MAJOR
 from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.repo import RepoInfo, build_repository
@@ -262,6 +263,10 @@ def test_fabric_manager_on_b200_needs_nvlsm_installed(root: Root) -> None:
     assert "install nvlsm package" in (root.path / "var/log/fabricmanager.log").read_text()
     root.unpack("nvlsm", "2025.06.10-1")
     assert root.run("/opt/nvidia/nvlsm/sbin/nvlsm", "--version").stdout == "nvlsm 2025.06.10\n"
+    # NVLSM reaches the switches through ib_umad: not loaded, no start.
+    done = root.run(FM, "-c", "/usr/share/nvidia/nvswitch/fabricmanager.cfg")
+    assert done.returncode == 1 and "ib_umad is not loaded" in done.stderr
+    (root.path / kmods.MODULE_DIR.lstrip("/") / "ib_umad").mkdir(parents=True)
     _fm_starts(root)
 
 

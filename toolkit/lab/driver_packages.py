@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from toolkit.lab import paths
 from toolkit.lab.package_spec import (
     LIBDIR,
     FileSpec,
@@ -490,6 +491,7 @@ def _fabric_packages(build: _DriverBuild) -> list[PackageSpec]:
         version=v,
         nvlsm_gpus="|".join(_nvlsm_gpu_names()),
         nvlsm=NVLSM_DAEMON,
+        module_dir=paths.MODULE_DIR,
     )
     return [
         PackageSpec(

@@ -25,7 +25,7 @@ from docker.models.containers import Container
 
 from toolkit.lab import nodes, paths
 
-MODULE_DIR = "/run/gpunode-lab/module"
+MODULE_DIR = paths.MODULE_DIR
 MODPROBE = "/usr/local/sbin/gpunode-lab-modprobe"
 LIST_FILE = f"{paths.NODE_STATE_DIR}/modules"
 # The in-tree RDMA modules (drivers/infiniband/core: ib_core, ib_uverbs, ib_umad, rdma_cm,
