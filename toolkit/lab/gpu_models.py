@@ -57,7 +57,7 @@ class GpuModel(BaseModel):
     # The CPUs near each socket's GPUs (`topo -m` "CPU Affinity"): a two-socket x86 host's
     # threads by default, a GB200 tray's two 72-core Graces (sglang issue #11208: 0-71, 72-143).
     cpu_affinity: tuple[str, str] = ("0-55,112-167", "56-111,168-223")
-    # What the lab cannot be for this model, said wherever the model is offered (None: nothing
+    # What the lab cannot be for this model, which `lab up` says before it builds (None: nothing
     # beyond what every lab node is not).
     lab_gap: str | None = None
 

@@ -29,6 +29,7 @@ from toolkit.lab import inventory, kmods, network, nodes, paths, runfile, server
 from toolkit.lab import slurm as lab_slurm
 from toolkit.lab import state as lab_state
 from toolkit.lab.faults import KERNEL_LOG_FAULTS
+from toolkit.lab.gpu_models import GPU_MODELS
 from toolkit.lab.hardware import NodeHardware, aer_files, rdma_files
 from toolkit.lab.repo import build_repository
 from toolkit.lab.spec import (
@@ -130,6 +131,9 @@ def up(
         )
     # Hardware files are computed first: a bad model or fault fails before anything exists.
     hardware = {i: _hardware(spec, i) for i in range(1, spec.nodes + 1)}
+    gap = GPU_MODELS[spec.gpu_model].lab_gap
+    if gap:  # what the lab cannot be for this model, said before anything is built
+        say(f"{spec.gpu_model}: not emulated: {gap}")
 
     # Each cold-start phase says what it cost: on a fresh machine these are most of `lab up`.
     say("node image: checking")
