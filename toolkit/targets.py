@@ -25,6 +25,7 @@ from toolkit.stack.lock import (
     lock_path,
     lock_state,
     resolve_lock,
+    stack_arch,
     stack_systems,
     verify_lock,
     write_lock,
@@ -176,6 +177,7 @@ class Target:
 
     def resolve(self, os_id: str, arch: str | None = None) -> dict[str, Any]:
         """The resolved stack for one OS, with this target's repository variables."""
+        arch = arch or stack_arch(str(self.group), self.group_vars)
         return resolve(self.stack, self.hardware, os_id, arch=arch, repo_vars=self.repo_vars)
 
 

@@ -10,6 +10,7 @@ import pytest
 from toolkit.errors import ConfigError
 from toolkit.lab.faults import FAULTS
 from toolkit.lab.hardware import GPU_MODELS, SCHEMA_VERSION, NodeHardware
+from toolkit.stack.matrix import matrix
 
 # (model, nvswitch, name, memory MiB, power W, PCIe gen, max SM clock, NVLinks)
 MODELS = [
@@ -53,7 +54,7 @@ def test_models_report_their_datasheet_values(
 
 def test_every_model_in_the_table_builds() -> None:
     for key, model in GPU_MODELS.items():
-        hw = NodeHardware.for_node(key, 8, model.nvlinks > 0)
+        hw = NodeHardware.for_node(key, model.board_gpus, model.nvlinks > 0)
         assert hw.model == key
         assert model.source
 
@@ -315,7 +316,7 @@ def test_emulated_gpu_agrees_with_the_stack_catalog(key: str) -> None:
     assert known is not None, f"{emulated.name!r} is not in toolkit/stack/gpus.yml"
     assert known.model == key
     assert known.compute_capability == emulated.compute_cap
-    assert known.architecture == emulated.architecture.split()[0].casefold()
+    assert emulated.architecture == matrix().architectures[known.architecture].name
 
 
 def test_nics_sit_on_the_pcie_switches_of_gpu_pairs() -> None:

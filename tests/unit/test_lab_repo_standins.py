@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.lab import kmods
+from toolkit.lab.driver_packages import IMEX_CHANNELS_MAJOR
 from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.repo import RepoInfo, build_repository
 
@@ -108,6 +110,9 @@ def test_module_load_emulates_install_upgrade_and_boot(root: Root) -> None:
     assert _loaded(root) == "550.144.03"
     assert not (root.state / "persistence-mode.json").exists()
     assert root.run(loader, "sideways").returncode == 2
+    # The loaded module registers the IMEX channels' major, which roles/imex reads.
+    devices = (root.path / "proc/devices").read_text().splitlines()
+    assert f"{IMEX_CHANNELS_MAJOR} nvidia-caps-imex-channels" in devices
 
 
 def test_proprietary_module_says_so(root: Root) -> None:
@@ -258,6 +263,10 @@ def test_fabric_manager_on_b200_needs_nvlsm_installed(root: Root) -> None:
     assert "install nvlsm package" in (root.path / "var/log/fabricmanager.log").read_text()
     root.unpack("nvlsm", "2025.06.10-1")
     assert root.run("/opt/nvidia/nvlsm/sbin/nvlsm", "--version").stdout == "nvlsm 2025.06.10\n"
+    # NVLSM reaches the switches through ib_umad: not loaded, no start.
+    done = root.run(FM, "-c", "/usr/share/nvidia/nvswitch/fabricmanager.cfg")
+    assert done.returncode == 1 and "ib_umad is not loaded" in done.stderr
+    (root.path / kmods.MODULE_DIR.lstrip("/") / "ib_umad").mkdir(parents=True)
     _fm_starts(root)
 
 

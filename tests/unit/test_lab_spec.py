@@ -97,7 +97,7 @@ def test_check_fault_lists_known_faults() -> None:
         ({"disks": 9}, "--disks:"),
         ({"name": "Bad_Name"}, "--name: String should match pattern"),
         ({"name": "_cache"}, "--name:"),
-        ({"nodes": 2, "faults": ((3, "ecc"),)}, "--fault: .*names node 3.*nodes 1..2"),
+        ({"nodes": 2, "faults": ((3, "ecc"),)}, "--fault 3:ecc names node 3.*nodes 1..2"),
         ({"faults": ((1, "boom"),)}, "--fault: .*unknown fault 'boom'"),
         ({"slow_net_rate": "fast"}, "--slow-net-rate:"),
         ({"bogus": 1}, "--bogus: Extra inputs are not permitted"),

@@ -8,7 +8,7 @@ from typing import Any
 
 from toolkit.acceptance.check import NodeExpectation
 from toolkit.inventory import Host
-from toolkit.stack.lock import LOCK_FILE, apply_lock, lock_from_vars, lock_state
+from toolkit.stack.lock import LOCK_FILE, apply_lock, lock_from_vars, lock_state, stack_arch
 from toolkit.stack.models import Hardware, Stack
 from toolkit.stack.resolve import resolve
 
@@ -26,7 +26,8 @@ def expected_node(
         ConfigError: The stack does not resolve for ``os_id``, or the lock is malformed.
     """
     repo_vars = {k: v for k, v in host.vars.items() if k.startswith("gpunode_")}
-    resolved = resolve(stack, hardware, os_id, repo_vars=repo_vars)
+    arch = stack_arch(f"of host {host.name}", host.vars)
+    resolved = resolve(stack, hardware, os_id, arch=arch, repo_vars=repo_vars)
     lock = lock_from_vars(host.vars, f"{LOCK_FILE} of host {host.name}")
     if lock_state(lock, resolved["stack_id"]) == "current":
         resolved = apply_lock(resolved, lock)

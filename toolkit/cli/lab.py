@@ -64,7 +64,12 @@ def lab() -> None:
 @name_option
 @click.option("--nodes", type=int, default=2, show_default=True, help="Number of nodes.")
 @click.option("--gpus", type=int, default=8, show_default=True, help="Emulated GPUs per node.")
-@click.option("--gpu-model", default="H100", show_default=True, help="H100, H200, A100, L40S.")
+@click.option(
+    "--gpu-model",
+    default="H100",
+    show_default=True,
+    help="H100, H200, A100, L40S, B200 or GB200 (a 4-GPU tray: --gpus 4).",
+)
 @click.option(
     "--nvswitch/--no-nvswitch",
     default=None,

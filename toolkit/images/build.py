@@ -35,7 +35,7 @@ from toolkit.images.recipe import (
 from toolkit.images.render import Context, render
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.progress import HEARTBEAT_S, Heartbeat, Progress
-from toolkit.stack.lock import LOCK_KEY, lock_from_vars
+from toolkit.stack.lock import LOCK_KEY, lock_from_vars, stack_arch
 from toolkit.stack.resolve import resolve
 
 BUILDER = "classic"  # the engine's legacy builder, normalised afterwards
@@ -165,7 +165,8 @@ def recipe_for(source: Path | Inventory, group: str | None = None) -> Recipe:
     stack, hardware = inventory.group_config(name)
     os_id = str(values.get("gpunode_image_os") or DEFAULT_OS)
     repo_vars = {k: v for k, v in values.items() if k.startswith("gpunode_")}
-    resolved = resolve(stack, hardware, os_id, repo_vars=repo_vars)
+    arch = stack_arch(name, values)
+    resolved = resolve(stack, hardware, os_id, arch=arch, repo_vars=repo_vars)
     return make_recipe(name, resolved, values, f"{inventory.path} (group {name})")
 
 

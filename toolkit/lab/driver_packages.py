@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from toolkit.lab import paths
 from toolkit.lab.package_spec import (
     LIBDIR,
     FileSpec,
@@ -70,6 +71,12 @@ DRIVERS: tuple[DriverRelease, ...] = (
 # does not exist ... install nvlsm package" (quoted in public install notes).
 NVLSM_RELEASES: tuple[str, ...] = ("2025.06.10",)
 NVLSM_DAEMON = "/opt/nvidia/nvlsm/sbin/nvlsm"
+
+# The major number the emulated module registers its IMEX channels under in the node's
+# /proc/devices (`nvidia-caps-imex-channels`; the module stand-in, nvidia-module-load.sh.j2).
+# A real one is dynamic; this one is from the kernel's extended dynamic range (fs/char_dev.c,
+# CHRDEV_MAJOR_DYN_EXT_START 511 down to CHRDEV_MAJOR_DYN_EXT_END 384).
+IMEX_CHANNELS_MAJOR = 510
 
 
 def _exclusive(family: list[str], name: str) -> tuple[str, ...]:
@@ -398,6 +405,7 @@ def _kernel_modules(build: _DriverBuild) -> list[PackageSpec]:
             "flavour": flavour,
             "nvrm": nvrm,
             "build_date": release.build_date,
+            "imex_major": str(IMEX_CHANNELS_MAJOR),
         }
         # The proprietary module also provides nvidia-kernel-V (Debian's packaging); the
         # open one is reached by its own name (see any_module).
@@ -483,6 +491,7 @@ def _fabric_packages(build: _DriverBuild) -> list[PackageSpec]:
         version=v,
         nvlsm_gpus="|".join(_nvlsm_gpu_names()),
         nvlsm=NVLSM_DAEMON,
+        module_dir=paths.MODULE_DIR,
     )
     return [
         PackageSpec(

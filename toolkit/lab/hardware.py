@@ -6,8 +6,8 @@ therefore a contract between this module and ``toolkit/lab/standins/smi/``:
 ``NodeHardware.model_dump(mode="json")`` is exactly what the script reads, and
 ``schema_version`` changes whenever a field's meaning does.
 
-GPU models are the GPU catalogue's boards (``toolkit/stack/gpus.yml``: model, name, ids,
-memory) with the figures only emulation needs (``GPU_MODELS``, their sources next to them).
+GPU models are the GPU catalogue's boards with the figures only emulation needs
+(``toolkit/lab/gpu_models.py``, ``GPU_MODELS``, their sources next to them).
 Faults are injected here as values (a GPU left out, ECC counters, a downgraded link), so
 that every reader of the node (``nvidia-smi``, the roles, the acceptance checks) sees one
 consistent story.
@@ -40,8 +40,7 @@ from toolkit.lab.faults import (
     XID154_MESSAGE,
     XID_MESSAGE,
 )
-from toolkit.stack import catalog as gpu_catalog
-from toolkit.stack.matrix import matrix
+from toolkit.lab.gpu_models import GPU_MODELS, GpuModel
 
 # 2: the GPU and host maximum link generation, the idle link; 3: `system`; 4: PCIe switches,
 # NICs and the `topo` fault's GPU pair (what `nvidia-smi topo -m` shows); 5: each GPU's
@@ -74,171 +73,6 @@ FaultName = Literal[
     "xid63",
     "no-rdma-passthrough",
 ]
-
-
-class GpuModel(BaseModel):
-    """Static facts of one GPU product, as ``nvidia-smi`` reports them."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    key: str
-    name: str  # `nvidia-smi --query-gpu=name`
-    brand: str
-    architecture: str
-    form_factor: Literal["SXM", "PCIe"]
-    memory_total_mib: int
-    memory_reserved_mib: int
-    power_limit_w: float
-    power_min_limit_w: float
-    power_idle_w: float
-    clocks_max_sm_mhz: int
-    clocks_max_mem_mhz: int
-    clocks_idle_sm_mhz: int
-    clocks_max_video_mhz: int
-    pcie_gen_max: int
-    pcie_width_max: int
-    compute_cap: str
-    nvlinks: int  # NVLinks per GPU: `topo -m` prints NV<n> between GPUs behind an NVSwitch
-    pci_device_id: str
-    pci_subsystem_id: str
-    vbios_version: str
-    board_part_number: str
-    bus_ids_8: tuple[int, ...]  # PCI bus numbers of the 8 GPUs of a typical 8-GPU server
-    idle_temp_c: int
-    shutdown_temp_c: int
-    slowdown_temp_c: int
-    row_remap_banks: int
-    source: str
-
-
-def _emulated(model: str, board: str, **emulation: Any) -> GpuModel:
-    """A board the lab emulates: what the GPU catalogue (toolkit/stack/gpus.yml) says of it
-    (model, name, architecture, compute capability, PCI device id, memory) and the figures
-    only emulation needs (``emulation``, with their source)."""
-    info = gpu_catalog.gpu(model)
-    facts = info.board(board)
-    return GpuModel(
-        key=info.model,
-        name=facts.name,
-        # `nvidia-smi -q` "Product Architecture": the architecture's name (matrix.yml).
-        architecture=matrix().architectures[info.architecture].name,
-        compute_cap=info.compute_capability,
-        # `--query-gpu=pci.device_id`: device and vendor id (10DE) as one hex number.
-        pci_device_id=f"0x{facts.pci_device_id.upper()}10DE",
-        memory_total_mib=facts.memory_total_mib,
-        **emulation,
-    )
-
-
-GPU_MODELS: dict[str, GpuModel] = {
-    model.key: model
-    for model in (
-        _emulated(
-            "H100",
-            "NVIDIA H100 80GB HBM3",
-            brand="NVIDIA",
-            form_factor="SXM",
-            memory_reserved_mib=553,
-            power_limit_w=700.0,
-            power_min_limit_w=200.0,
-            power_idle_w=69.76,
-            clocks_max_sm_mhz=1980,
-            clocks_max_mem_mhz=2619,
-            clocks_idle_sm_mhz=345,
-            clocks_max_video_mhz=1545,
-            pcie_gen_max=5,
-            pcie_width_max=16,
-            nvlinks=18,
-            pci_subsystem_id="0x16C110DE",
-            vbios_version="96.00.99.00.01",
-            board_part_number="692-2G520-0200-000",
-            bus_ids_8=(0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB),
-            idle_temp_c=33,
-            shutdown_temp_c=92,
-            slowdown_temp_c=89,
-            row_remap_banks=2560,
-            source="NVIDIA H100 datasheet; nvidia-smi -q captures of HGX H100 8-GPU servers",
-        ),
-        _emulated(
-            "H200",
-            "NVIDIA H200",
-            brand="NVIDIA",
-            form_factor="SXM",
-            memory_reserved_mib=553,
-            power_limit_w=700.0,
-            power_min_limit_w=200.0,
-            power_idle_w=76.21,
-            clocks_max_sm_mhz=1980,
-            clocks_max_mem_mhz=3201,
-            clocks_idle_sm_mhz=345,
-            clocks_max_video_mhz=1545,
-            pcie_gen_max=5,
-            pcie_width_max=16,
-            nvlinks=18,
-            pci_subsystem_id="0x18BE10DE",
-            vbios_version="96.00.A5.00.01",
-            board_part_number="692-2G520-0280-000",
-            bus_ids_8=(0x19, 0x3B, 0x4C, 0x5D, 0x9B, 0xBB, 0xCB, 0xDB),
-            idle_temp_c=31,
-            shutdown_temp_c=92,
-            slowdown_temp_c=89,
-            row_remap_banks=2560,
-            source="NVIDIA H200 datasheet; nvidia-smi captures of HGX H200 8-GPU servers",
-        ),
-        _emulated(
-            "A100",
-            "NVIDIA A100-SXM4-80GB",
-            brand="NVIDIA",
-            form_factor="SXM",
-            memory_reserved_mib=0,
-            power_limit_w=400.0,
-            power_min_limit_w=100.0,
-            power_idle_w=61.32,
-            clocks_max_sm_mhz=1410,
-            clocks_max_mem_mhz=1593,
-            clocks_idle_sm_mhz=210,
-            clocks_max_video_mhz=1290,
-            pcie_gen_max=4,
-            pcie_width_max=16,
-            nvlinks=12,
-            pci_subsystem_id="0x147F10DE",
-            vbios_version="92.00.36.00.02",
-            board_part_number="692-2G506-0210-002",
-            bus_ids_8=(0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD),
-            idle_temp_c=30,
-            shutdown_temp_c=92,
-            slowdown_temp_c=89,
-            row_remap_banks=640,
-            source="NVIDIA A100 datasheet; nvidia-smi captures of DGX A100 / HGX A100 8-GPU",
-        ),
-        _emulated(
-            "L40S",
-            "NVIDIA L40S",
-            brand="NVIDIA",
-            form_factor="PCIe",
-            memory_reserved_mib=441,
-            power_limit_w=350.0,
-            power_min_limit_w=100.0,
-            power_idle_w=32.45,
-            clocks_max_sm_mhz=2520,
-            clocks_max_mem_mhz=9001,
-            clocks_idle_sm_mhz=210,
-            clocks_max_video_mhz=1965,
-            pcie_gen_max=4,
-            pcie_width_max=16,
-            nvlinks=0,
-            pci_subsystem_id="0x185110DE",
-            vbios_version="95.02.5D.00.01",
-            board_part_number="900-2G133-0080-000",
-            bus_ids_8=(0x01, 0x21, 0x41, 0x61, 0x81, 0xA1, 0xC1, 0xE1),
-            idle_temp_c=29,
-            shutdown_temp_c=95,
-            slowdown_temp_c=92,
-            row_remap_banks=192,
-            source="NVIDIA L40S datasheet (PCIe Gen4 x16, 48 GB GDDR6 with ECC, 350 W)",
-        ),
-    )
-}
 
 
 class _Strict(BaseModel):
@@ -407,9 +241,10 @@ class NodeHardware(_Strict):
         """Describe the GPUs of one lab node.
 
         Args:
-            model: A key of ``GPU_MODELS`` (``H100``, ``H200``, ``A100``, ``L40S``), case
-                insensitive.
-            count: GPUs in the chassis (1-8), before any ``missing-gpu`` fault.
+            model: A key of ``GPU_MODELS`` (``H100``, ``H200``, ``A100``, ``L40S``, ``B200``,
+                ``GB200``), case insensitive.
+            count: GPUs in the chassis (1 to the model's ``board_gpus``), before any
+                ``missing-gpu`` fault.
             nvswitch: Whether the GPUs sit on an NVSwitch fabric (SXM models only).
             faults: Names from ``FAULTS`` to inject.
             seed: Distinguishes labs: UUIDs and serials derive from ``(seed, index)``.
@@ -428,8 +263,11 @@ class NodeHardware(_Strict):
             raise ConfigError(
                 f"lab GPU model {model!r} is not known; choose one of {', '.join(GPU_MODELS)}"
             )
-        if not 1 <= count <= 8:
-            raise ConfigError(f"lab GPUs per node must be between 1 and 8, got {count}")
+        if not 1 <= count <= gpu_model.board_gpus:
+            raise ConfigError(
+                f"lab GPUs per node must be between 1 and {gpu_model.board_gpus}, got {count} "
+                f"(a full {gpu_model.key} board has {gpu_model.board_gpus})"
+            )
         if nvswitch and gpu_model.nvlinks == 0:
             raise ConfigError(
                 f"lab GPU model {gpu_model.key} is a {gpu_model.form_factor} card without "
@@ -718,11 +556,9 @@ def _make_gpu(model: GpuModel, i: int, count: int, seed: str, node: int) -> dict
     gpu_uuid = uuid.UUID(bytes=digest[:16])
     # Serials on NVIDIA data-centre boards are 13 decimal digits starting with 1.
     serial = "1" + str(int.from_bytes(digest[16:24], "big") % 10**12).zfill(12)
-    if count <= len(model.bus_ids_8):
-        # Fewer GPUs populate the first slots; an 8-GPU board uses every bus id in the table.
-        bus = model.bus_ids_8[i * len(model.bus_ids_8) // count]
-    else:  # pragma: no cover - count is capped at 8 by for_node
-        bus = i + 1
+    # Fewer GPUs than a full board spread over its slots; a full board uses every bus id in the
+    # table (for_node caps the count at the board's, and a board lists one bus id per GPU).
+    bus = model.bus_ids[i * len(model.bus_ids) // count]
     # Two sockets: the first half of the GPUs on NUMA node 0, the second on node 1; within a
     # socket each pair of slots shares a PCIe switch.
     half = max(1, count // 2)
@@ -742,7 +578,7 @@ def _make_gpu(model: GpuModel, i: int, count: int, seed: str, node: int) -> dict
         "vbios_version": model.vbios_version,
         "board_part_number": model.board_part_number,
         "numa_node": numa,
-        "cpu_affinity": "0-55,112-167" if numa == 0 else "56-111,168-223",
+        "cpu_affinity": model.cpu_affinity[numa],
         "pcie_switch": switch,
         "memory_total_mib": model.memory_total_mib,
         "memory_reserved_mib": model.memory_reserved_mib,

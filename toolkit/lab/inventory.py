@@ -9,7 +9,7 @@ Layout (docs/architecture.md, "Inventory layout")::
                                     submit host, partition, license
     group_vars/all/lab.yml          how to read a lab node's kernel log and boot id; the CVEs
                                     the lab accepts (its packages are stand-ins)
-    group_vars/lab/stack.yml        the lab's default stack (docs/architecture.md)
+    group_vars/lab/stack.yml        the lab's stack: the default, or R580 for Blackwell
     group_vars/lab/hardware.yml     the group's hardware profile (GPUs, acceptance floors)
     host_vars/<node>/hardware.yml   the same profile plus that node's data disks
 
@@ -36,10 +36,14 @@ import yaml
 from toolkit.config import parse_yaml
 from toolkit.errors import LabError
 from toolkit.floors import ShippedProfile, build_profile, floor_factors
+from toolkit.lab import kmods
+from toolkit.lab.driver_packages import NVLSM_RELEASES
 from toolkit.lab.image import LOGIN_USER
 from toolkit.lab.paths import DMI_DIR, PCI_DIR, RDMA_DIR
 from toolkit.lab.spec import LabSpec
 from toolkit.lab.state import NodeState
+from toolkit.stack import catalog as gpu_catalog
+from toolkit.stack.matrix import matrix
 from toolkit.stack.models import ACCEPTED_RISKS_KEY
 from toolkit.stack.security import floors
 
@@ -59,6 +63,40 @@ DEFAULT_STACK: dict[str, Any] = {
     "fabric_manager": "auto",
     "container_toolkit": "1.16.2",
 }
+
+# The lab's stack for GPUs the default stack cannot drive (Blackwell: compute capability 10.0
+# needs CUDA >= 12.8 and driver >= 570.26, matrix.yml; the open modules, domain.md): R580, where
+# NVIDIA's packages name IMEX `nvidia-imex` and libnvsdm unsuffixed (naming.yml), at the release
+# inventories/sample pins, with the CUDA 12.8 toolkit and NCCL build the lab repository carries
+# (toolkit/lab/catalog.py). A fourth-generation NVSwitch system (B200 with NVSwitch) also pins
+# NVLSM (gpus.yml `nvlsm`) at the release the lab repository carries.
+R580_STACK: dict[str, Any] = {
+    "driver": {"version": "580.159.03", "flavour": "open"},
+    "cuda": "12.8.1",
+    "nccl": "2.26.2-1+cuda12.8",
+    "fabric_manager": "auto",
+    "container_toolkit": "1.19.1",
+}
+
+
+def lab_stack(spec: LabSpec) -> dict[str, Any]:
+    """The stack a lab of ``spec`` writes into its inventory: the default stack, or the R580
+    stack where the default's CUDA is older than the GPU needs, with NVLSM pinned where the
+    GPU's NVSwitch generation needs it. Pure."""
+    info = gpu_catalog.gpu(spec.gpu_model)
+    needs = matrix().compute_capabilities[info.compute_capability].min_cuda
+    default_cuda = _version_key(str(DEFAULT_STACK["cuda"]))
+    if needs is None or _version_key(str(needs.value)) <= default_cuda:
+        return dict(DEFAULT_STACK)
+    stack = dict(R580_STACK)
+    if info.nvlsm and spec.has_nvswitch:
+        stack["nvlsm"] = NVLSM_RELEASES[-1]
+    return stack
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
 
 LAB_PROFILE_FILE = "toolkit/lab/acceptance.yml"
 
@@ -186,11 +224,15 @@ def render(
                 "gpunode_dmi_dir": DMI_DIR,
                 "gpunode_pci_dir": PCI_DIR,
                 "gpunode_rdma_dir": RDMA_DIR,
+                # The node shares the host's kernel: modules load through the lab's stand-in.
+                **kmods.inventory_vars(),
                 ACCEPTED_RISKS_KEY: accepted_risks(),
             },
         ),
         f"group_vars/{GROUP}/stack.yml": _yaml(
-            name, "The lab's default stack (docs/architecture.md).", {"stack": DEFAULT_STACK}
+            name,
+            "The lab's stack for its GPUs (docs/architecture.md, toolkit/lab/inventory.py).",
+            {"stack": lab_stack(spec)},
         ),
         f"group_vars/{GROUP}/hardware.yml": _yaml(
             name,

@@ -25,10 +25,11 @@ from toolkit.inventory import load_inventory
 from toolkit.lab import devices as lab_devices
 from toolkit.lab import disks as lab_disks
 from toolkit.lab import image as lab_image
-from toolkit.lab import inventory, network, nodes, paths, runfile, server, ssh
+from toolkit.lab import inventory, kmods, network, nodes, paths, runfile, server, ssh
 from toolkit.lab import slurm as lab_slurm
 from toolkit.lab import state as lab_state
 from toolkit.lab.faults import KERNEL_LOG_FAULTS
+from toolkit.lab.gpu_models import GPU_MODELS
 from toolkit.lab.hardware import NodeHardware, aer_files, rdma_files
 from toolkit.lab.repo import build_repository
 from toolkit.lab.spec import (
@@ -41,7 +42,7 @@ from toolkit.lab.spec import (
 from toolkit.lab.state import DiskState, LabState, NodeState, ServerState
 from toolkit.lab.train_base import ensure_lab_base
 from toolkit.progress import Progress
-from toolkit.stack.lock import OS_VARIABLE
+from toolkit.stack.lock import ARCH_VARIABLE, OS_VARIABLE
 from toolkit.targets import lock_inventory
 
 DEFAULT_NAME = "gpunode"
@@ -130,6 +131,9 @@ def up(
         )
     # Hardware files are computed first: a bad model or fault fails before anything exists.
     hardware = {i: _hardware(spec, i) for i in range(1, spec.nodes + 1)}
+    gap = GPU_MODELS[spec.gpu_model].lab_gap
+    if gap:  # what the lab cannot be for this model, said before anything is built
+        say(f"{spec.gpu_model}: not emulated: {gap}")
 
     # Each cold-start phase says what it cost: on a fresh machine these are most of `lab up`.
     say("node image: checking")
@@ -221,6 +225,7 @@ def up(
 
     for container, node, fresh in booting:
         lab_devices.make(container, hardware[node.index])
+        kmods.make(container)
         if fresh and ca_bundle:
             nodes.exec_in(container, ["update-ca-certificates", "--fresh"])
         if fresh and "slow-data" in spec.node_faults(node.index):
@@ -243,11 +248,19 @@ def up(
     known_hosts = _write_known_hosts(home, state)
     target = inventory_dir or state.inventory_dir or default_inventory_dir(spec.name)
     repo_vars = {
-        **server.repository_vars(server_ip, repo, wheels, image_base.id),
+        **server.repository_vars(
+            server_ip,
+            repo,
+            wheels,
+            image_base.id,
+            nccl=str(inventory.lab_stack(spec)["nccl"]).split("-")[0],
+        ),
         # The lab's key is pinned like NVIDIA's, and its nodes are Debian 12.
         "gpunode_nvidia_repo_key_fingerprint": repo.fingerprint,
         "gpunode_container_toolkit_repo_key_fingerprint": repo.fingerprint,
         OS_VARIABLE: ["debian12"],
+        # ... and amd64 containers, whatever CPU their GPU comes with (a GB200 tray's is Grace).
+        ARCH_VARIABLE: "x86_64",
     }
     for node in state.nodes:
         if "keyring" in spec.node_faults(node.index):
@@ -385,6 +398,7 @@ def _fault_files(spec: LabSpec, node: NodeState, hw: NodeHardware) -> dict[str, 
             for name, text in rdma_files(hw).items()
         },
         **lab_devices.node_files(hw),
+        **kmods.node_files(),
     }
 
 

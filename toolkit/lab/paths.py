@@ -32,6 +32,9 @@ PCI_DIR = f"{NODE_STATE_DIR}/pci"
 # The emulated compute NICs' RDMA ports (state and counters), shaped as /sys/class/infiniband
 # (`gpunode_rdma_dir`).
 RDMA_DIR = f"{NODE_STATE_DIR}/infiniband"
+# Where a node shows the kernel modules its stand-in modprobe loaded (toolkit/lab/kmods.py;
+# `fabric_manager_module_dir`): a tmpfs, so they go with the node's boot.
+MODULE_DIR = "/run/gpunode-lab/module"
 
 
 def labs_root() -> Path:

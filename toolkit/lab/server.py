@@ -168,11 +168,16 @@ def ensure_server(
 
 
 def repository_vars(
-    server_ip: str, repo: RepoInfo, wheels: Path, image_base: str | None = None
+    server_ip: str,
+    repo: RepoInfo,
+    wheels: Path,
+    image_base: str | None = None,
+    nccl: str | None = None,
 ) -> dict[str, object]:
     """The repository variables of the inventory (docs/architecture.md) for this server,
     and the training image's base (the lab's imported Debian 12 shaped like NVIDIA's CUDA
-    runtime image, pinned by its ID)."""
+    runtime image, pinned by its ID); the wheels' lock carries the NCCL wheel at ``nccl``
+    (the lab's stack's NCCL, ``2.26.2``; default: the default stack's)."""
     base = f"http://{server_ip}"
     image: dict[str, object] = (
         {
@@ -196,5 +201,5 @@ def repository_vars(
         ),
         "gpunode_container_toolkit_repo_key_url": f"{base}/{repo.container_toolkit_key_url_path}",
         "gpunode_pip_find_links": f"{base}/wheels/",
-        "gpunode_acceptance_requirements": requirements_lock(wheels),
+        "gpunode_acceptance_requirements": requirements_lock(wheels, nccl),
     }

@@ -144,22 +144,32 @@ class LabSpec(StrictModel):
         return tuple(sorted(set(faults)))
 
     @model_validator(mode="after")
+    def _gpus_on_one_board(self) -> LabSpec:
+        board = GPU_MODELS[self.gpu_model].board_gpus
+        if self.gpus > board:
+            raise ValueError(
+                f"--gpus {self.gpus}: a {self.gpu_model} board has {board} GPUs at most"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _faults_on_existing_nodes(self) -> LabSpec:
         for index, fault in self.faults:
             if not 1 <= index <= self.nodes:
                 raise ValueError(
-                    f"fault {index}:{fault} names node {index}, but the lab has nodes "
+                    f"--fault {index}:{fault} names node {index}, but the lab has nodes "
                     f"1..{self.nodes}"
                 )
         return self
 
     @property
     def has_nvswitch(self) -> bool:
-        """NVSwitch as given, or derived: an 8-GPU board of an NVLink (SXM) model has one."""
+        """NVSwitch as given, or derived: a full board of an NVLink (SXM) model has one (an
+        8-GPU HGX board; a 4-GPU GB200 tray, whose NVSwitches sit in the rack's switch trays)."""
         if self.nvswitch is not None:
             return self.nvswitch
         model = GPU_MODELS[self.gpu_model]
-        return model.form_factor == "SXM" and model.nvlinks > 0 and self.gpus == 8
+        return model.form_factor == "SXM" and model.nvlinks > 0 and self.gpus == model.board_gpus
 
     def node_faults(self, index: int) -> tuple[str, ...]:
         """The faults injected into node ``index``, in a stable order."""
@@ -189,8 +199,12 @@ def build_spec(**options: object) -> LabSpec:
     except ValidationError as err:
         problems = []
         for error in err.errors():
-            # The one check across fields is the faults' node indexes.
-            field = str(error["loc"][0]) if error["loc"] else "fault"
+            # The checks across fields (the faults' node indexes, the GPUs on one board) name
+            # their option in their message.
+            if not error["loc"]:
+                problems.append(str(error["msg"]).removeprefix("Value error, "))
+                continue
+            field = str(error["loc"][0])
             option = "--fault" if field == "faults" else "--" + field.replace("_", "-")
             problems.append(f"{option}: {error['msg']}")
         raise ConfigError("invalid lab options: " + "; ".join(problems)) from err

@@ -52,6 +52,10 @@ LOCK_FILE = "stack.lock.yml"
 LOCK_KEY = "stack_lock"
 # The inventory variable listing the OSes of a group's nodes (a list of SUPPORTED_OS).
 OS_VARIABLE = "gpunode_stack_os"
+# The repository arch of a group's nodes (`x86_64` or `sbsa`); unset, it follows the GPU (Grace
+# systems are sbsa, toolkit.stack.resolve.default_arch). Set where the nodes' CPUs are not the
+# ones their GPU comes with: the lab's emulated GB200 nodes are amd64 containers.
+ARCH_VARIABLE = "gpunode_stack_arch"
 _PACKAGE_KEYS = ("packages", "pinning_packages")
 
 
@@ -223,6 +227,23 @@ def read_lock(path: str | Path) -> StackLock:
             names the file and the key).
     """
     return validate(_LockFile, load_yaml(path), path).stack_lock
+
+
+def stack_arch(group: str, group_vars: Mapping[str, Any]) -> str | None:
+    """The repository arch of a group's nodes (``gpunode_stack_arch``), None where unset.
+
+    Raises:
+        ConfigError: An arch that is not one of NVIDIA's repository archs.
+    """
+    value = group_vars.get(ARCH_VARIABLE)
+    if value is None:
+        return None
+    if value not in DEB_ARCH:
+        raise ConfigError(
+            f"group {group}: {ARCH_VARIABLE}: unknown arch {clip(repr(value))}"
+            + did_you_mean(str(value), list(DEB_ARCH))
+        )
+    return str(value)
 
 
 def lock_path(inventory: Path, group: str) -> Path:

@@ -4,7 +4,8 @@
 The real daemon refuses to run when its version differs from the loaded driver's (the
 commonest Fabric Manager failure in the field), when the node has no NVSwitch, or, on a
 fourth-generation NVSwitch system (HGX B200/B300), when the NVLink Subnet Manager is not
-installed (its start-up launches NVLSM); this stand-in does the same from the lab's emulation
+installed (its start-up launches NVLSM) or ib_umad, NVLSM's way to the switches, is not loaded;
+this stand-in does the same from the lab's emulation
 state, so `systemctl start
 nvidia-fabricmanager` fails where it would on a real node. GPUNODE_LAB_ROOT (default "/")
 relocates its paths for tests. Stdlib only.
@@ -23,6 +24,10 @@ VERSION = "@VERSION@"
 # The GPUs (as nvidia-smi names them) whose NVSwitch generation needs NVLSM (gpus.yml `nvlsm`).
 NVLSM_GPUS = set("@NVLSM_GPUS@".split("|"))  # noqa: SIM905 (a marker filled when built)
 NVLSM = "@NVLSM@"
+# Where the lab shows a loaded kernel module (toolkit/lab/kmods.py): NVLSM reaches the
+# NVSwitches through ib_umad, which NVIDIA's driver container waits for before it starts
+# Fabric Manager on an NVLink5 system.
+MODULE_DIR = "@MODULE_DIR@"
 ROOT = Path(os.environ.get("GPUNODE_LAB_ROOT", "/"))
 STATE = ROOT / "var/lib/gpunode-lab"
 DEFAULT_CONFIG = "/usr/share/nvidia/nvswitch/fabricmanager.cfg"
@@ -78,6 +83,11 @@ def preflight(config: dict[str, str]) -> str | None:
         return (
             f"{NVLSM} does not exist: NVLink Subnet Manager is required on this system, "
             "install nvlsm package"
+        )
+    if names & NVLSM_GPUS and not (ROOT / MODULE_DIR.lstrip("/") / "ib_umad").is_dir():
+        # The lab's wording: NVLSM, started by Fabric Manager, finds no umad device.
+        return (
+            "NVLink Subnet Manager cannot reach the NVSwitches: kernel module ib_umad is not loaded"
         )
     return None
 
