@@ -23,8 +23,8 @@ import yaml
 from shared_fixtures import lab_driver_packages
 
 from toolkit.inventory import load_inventory
+from toolkit.lab import apt_cache, runfile
 from toolkit.lab import lab as lab_core
-from toolkit.lab import runfile
 from toolkit.stack.lock import LOCK_KEY, apply_lock, dump_lock, lock_from_vars, parse_lock
 from toolkit.stack.resolve import resolve
 
@@ -229,9 +229,19 @@ def test_first_provision_installs_exact_versions(lab: Any, inv: Path, state_dir:
             "signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg"
             in lab.ssh(keyring_node, f"cat {lab_core.CUDA_KEYRING_LIST}").stdout
         )
+        held = apt_cache.cached_packages()
+        log_start = apt_cache.log_size()
         result = provision(state_dir, inv)
     finally:
         lab_core.set_faults(lab.name, 2, [])
+    # Debian's packages came through the lab's shared cache, and none it held was fetched
+    # again (CI's demo lab filled it: there this run fetches nothing from outside).
+    moved = [t for t in apt_cache.transfers(log_start) if t.package]
+    fetched = {t.path for t in moved if t.fetched}
+    served = {t.client for t in moved if not t.fetched}
+    print(f"apt cache: {len(moved) - len(fetched)} served, {len(fetched)} fetched from outside")
+    assert served == {n.ip for n in lab.nodes}, moved
+    assert not fetched & held, sorted(fetched & held)
     update = lab.ssh(keyring_node, "apt-get update 2>&1", check=False)
     assert update.returncode == 0 and "Conflicting values" not in update.stdout, update.stdout
     cuda_keyring = lab.ssh(keyring_node, f"cat {lab_core.CUDA_KEYRING_LIST}").stdout

@@ -84,6 +84,9 @@ PACKAGES: tuple[str, ...] = (
     # database and MUNGE, their authentication. The image leaves them disabled and keyless
     # (no slurmdbd.conf, no database user); only a Slurm lab configures and starts them.
     *SLURM_PACKAGES,
+    # The lab's shared Debian package cache runs from this image (toolkit/lab/apt_cache.py);
+    # on a node it stays masked (MASKED_UNITS) and never runs.
+    "apt-cacher-ng",
 )
 
 # Units that fail or make no sense in a container (no consoles, no kernel debug
@@ -108,6 +111,7 @@ MASKED_UNITS: tuple[str, ...] = (
     "e2scrub_all.timer",
     "e2scrub_reap.service",
     "fstrim.timer",
+    "apt-cacher-ng.service",
 )
 
 # Files written into the root filesystem (path -> content). Scripts come from node_files/.

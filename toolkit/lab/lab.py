@@ -9,7 +9,6 @@ carries the lab's label or is recorded in its state, and nothing else.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,10 +21,10 @@ from docker.models.containers import Container
 
 from toolkit.errors import ConfigError, LabError
 from toolkit.inventory import load_inventory
+from toolkit.lab import apt_cache, inventory, kmods, network, nodes, paths, runfile, server, ssh
 from toolkit.lab import devices as lab_devices
 from toolkit.lab import disks as lab_disks
 from toolkit.lab import image as lab_image
-from toolkit.lab import inventory, kmods, network, nodes, paths, runfile, server, ssh
 from toolkit.lab import slurm as lab_slurm
 from toolkit.lab import state as lab_state
 from toolkit.lab.faults import KERNEL_LOG_FAULTS
@@ -179,6 +178,7 @@ def up(
         repo=repo,
         wheels=wheels,
     )
+    apt_conf = apt_cache.serve(client, built.tag, net, subnet)
 
     by_index = {node.index: node for node in state.nodes}
     booting: list[tuple[Container, NodeState, bool]] = []
@@ -193,7 +193,7 @@ def up(
         container = nodes.get_container(client, node.name)
         if container is None:
             say(f"{node.name}: creating ({node.ip})")
-            files = _node_files(spec, node, home, hardware[index], ca_bundle)
+            files = {**_node_files(spec, node, home, hardware[index], ca_bundle), **apt_conf}
             container = nodes.create_node(
                 client,
                 lab_name=spec.name,
@@ -212,6 +212,7 @@ def up(
             if container.status != "running":
                 say(f"{node.name}: starting")
                 container.start()
+            nodes.put_files(container, apt_conf)
             booting.append((container, node, False))
     state.nodes.sort(key=lambda n: n.index)
     lab_state.save(state)
@@ -678,7 +679,7 @@ def status(name: str, client: docker.DockerClient | None = None) -> dict[str, An
                 "index": node.index,
                 "ip": node.ip,
                 "container": container.status if container else "missing",
-                "ssh": _port_open(node.ip, 22),
+                "ssh": network.port_open(node.ip, 22),
                 "faults": list(node.faults),
                 "disks": [
                     {
@@ -701,18 +702,11 @@ def status(name: str, client: docker.DockerClient | None = None) -> dict[str, An
             "url": state.base_url + "/",
             "container": srv.status if srv else "missing",
         },
+        "apt_cache": apt_cache.describe(client, state.subnet),
         "inventory": str(state.inventory_dir) if state.inventory_dir else None,
         "spec": state.spec.model_dump(mode="json"),
         "nodes": node_rows,
     }
-
-
-def _port_open(ip: str, port: int) -> bool:
-    try:
-        with socket.create_connection((ip, port), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 def list_labs() -> list[str]:
@@ -777,6 +771,7 @@ def down(name: str, client: docker.DockerClient | None = None) -> dict[str, list
     for image_path in sorted(images):
         removed["loop_devices"] += lab_disks.detach(image_path, own)
 
+    apt_cache.detach(client, state.network if state else network.network_name(name))
     removed["networks"] = network.remove_networks(client, name)
     if state and state.inventory_dir and inventory.remove(state.inventory_dir, name):
         removed["files"].append(str(state.inventory_dir))

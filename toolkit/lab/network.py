@@ -22,6 +22,7 @@ from toolkit.lab.spec import name_tag
 # A /16 rarely used by Docker's default pools (172.17-31/16, 192.168/16) or by sites.
 LAB_SUPERNET = ipaddress.ip_network("10.213.0.0/16")
 SERVER_HOST = 2
+APT_CACHE_HOST = 3  # the shared Debian package cache (toolkit/lab/apt_cache.py)
 FIRST_NODE_HOST = 10
 
 
@@ -134,3 +135,12 @@ def wait_for_banner(
         if time.monotonic() > deadline:
             raise LabError(f"{what} at {ip}:{port} does not answer")
         time.sleep(0.3)
+
+
+def port_open(ip: str, port: int) -> bool:
+    """Whether a TCP service on the lab network accepts a connection now."""
+    try:
+        with socket.create_connection((ip, port), timeout=1):
+            return True
+    except OSError:
+        return False
