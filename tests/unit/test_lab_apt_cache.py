@@ -9,13 +9,14 @@ import pytest
 from toolkit.lab import apt_cache, image, paths
 
 # Lines of apt-cacher-ng 3.7.4's apt-cacher.log written while two lab nodes installed Docker's
-# packages (a cold cache: the first node's request is fetched, the second one's is served).
+# packages (a cold cache: one node's request is fetched and served, the other's only served),
+# and two lines that are not transfers.
 LOG = """\
 1796643889|I|151287|10.213.221.11|debrep/dists/bookworm/InRelease
 1796643889|O|151293|10.213.221.11|debrep/dists/bookworm/InRelease
-1796643960|I|1044512|10.213.221.12|debrep/pool/main/l/libnet/libnet1_1.1.6+dfsg-3.2_amd64.deb
-1796643960|O|1044610|10.213.221.12|debrep/pool/main/l/libnet/libnet1_1.1.6+dfsg-3.2_amd64.deb
-1796643961|O|1044610|10.213.221.11|debrep/pool/main/l/libnet/libnet1_1.1.6+dfsg-3.2_amd64.deb
+1796644084|I|40968|10.213.221.12|debrep/pool/main/libn/libnetfilter-conntrack/libnetfilter-conntrack3_1.0.9-3_amd64.deb
+1796644084|O|40976|10.213.221.12|debrep/pool/main/libn/libnetfilter-conntrack/libnetfilter-conntrack3_1.0.9-3_amd64.deb
+1796644084|O|40976|10.213.221.11|debrep/pool/main/libn/libnetfilter-conntrack/libnetfilter-conntrack3_1.0.9-3_amd64.deb
 not a transfer line
 1796643962|X|12|10.213.221.11|debrep/pool/odd.deb
 """
@@ -47,7 +48,8 @@ def test_the_log_tells_fetched_from_served() -> None:
         (False, "10.213.221.12"),
         (False, "10.213.221.11"),
     ]
-    assert packages[0].path == "debrep/pool/main/l/libnet/libnet1_1.1.6+dfsg-3.2_amd64.deb"
+    assert packages[0].path.endswith("/libnetfilter-conntrack3_1.0.9-3_amd64.deb")
+    assert packages[0].size == 40968
 
 
 def test_transfers_since_an_offset_and_cached_packages(

@@ -11,11 +11,12 @@ configures its servers; every other repository (the lab's signed NVIDIA stand-in
 direct. ``scripts/forget`` removes the container and its files, so CI starts with an empty
 cache.
 
-apt-cacher-ng's transfer log (``apt-cacher.log`` in its LogDir) writes one line per transfer,
+apt-cacher-ng's transfer log (``apt-cacher.log`` in its LogDir; with VerboseLog, its default,
+each entry names the client, and UnbufferLogs writes every line at once: Debian's
+/etc/apt-cacher-ng/acng.conf, apt-cacher-ng 3.7.4) has one line per transfer,
 ``<time>|<I or O>|<bytes>|<client>|<path>``: ``I`` for bytes it fetched from outside the
-machine, ``O`` for bytes it served to a node (apt-cacher-ng manual, section "Logging";
-Debian's apt-cacher-ng 3.7.4, /usr/share/doc/apt-cacher-ng). A package served from the cache
-has an ``O`` line and no ``I`` line.
+machine, ``O`` for bytes it served to a node. A package served from the cache has an ``O``
+line and no ``I`` line (as this lab's nodes showed: tests/unit/test_lab_apt_cache.py).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def ensure(client: docker.DockerClient, image: str) -> Container:
         "BindAddress=0.0.0.0",
         "CacheDir=/srv/apt-cache/files",
         "LogDir=/srv/apt-cache/log",
+        "UnbufferLogs=1",  # the log is read while the cache runs
         # No statistics page or other administration from the lab networks.
         "ReportPage=",
     ]
