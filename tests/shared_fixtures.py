@@ -33,9 +33,9 @@ def lab_driver_packages() -> list[str]:
     """The driver packages the lab's nodes (debian12) get for its stack: the names the naming
     rules give, then the parts of their build they pin exactly, as the stack lock adds them
     (``IndexEntry.exact_depends``; apt cannot install an older build without them)."""
-    from toolkit.hardware import HardwareProfile
     from toolkit.lab import catalog
     from toolkit.lab.inventory import DEFAULT_STACK
+    from toolkit.profile.hardware import HardwareProfile
     from toolkit.stack.aptindex import IndexEntry
     from toolkit.stack.models import Stack
     from toolkit.stack.resolve import resolve

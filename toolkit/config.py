@@ -64,7 +64,7 @@ FILE_LIMITS: dict[str, int] = {
     "evidence pack": 64 * 1024 * 1024,
     # An acceptance run's run.json: about 50 KB per node with topology and training sections.
     "run record": 64 * 1024 * 1024,
-    # What gpunode reads back from a run folder (toolkit.runs): a node's runner result (its
+    # What gpunode reads back from a run folder (toolkit.records.runs): a node's runner result (its
     # NCCL log and DCGM output are cut at 4 MB each), a passive check's record (about 20 KB
     # a node) and the passport's observations of a run.
     "result file": 64 * 1024 * 1024,

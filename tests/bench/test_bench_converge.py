@@ -11,7 +11,7 @@ mount; shared with the capacity benchmark, test_bench_capacity.py):
 - on 1 and on 2 nodes a no-op ``provision`` against ``ansible -m setup`` on the same nodes,
   and ``drift`` on the 2, each as a ratio of plain fact gathering (each the median of 3 runs,
   the pairs interleaved; the no-op converge reads its facts in one probe and skips every role:
-  toolkit/converge.py).
+  toolkit/node/converge.py).
 """
 
 from __future__ import annotations

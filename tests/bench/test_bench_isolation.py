@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from network_model import Network
 
 from toolkit.acceptance.multinode import ADAPTIVE_FROM, MultiNodeReport, run_adaptive, run_pairs
-from toolkit.floors import BusbwFloor
+from toolkit.profile.floors import BusbwFloor
 
 FLOORS = [BusbwFloor(size="16MiB", min_busbw_gbps=0.04)]
 SLOW = 0.0125

@@ -16,9 +16,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from toolkit import runs
 from toolkit.lab.hardware import NodeHardware
-from toolkit.passport import fleet_observations
+from toolkit.records import runs
+from toolkit.records.passport import fleet_observations
 
 RUNS = 150
 NODES = 8

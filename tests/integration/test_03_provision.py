@@ -388,7 +388,7 @@ def test_unattended_upgrade_is_drift_and_provision_restores_it(
     # Both nodes were accepted for this stack; only the upgraded one must lose it.
     for node in (upgraded, other):
         state = node_state(lab, node)
-        # as an acceptance leaves it: ready, with the verdict's expiry (toolkit.nodestate)
+        # as an acceptance leaves it: ready, with the verdict's expiry (toolkit.node.nodestate)
         ready = {
             **state,
             "state": "ready",

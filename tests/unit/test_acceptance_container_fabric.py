@@ -13,7 +13,7 @@ import pytest
 from toolkit.acceptance import failure
 from toolkit.acceptance.fabric_checks import CONTAINER_FABRIC, GPUDIRECT_KERNEL, fabric_checks
 from toolkit.acceptance.node_runner import fabric, node
-from toolkit.floors import AcceptanceSpec, TransportSpec
+from toolkit.profile.floors import AcceptanceSpec, TransportSpec
 
 # What a real host with two ConnectX ports shows (Mellanox/k8s-rdma-shared-dev-plugin issue
 # #64: rdma_cm 10, 57; uverbs0-1 231, 192-193).

@@ -21,10 +21,10 @@ from toolkit.acceptance.check import NodeExpectation
 from toolkit.acceptance.dcgm import DcgmUnreadable, parse_diag
 from toolkit.acceptance.node_runner.facts import query_dcgm
 from toolkit.acceptance.verdict import judge
-from toolkit.floors import AcceptanceSpec, DcgmDiagSpec
 from toolkit.lab import paths
 from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.inventory import lab_profile
+from toolkit.profile.floors import AcceptanceSpec, DcgmDiagSpec
 
 REAL = Path(__file__).parents[1] / "data" / "real" / "dcgm"
 STANDIN = Path(dcgm.__file__).parents[1] / "lab" / "standins" / "dcgmi.py"

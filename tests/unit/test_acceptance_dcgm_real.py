@@ -19,10 +19,10 @@ from toolkit.acceptance.check import NodeExpectation
 from toolkit.acceptance.dcgm import DcgmUnreadable, parse_diag
 from toolkit.acceptance.verdict import judge
 from toolkit.cli import cli
-from toolkit.floors import DcgmDiagSpec
 from toolkit.lab import faults, paths
 from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.inventory import lab_profile
+from toolkit.profile.floors import DcgmDiagSpec
 
 REAL = Path(__file__).parents[1] / "data" / "real" / "dcgm"
 # baldwinSPC/glimmer-burnin's GB10 captures (tests/data/real/SOURCES.md).

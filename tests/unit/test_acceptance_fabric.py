@@ -18,8 +18,8 @@ from toolkit.acceptance.multinode import run_multi_node
 from toolkit.acceptance.perf_checks import transport_checks
 from toolkit.config import validate
 from toolkit.errors import ConfigError
-from toolkit.floors import TransportSpec
-from toolkit.hardware import HardwareProfile
+from toolkit.profile.floors import TransportSpec
+from toolkit.profile.hardware import HardwareProfile
 
 LOGS = Path(__file__).parents[1] / "data" / "real" / "nccl-logs"
 

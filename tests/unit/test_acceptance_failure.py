@@ -17,7 +17,6 @@ import pytest
 from test_acceptance_hooks import Recorder
 from test_acceptance_verdict import EXPECT, SPEC, _xids, healthy
 
-from toolkit import nodestate
 from toolkit.acceptance import failure
 from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.executors.slurm import drained_by_gpunode
@@ -32,10 +31,11 @@ from toolkit.acceptance.thresholds import critical_xids
 from toolkit.acceptance.verdict import judge
 from toolkit.check.healthcheck import XidName
 from toolkit.check.plan import HEALTHCHECK_MODULES
-from toolkit.floors import AcceptanceSpec, DcgmDiagSpec
 from toolkit.lab import faults
 from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.inventory import lab_profile
+from toolkit.node import nodestate
+from toolkit.profile.floors import AcceptanceSpec, DcgmDiagSpec
 from toolkit.report.junit import render_junit
 from toolkit.steps import up as up_step
 

@@ -14,7 +14,7 @@ from network_model import Network
 
 from toolkit.acceptance.isolation import AdaptivePlan, Probe, SetResult, screening_groups
 from toolkit.acceptance.multinode import ADAPTIVE_FROM, MultiNodeReport, run_multi_node
-from toolkit.floors import BusbwFloor
+from toolkit.profile.floors import BusbwFloor
 from toolkit.report import render_html
 
 FLOORS = [BusbwFloor(size="16MiB", min_busbw_gbps=0.04)]

@@ -15,7 +15,7 @@ import pytest
 from network_model import Network
 
 from toolkit.acceptance.multinode import pairs, run_multi_node
-from toolkit.floors import BusbwFloor
+from toolkit.profile.floors import BusbwFloor
 from toolkit.report import render_html
 from toolkit.report.html import FLOOR_COLOUR
 

@@ -33,8 +33,8 @@ from toolkit.acceptance.node_runner.collective import (
 )
 from toolkit.acceptance.perf_checks import transport_checks
 from toolkit.acceptance.verdict import judge
-from toolkit.floors import AcceptanceSpec, TransportSpec, shipped_profile
 from toolkit.lab.inventory import lab_profile
+from toolkit.profile.floors import AcceptanceSpec, TransportSpec, shipped_profile
 from toolkit.report import render_html, render_junit
 
 REAL = Path(__file__).parents[1] / "data" / "real"

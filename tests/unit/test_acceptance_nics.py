@@ -22,10 +22,10 @@ from toolkit.acceptance.node_runner import facts as runner
 from toolkit.acceptance.perf_checks import topology_checks
 from toolkit.acceptance.topology import judge, nic_facts, nic_roles, parse_topo, report
 from toolkit.check import probe
-from toolkit.floors import AcceptanceSpec, TopologySpec
 from toolkit.lab import hardware as lab_hardware
 from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.inventory import lab_profile
+from toolkit.profile.floors import AcceptanceSpec, TopologySpec
 
 H100 = (Path(__file__).parent / "data" / "topo" / "h100-sxm-8.txt").read_text()
 COMPUTE = [f"mlx5_{i}" for i in range(8)]

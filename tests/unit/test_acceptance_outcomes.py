@@ -28,9 +28,9 @@ from toolkit.acceptance.check import (
 )
 from toolkit.acceptance.verdict import Verdict, judge
 from toolkit.errors import ConfigError
-from toolkit.floors import CHECK_FAMILIES, AcceptanceSpec
-from toolkit.hardware import HardwareProfile
 from toolkit.lab.inventory import lab_profile
+from toolkit.profile.floors import CHECK_FAMILIES, AcceptanceSpec
+from toolkit.profile.hardware import HardwareProfile
 from toolkit.report import render_html, render_junit, render_textfile
 from toolkit.report.prometheus import render_check_textfile
 

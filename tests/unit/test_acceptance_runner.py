@@ -43,9 +43,9 @@ from toolkit.acceptance.node_runner.train import prepare_loop
 from toolkit.acceptance.topology import judge as judge_topology
 from toolkit.acceptance.topology import read_section
 from toolkit.acceptance.verdict import judge
-from toolkit.floors import AcceptanceSpec
 from toolkit.lab.inventory import lab_profile
 from toolkit.lab.package_spec import nvidia_smi_files
+from toolkit.profile.floors import AcceptanceSpec
 
 STANDIN = Path(__file__).resolve().parents[2] / "toolkit" / "lab" / "standins" / "nvidia_smi.py"
 

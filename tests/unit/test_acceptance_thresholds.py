@@ -14,7 +14,8 @@ from toolkit.acceptance.nccltests import parse
 from toolkit.acceptance.thresholds import effective, sweep_sizes
 from toolkit.config import validate
 from toolkit.errors import ConfigError
-from toolkit.floors import (
+from toolkit.lab.inventory import lab_profile
+from toolkit.profile.floors import (
     MEASURED_FLOORS,
     AcceptanceSpec,
     BusbwFloor,
@@ -25,7 +26,6 @@ from toolkit.floors import (
     shipped_profile,
     shipped_profiles,
 )
-from toolkit.lab.inventory import lab_profile
 
 REAL = ("h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "l40s-pcie")
 
@@ -443,7 +443,7 @@ def test_the_profiles_file_names_no_datasheet_peak_as_measured() -> None:
     for name, key, measured in MEASURED:
         if key in peaks[name]:
             assert measured < peaks[name][key], f"{name}.{key}"
-    raw = Path(__file__).resolve().parents[2] / "toolkit" / "floors.yml"
+    raw = Path(__file__).resolve().parents[2] / "toolkit" / "profile" / "floors.yml"
     assert "datasheet peak" not in raw.read_text().split("profiles:", 1)[1]
 
 

@@ -19,7 +19,7 @@ from toolkit.acceptance.topology import (
 )
 from toolkit.config import validate
 from toolkit.errors import ConfigError
-from toolkit.floors import AcceptanceSpec, TopologySpec, shipped_profile
+from toolkit.profile.floors import AcceptanceSpec, TopologySpec, shipped_profile
 
 DATA = Path(__file__).parent / "data" / "topo"
 H100 = (DATA / "h100-sxm-8.txt").read_text()

@@ -32,8 +32,8 @@ from toolkit.acceptance.thresholds import effective
 from toolkit.acceptance.train_checks import training_checks
 from toolkit.config import validate
 from toolkit.errors import ConfigError
-from toolkit.floors import AcceptanceSpec
 from toolkit.lab.inventory import lab_profile
+from toolkit.profile.floors import AcceptanceSpec
 
 RUNNER = Path(nr.__file__)
 LAB = lab_profile().acceptance
@@ -300,8 +300,8 @@ def test_a_p99_needs_100_reads_per_worker_and_no_floor_needs_none() -> None:
 
 
 def test_every_real_profile_sets_the_training_floors_with_sources() -> None:
-    from toolkit.floors import shipped_profile
     from toolkit.lab.inventory import lab_profile
+    from toolkit.profile.floors import shipped_profile
 
     for name in ("h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "l40s-pcie"):
         profile = shipped_profile(name)
@@ -350,7 +350,7 @@ def test_the_gpu_step_is_sized_from_each_profiles_gemm_floor() -> None:
     GEMMs sized from the GEMM floor in force); its time at the floor is computed, the time it
     takes on the node is measured there (the loop's ``gpu_step.measured_s``)."""
     from toolkit.acceptance.thresholds import GPU_STEP_MIN_S, gpu_step
-    from toolkit.floors import shipped_profile
+    from toolkit.profile.floors import shipped_profile
 
     print("\nprofile       emulated compute/step  GPU step (bf16 GEMMs)   floor TFLOP/s  at floor")
     for name in ("h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "l40s-pcie", "lab"):

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from toolkit import nodestate
 from toolkit.acceptance.check import NodeExpectation
 from toolkit.acceptance.health_checks import xid_window_start
 from toolkit.acceptance.perf_checks import allreduce_checks, normalise_allreduce
 from toolkit.acceptance.thresholds import critical_xids
 from toolkit.acceptance.verdict import judge
-from toolkit.floors import AcceptanceSpec
+from toolkit.node import nodestate
+from toolkit.profile.floors import AcceptanceSpec
 
 DATA = Path(__file__).parent / "data" / "nccl"
 BUS = ["00000000:18:00.0", "00000000:2A:00.0"]

@@ -6,8 +6,6 @@ from typing import Any
 
 import pytest
 
-from toolkit.aptpins import family_changes, is_stale_driver_package, missing_pins, pick_versions
-from toolkit.drift import compare, pinned_packages
 from toolkit.facts.dpkg import (
     parse_dpkg_query,
     parse_holds,
@@ -23,7 +21,14 @@ from toolkit.facts.nvidia import (
 )
 from toolkit.facts.pci import lspci_gpus, lspci_nvswitches, parse_lspci
 from toolkit.facts.system import os_facts, parse_secure_boot
-from toolkit.nodefacts import (
+from toolkit.node.aptpins import (
+    family_changes,
+    is_stale_driver_package,
+    missing_pins,
+    pick_versions,
+)
+from toolkit.node.drift import compare, pinned_packages
+from toolkit.node.nodefacts import (
     gpu_model_names,
     node_facts,
     parse_sections,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from toolkit import converge
+from toolkit.node import converge
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = sorted((REPO / "playbooks").glob("*.yml"))
@@ -126,7 +126,7 @@ def test_provision_maps_the_resolved_stack() -> None:
     for switch in ("gpunode_slurm_healthcheck", "gpunode_check_timer"):
         assert f"({switch} | default(false) | bool)" in defaults["slurm_healthcheck_install"]
     assert all(t["tags"] == ["always"] for t in (*tasks[:3], tasks[-2]))
-    # Each component's role runs only when the plan (toolkit/converge.py) says so; the passive
+    # Each component's role runs only when the plan (toolkit/node/converge.py) says so; the passive
     # checks' role always: it installs what the inventory asks for and removes a timer it no
     # longer asks for (tests/unit/test_check_timer.py reads the role's switches).
     planned = {t["ansible.builtin.include_role"]["name"]: t.get("when") for t in tasks[3:-2]}

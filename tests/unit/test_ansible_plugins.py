@@ -13,10 +13,10 @@ import pytest
 import yaml
 from test_stack_support import lock_for
 
-from toolkit import converge
 from toolkit.ansible.content import find_content
 from toolkit.ansible.events import EventCollector
 from toolkit.ansible.runner import ansible_env
+from toolkit.node import converge
 
 STACK = {
     "driver": {"version": "550.127.05", "flavour": "open"},
@@ -29,7 +29,7 @@ HARDWARE = {"gpu": {"model": "H100", "count": 8, "nvswitch": True}}
 
 
 def _lock() -> dict[str, Any]:
-    from toolkit.hardware import HardwareProfile
+    from toolkit.profile.hardware import HardwareProfile
     from toolkit.stack.models import Stack
 
     return lock_for(Stack.model_validate(STACK), HardwareProfile.model_validate(HARDWARE))

@@ -199,7 +199,7 @@ def test_the_engine_holds_no_plugin_and_sits_below_the_domains_its_plugins_call(
         for target in edges[PLUGINS]
         if target != ENGINE and not target.startswith("__") and floors[target] != ground
     }
-    assert domains >= {"check", "disks", "converge", "nodestate", "stack", "inventory"}
+    assert domains >= {"check", "disks", "node", "stack", "inventory"}
     beside_or_above = sorted(d for d in domains if floors[d] >= floors[ENGINE])
     assert beside_or_above == [], (
         f"domains the plugins call on the engine's floor or below it: {beside_or_above}"

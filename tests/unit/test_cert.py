@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from toolkit import cert, passport
+from toolkit import cert
 from toolkit.errors import ConfigError
-from toolkit.floors import AcceptanceSpec
+from toolkit.profile.floors import AcceptanceSpec
+from toolkit.records import passport
 
 RUN_ID = "20260101T120000Z-accept-abc123"
 DIGEST = "sha256:" + "ab" * 32

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from shared_fixtures import run_cli
 
-from toolkit import nodestate
 from toolkit.acceptance.thresholds import effective
 from toolkit.acceptance.verdict import NodeExpectation
 from toolkit.check import plan, rules
@@ -26,6 +25,7 @@ from toolkit.inventory import Host, load_inventory
 from toolkit.lab.faults import LINK_FLAP_DOWNS
 from toolkit.lab.hardware import NodeHardware, aer_files, rdma_files
 from toolkit.lab.package_spec import nvidia_smi_files
+from toolkit.node import nodestate
 from toolkit.steps import check as flow
 
 V550 = "550.127.05"

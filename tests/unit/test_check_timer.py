@@ -15,8 +15,8 @@ import pytest
 import yaml
 from test_healthcheck import IDLE, READY, Node
 
-from toolkit import nodefacts
 from toolkit.facts import systemd
+from toolkit.node import nodefacts
 from toolkit.report import prometheus
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "slurm_healthcheck"

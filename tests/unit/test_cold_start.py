@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import runs
 from toolkit.errors import LabError
 from toolkit.images import engine
 from toolkit.lab import image as lab_image
 from toolkit.lab import nccl_wheel, paths, server, ssh, train_base
 from toolkit.lab.repo import build_repository
+from toolkit.records import runs
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The converge plan (toolkit/converge.py): a component is skipped only on intact facts.
+"""The converge plan (toolkit/node/converge.py): a component is skipped only on intact facts.
 
 The probe and the stamp writer are the very programs that run on nodes; here they run with
 the local python3 against a temporary stamp directory, so the round trip stamp -> facts ->
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from toolkit import converge
-from toolkit.nodefacts import PROBE_SCRIPT, node_facts
+from toolkit.node import converge
+from toolkit.node.nodefacts import PROBE_SCRIPT, node_facts
 from toolkit.plugins.action import gpunode_converge_stamp
 from toolkit.plugins.filter.gpunode import gpunode_dpkg_held
 

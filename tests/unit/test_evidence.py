@@ -17,12 +17,12 @@ import yaml
 from click.testing import CliRunner, Result
 from test_stack_lock_schema import make_inventory, valid_lock, write_raw
 
-from toolkit import runs
 from toolkit.acceptance.check import Check
 from toolkit.acceptance.memory_health import judge as judge_memory
 from toolkit.acceptance.node_runner.facts import memory_health, parse_smi_q, parse_xids
 from toolkit.cli import cli
 from toolkit.lab.faults import ECC_FAULT_UNCORRECTED, XID63_MESSAGE
+from toolkit.records import runs
 from toolkit.report import evidence
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real"

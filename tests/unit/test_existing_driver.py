@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from toolkit.aptpins import DriverDecision, decide_existing_driver
 from toolkit.facts.driver import (
     DRIVER_FILES_PROBE,
     RUNFILE_MARKERS,
@@ -28,7 +27,8 @@ from toolkit.facts.driver import (
     parse_driver_files,
 )
 from toolkit.lab import runfile
-from toolkit.nodefacts import PROBE_SCRIPT, driver_managed, node_facts
+from toolkit.node.aptpins import DriverDecision, decide_existing_driver
+from toolkit.node.nodefacts import PROBE_SCRIPT, driver_managed, node_facts
 
 KERNEL = "6.8.0-1015-aws"
 MODULE = f"/lib/modules/{KERNEL}/kernel/drivers/video/nvidia.ko"

@@ -13,8 +13,8 @@ import yaml
 from shared_fixtures import run_cli
 
 from toolkit.acceptance.thresholds import effective
-from toolkit.floors import MEASURED_FLOORS, AcceptanceSpec, looser_floors, shipped_profile
 from toolkit.inventory import load_inventory
+from toolkit.profile.floors import MEASURED_FLOORS, AcceptanceSpec, looser_floors, shipped_profile
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "inventories" / "sample"

@@ -14,7 +14,7 @@ from types import ModuleType
 import pytest
 import yaml
 
-from toolkit.floors import shipped_profile, shipped_profiles
+from toolkit.profile.floors import shipped_profile, shipped_profiles
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu-proof"
@@ -65,7 +65,7 @@ def test_without_a_gpu_it_lists_every_check_it_could_not_measure(tmp_path: Path)
 
 def test_its_floor_reader_reads_floors_yml_as_yaml_does() -> None:
     # The script runs where PyYAML may be missing: its reader must give the very same document.
-    text = (REPO / "toolkit" / "floors.yml").read_text(encoding="utf-8")
+    text = (REPO / "toolkit" / "profile" / "floors.yml").read_text(encoding="utf-8")
     assert _script().read_block_yaml(text) == yaml.safe_load(text)
 
 

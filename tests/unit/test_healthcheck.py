@@ -20,7 +20,6 @@ import pytest
 import yaml
 from test_check import FakeNodeRoot
 
-from toolkit import nodestate
 from toolkit.acceptance import payload
 from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.hooks import CommandResult
@@ -28,6 +27,7 @@ from toolkit.acceptance.thresholds import critical_xids, effective
 from toolkit.check import healthcheck, plan, rules
 from toolkit.inventory import Host, load_inventory
 from toolkit.lab.hardware import NodeHardware
+from toolkit.node import nodestate
 from toolkit.stack import catalog
 from toolkit.stack.systems import os_id_of_release
 

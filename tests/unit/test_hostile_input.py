@@ -23,9 +23,9 @@ from toolkit.acceptance.perf_checks import allreduce_checks
 from toolkit.cli.output import emit_json
 from toolkit.config import MAX_YAML_DEPTH, load_yaml
 from toolkit.errors import ConfigError
-from toolkit.hardware import load_stack_file
 from toolkit.inventory import MAX_INVENTORY_HOSTS, load_inventory
 from toolkit.names import name_path
+from toolkit.profile.hardware import load_stack_file
 from toolkit.stack.resolve import repositories
 
 HEADER = """\

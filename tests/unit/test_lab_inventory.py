@@ -8,11 +8,11 @@ import pytest
 import yaml
 
 from toolkit.errors import LabError
-from toolkit.hardware import HardwareProfile
 from toolkit.lab import inventory
 from toolkit.lab.disks import new_disk
 from toolkit.lab.spec import build_spec
 from toolkit.lab.state import NodeState
+from toolkit.profile.hardware import HardwareProfile
 from toolkit.stack.models import Stack
 
 REPO_VARS = {
@@ -181,8 +181,8 @@ def test_the_lab_writes_its_own_floors_into_the_hardware_profile() -> None:
     """The lab's floors (toolkit/lab/acceptance.yml) are the inventory's, as a site writes its
     own: no product profile is named, and the floors in force are the lab's, sources kept."""
     from toolkit.acceptance.thresholds import effective
-    from toolkit.floors import shipped_profiles
     from toolkit.lab.inventory import lab_profile
+    from toolkit.profile.floors import shipped_profiles
 
     files = _render()
     for path in ("group_vars/lab/hardware.yml", "host_vars/lab1-node-2/hardware.yml"):

@@ -27,8 +27,8 @@ from toolkit.acceptance.topology import (
 )
 from toolkit.acceptance.verdict import judge
 from toolkit.config import MAX_YAML_BYTES, MAX_YAML_INT_CHARS, MAX_YAML_NODES
-from toolkit.floors import AcceptanceSpec
 from toolkit.inventory import MAX_INVENTORY_HOSTS, Host, load_inventory
+from toolkit.profile.floors import AcceptanceSpec
 from toolkit.steps import accept
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The state file's one writer (``toolkit.nodefile``, through ``nodestate.write``): whole
+"""The state file's one writer (``toolkit.node.nodefile``, through ``nodestate.write``): whole
 files under a lock, with real processes racing for it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import nodefile, nodestate
+from toolkit.node import nodefile, nodestate
 
 WRITES = 60
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from toolkit import nodestate
+from toolkit.node import nodestate
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc)
 

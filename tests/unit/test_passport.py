@@ -1,4 +1,4 @@
-"""The node passport over built run histories: real run folders (``toolkit.runs``) holding
+"""The node passport over built run histories: real run folders (``toolkit.records.runs``) holding
 acceptance records and passive-check records in the shapes their writers give, the GPUs'
 identities from the lab's hardware model (its `swapped-gpu` fault is a repair)."""
 
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from shared_fixtures import run_cli
 
-from toolkit import runs
 from toolkit.errors import ConfigError
 from toolkit.lab.hardware import NodeHardware
-from toolkit.passport import OBSERVATIONS, fleet_observations, passport
+from toolkit.records import runs
+from toolkit.records.passport import OBSERVATIONS, fleet_observations, passport
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 

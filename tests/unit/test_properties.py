@@ -40,10 +40,10 @@ from toolkit.acceptance.topology import MAX_NUMA_NODES, TopologyUnreadable, pars
 from toolkit.acceptance.verdict import judge
 from toolkit.config import MAX_YAML_INT_CHARS, MAX_YAML_NODES, load_yaml
 from toolkit.errors import ImageError, ToolkitError
-from toolkit.hardware import load_stack_file
 from toolkit.images.layerstore import LayerRecordError, StoredTar
 from toolkit.inventory import MAX_INVENTORY_HOSTS, load_inventory
 from toolkit.names import NAME_RE
+from toolkit.profile.hardware import load_stack_file
 
 _COMMON = {"deadline": None, "database": None, "suppress_health_check": [HealthCheck.too_slow]}
 settings.register_profile("gpunode-ci", max_examples=60, **_COMMON)

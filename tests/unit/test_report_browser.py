@@ -19,8 +19,8 @@ from test_report_training import _summary
 
 from toolkit.acceptance.thresholds import effective
 from toolkit.acceptance.topology import report as topology_report
-from toolkit.floors import AcceptanceSpec
-from toolkit.passport import passports
+from toolkit.profile.floors import AcceptanceSpec
+from toolkit.records.passport import passports
 from toolkit.report import render_html
 from toolkit.report.fleet import fleet_history, render_fleet_html
 from toolkit.report.html import FAIL_OUTLINE, LINK_COLOURS, SERIES_COLOUR

@@ -17,10 +17,10 @@ from click.testing import CliRunner
 from shared_fixtures import run_cli
 from test_passport import HW, OTHER, History
 
-from toolkit import runs
 from toolkit.errors import ConfigError
 from toolkit.lab.hardware import NodeHardware
-from toolkit.passport import passports
+from toolkit.records import runs
+from toolkit.records.passport import passports
 from toolkit.report.fleet import fleet_history, fleet_summary, render_figures, render_fleet_html
 from toolkit.report.html import FLOOR_COLOUR, SERIES_COLOUR
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from toolkit import nodestate
 from toolkit.errors import ConfigError
+from toolkit.node import nodestate
 from toolkit.steps.precheck import check_inventory
 from toolkit.steps.status import NodeStatus
 from toolkit.steps.up import NodeUp

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from test_rollout_plan import NCCL, _node, _options
 
-from toolkit import runs
 from toolkit.cli.status import rollout_line
 from toolkit.errors import ConfigError
+from toolkit.records import runs
 from toolkit.rollout import record
 from toolkit.rollout.plan import plan_rollout
 

@@ -3,8 +3,9 @@
 Every file gpunode reads back from a run folder (``run.json``, ``nodes/<host>.result.json``,
 ``check.json``, ``observations.json``) is read through one bounded read (a regular file, no
 link, at most its kind's size: ``toolkit.config.read_regular``) and checked by its schema
-(``toolkit.runs``; the passport's own ``observations.json`` in ``toolkit.passport``). A file
-that does not match is a problem naming the run, the node, the file and the key path:
+(``toolkit.records.runs``; the passport's own ``observations.json`` in
+``toolkit.records.passport``). A file that does not match is a problem naming the run, the
+node, the file and the key path:
 ``gpunode report`` and ``gpunode node history`` still finish, show it and exit 2, and never
 hang on a FIFO. The property tests run under the profiles of ``test_properties.py``
 (``GPUNODE_HYPOTHESIS_PROFILE``).
@@ -32,11 +33,11 @@ from test_passport import HW, SWAPPED, History
 from test_properties import configured, strict_json
 from test_schedule import SAMPLE, _gpunode
 
-from toolkit import passport
 from toolkit.cli import cli, main
 from toolkit.config import FILE_LIMITS
 from toolkit.errors import ConfigError, ToolkitError
-from toolkit.passport import OBSERVATIONS, passports
+from toolkit.records import passport
+from toolkit.records.passport import OBSERVATIONS, passports
 from toolkit.report.fleet import fleet_history
 from toolkit.schedule import render, write
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import runs
 from toolkit.errors import ConfigError
+from toolkit.records import runs
 
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc)
 

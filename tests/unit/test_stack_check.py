@@ -11,7 +11,7 @@ import yaml
 from test_stack_support import BASE, TODAY, by_rule, make, merge, violations
 
 from toolkit.errors import ConfigError
-from toolkit.hardware import StackFile
+from toolkit.profile.hardware import StackFile
 from toolkit.stack.check import RULES, Violation, check, has_errors, security, security_report
 from toolkit.stack.matrix import matrix
 from toolkit.stack.security import build, floors

@@ -28,6 +28,7 @@ import yaml
 from test_stack_support import make
 
 from toolkit.errors import ConfigError, StackError
+from toolkit.inventory.targets import check_locks, load_targets, lock_inventory
 from toolkit.stack.aptindex import IndexEntry, key_fingerprints
 from toolkit.stack.debversion import compare_versions, satisfies
 from toolkit.stack.lock import (
@@ -40,7 +41,6 @@ from toolkit.stack.lock import (
     verify_lock,
 )
 from toolkit.stack.resolve import resolve
-from toolkit.targets import check_locks, load_targets, lock_inventory
 
 SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "sample"
 

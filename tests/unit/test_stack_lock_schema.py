@@ -25,8 +25,9 @@ from test_stack_support import BASE, lock_for
 from test_untrusted_text import assert_clean, run
 
 from toolkit.errors import ConfigError
-from toolkit.hardware import HardwareProfile
 from toolkit.images.build import recipe_for
+from toolkit.inventory.targets import load_targets
+from toolkit.profile.hardware import HardwareProfile
 from toolkit.stack.debversion import DEB_VERSION_RE, PACKAGE_NAME_RE
 from toolkit.stack.lock import (
     LOCK_KEY,
@@ -37,7 +38,6 @@ from toolkit.stack.lock import (
     read_lock,
 )
 from toolkit.stack.models import Stack
-from toolkit.targets import load_targets
 
 STACK = Stack.model_validate(BASE["stack"])
 HARDWARE = HardwareProfile.model_validate(BASE["hardware"])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.errors import ConfigError
-from toolkit.hardware import load_stack_file
+from toolkit.profile.hardware import load_stack_file
 
 GOOD = """\
 stack:

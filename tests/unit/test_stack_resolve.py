@@ -9,7 +9,7 @@ import pytest
 from test_stack_support import make
 
 from toolkit.errors import ConfigError
-from toolkit.hardware import load_stack_file
+from toolkit.profile.hardware import load_stack_file
 from toolkit.stack.resolve import resolve, stack_id
 from toolkit.stack.systems import SUPPORTED_OS
 

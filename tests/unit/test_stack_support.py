@@ -6,7 +6,7 @@ import copy
 from datetime import date
 from typing import Any
 
-from toolkit.hardware import HardwareProfile, StackFile
+from toolkit.profile.hardware import HardwareProfile, StackFile
 from toolkit.stack.check import Violation, check
 from toolkit.stack.models import Stack
 

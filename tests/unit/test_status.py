@@ -94,7 +94,7 @@ def test_fleet_table_fits_80_columns_and_marks_what_is_wrong() -> None:
 
 def test_status_and_up_share_the_readiness_rule() -> None:
     """A state file that says ready shows not-ready, with why, once its verdict expired or
-    another stack is pinned: the rule `gpunode up` uses to skip a node (toolkit.nodestate)."""
+    another stack is pinned: the rule `gpunode up` uses to skip a node (toolkit.node.nodestate)."""
     from datetime import datetime, timezone
 
     from toolkit.steps.status import NodeStatus

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from toolkit.cli.up import brief, readiness_table
-from toolkit.nodestate import proven_provisioned, proven_ready
+from toolkit.node.nodestate import proven_provisioned, proven_ready
 from toolkit.steps.up import NodeUp, StageResult, UpOutcome
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
@@ -111,7 +111,7 @@ def test_outcome_document() -> None:
 
 def test_a_node_ends_ready_only_while_its_verdict_proves_it() -> None:
     """`up` reports a node by the rule `status` shows and the survey skips by
-    (toolkit.nodestate): a ready file whose verdict expired, or that was accepted for
+    (toolkit.node.nodestate): a ready file whose verdict expired, or that was accepted for
     another stack or image, ends not-ready, with why."""
     fresh = NodeUp(host="n1", stack_id="s1", state=dict(READY), image_id="sha256:a", now=NOW)
     fresh.state["image_id"] = "sha256:a"

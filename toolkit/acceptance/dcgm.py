@@ -1,10 +1,10 @@
 """DCGM diagnostics as an acceptance check: ``dcgmi diag -r <level> -j`` read and judged.
 
 The one owner of the concept: the parser of the command's JSON and the judgement of the
-profile's rule (its schema, :class:`toolkit.floors.DcgmDiagSpec`, is the ``dcgm_diag`` key of
-``hardware.acceptance``). The node runner ships the command's output raw; the controller
-parses it here, as it does ``nvidia-smi topo -m`` (``topology.py``); ``gpunode accept parse``
-reads a captured document with :func:`read_capture`.
+profile's rule (its schema, :class:`toolkit.profile.floors.DcgmDiagSpec`, is the
+``dcgm_diag`` key of ``hardware.acceptance``). The node runner ships the command's output
+raw; the controller parses it here, as it does ``nvidia-smi topo -m`` (``topology.py``);
+``gpunode accept parse`` reads a captured document with :func:`read_capture`.
 
 The document as DCGM prints it (DCGM @ 72fa3fe ``nvvs/include/NvvsJsonStrings.h`` and
 ``dcgmi/Diag.cpp``, and v3.3.9's; real DCGM 4.2.3 and 4.5.2 captures in
@@ -40,7 +40,7 @@ from typing import Any
 from toolkit.acceptance import failure
 from toolkit.config import StrictModel, open_regular, parse_json, parse_yaml, validate
 from toolkit.errors import EXIT_USAGE, AcceptanceError, ConfigError, clip
-from toolkit.floors import DcgmDiagSpec
+from toolkit.profile.floors import DcgmDiagSpec
 
 # The document's root key: DCGM 3.x, then 4.x (NvvsJsonStrings.h NVVS_NAME).
 ROOT_KEYS = ("DCGM GPU Diagnostic", "DCGM Diagnostic")

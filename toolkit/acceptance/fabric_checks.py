@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolkit.acceptance.check import Check, not_measured
-from toolkit.floors import AcceptanceSpec
+from toolkit.profile.floors import AcceptanceSpec
 
 CONTAINER_FABRIC = "container.fabric"
 GPUDIRECT_KERNEL = "gpudirect.kernel"

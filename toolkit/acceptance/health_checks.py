@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
-from toolkit import nodestate
 from toolkit.acceptance import failure, memory_health
 from toolkit.acceptance.check import Check, some
+from toolkit.node import nodestate
 
 
 class HealthSpec(Protocol):

@@ -17,7 +17,7 @@ from toolkit.acceptance.plan import NodePlan
 from toolkit.acceptance.staging import REMOTE_DIR, container_options, data_path
 from toolkit.acceptance.thresholds import sweep_sizes
 from toolkit.errors import RemoteError
-from toolkit.floors import AcceptanceSpec
+from toolkit.profile.floors import AcceptanceSpec
 from toolkit.progress import Progress
 
 DEFAULT_PORT_BASE = 29500

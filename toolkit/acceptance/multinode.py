@@ -24,7 +24,7 @@ from toolkit.acceptance.check import Check
 from toolkit.acceptance.isolation import AdaptivePlan, Isolation, Probe, SetResult, run_plan
 from toolkit.acceptance.perf_checks import allreduce_checks, transport_checks
 from toolkit.acceptance.train_checks import multi_node_scaling_check
-from toolkit.floors import BusbwFloor, TransportSpec
+from toolkit.profile.floors import BusbwFloor, TransportSpec
 
 # A direction is "slow" when it moves less than this share of the faster direction: shaping
 # or a bad cable on one side shows as asymmetry, noise does not reach a factor of two.

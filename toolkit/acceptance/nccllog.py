@@ -4,7 +4,7 @@ the profile's transport rules held against them.
 The one owner of NCCL's log grammar: what a log line looks like (``nccltests`` uses it to let
 log lines through between the rows of an nccl-tests table), what its messages say about the
 transports, the summary (:class:`NcclTransport`) and the findings of the rules (their schema,
-:class:`toolkit.floors.TransportSpec`, is the ``transport`` key of ``hardware.acceptance``).
+:class:`toolkit.profile.floors.TransportSpec`, is the ``transport`` key of ``hardware.acceptance``).
 The node runner sets ``NCCL_DEBUG=INFO`` and ships the text raw; the controller parses it here.
 
 The messages read (NCCL's ``src/`` prints them with ``INFO(NCCL_INIT|...)``; public logs in
@@ -41,7 +41,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from toolkit.floors import FABRIC_NETWORK, TransportSpec
+from toolkit.profile.floors import FABRIC_NETWORK, TransportSpec
 
 # The version as NCCL prints it at init ("NCCL version 2.27.3+cuda12.9"; NCCL_DEBUG=VERSION
 # prints that line alone).

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from toolkit import nodestate
 from toolkit.acceptance.check import Check, NodeExpectation
+from toolkit.node import nodestate
 from toolkit.stack.debversion import satisfies
 
 

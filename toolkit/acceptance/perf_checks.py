@@ -9,7 +9,7 @@ from typing import Any
 from toolkit.acceptance import dcgm, nccllog, topology
 from toolkit.acceptance.check import Check, not_measured, per_gpu
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse_text
-from toolkit.floors import AcceptanceSpec, BusbwFloor, TransportSpec, format_size
+from toolkit.profile.floors import AcceptanceSpec, BusbwFloor, TransportSpec, format_size
 
 
 def normalise_allreduce(section: dict[str, Any] | None) -> dict[str, Any]:

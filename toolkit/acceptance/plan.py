@@ -11,9 +11,9 @@ from typing import Any
 from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.thresholds import effective
 from toolkit.acceptance.verdict import Verdict
-from toolkit.floors import AcceptanceSpec
 from toolkit.inventory import Host, Inventory
 from toolkit.inventory.values import multi_node_vars
+from toolkit.profile.floors import AcceptanceSpec
 from toolkit.remote import Node
 
 

@@ -12,15 +12,15 @@ import shlex
 from typing import Any
 from urllib.parse import urlsplit
 
-from toolkit import nodestate
 from toolkit.acceptance import dcgm, payload
 from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.node_runner.node import DEFAULT_CONTAINER_OPTIONS
 from toolkit.acceptance.thresholds import gpu_step, sweep_sizes
 from toolkit.disks.spec import DataDisksSpec
 from toolkit.errors import AcceptanceError, ConfigError
-from toolkit.floors import AcceptanceSpec, parse_size
 from toolkit.inventory import Host
+from toolkit.node import nodestate
+from toolkit.profile.floors import AcceptanceSpec, parse_size
 from toolkit.progress import Progress
 from toolkit.remote import Node
 from toolkit.stack.resolve import check_url

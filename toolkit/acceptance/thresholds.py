@@ -2,9 +2,9 @@
 from them.
 
 The floors themselves (the schema of ``hardware.acceptance`` and the shipped profiles) are
-``toolkit/floors.py``; here is what a run makes of them: :func:`effective` (the named shipped
-profile with the group's own keys on top), the all-reduce's message sizes, the GPU step of the
-utilisation loop, and the shipped critical XIDs (``xids.yml`` next to this module).
+``toolkit/profile/floors.py``; here is what a run makes of them: :func:`effective` (the named
+shipped profile with the group's own keys on top), the all-reduce's message sizes, the GPU step
+of the utilisation loop, and the shipped critical XIDs (``xids.yml`` next to this module).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from toolkit.acceptance.node_runner.train import GPU_STEP_MIN_S as GPU_STEP_MIN_
 from toolkit.acceptance.node_runner.train import size_gpu_step
 from toolkit.config import StrictModel, parse_yaml, validate
 from toolkit.errors import ConfigError
-from toolkit.floors import AcceptanceSpec, parse_size, shipped_profile
+from toolkit.profile.floors import AcceptanceSpec, parse_size, shipped_profile
 
 FailureClass = Literal["configuration", "hardware", "transient", "harness"]
 

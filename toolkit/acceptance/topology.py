@@ -2,7 +2,7 @@
 profile's topology rules held against it.
 
 The one owner of the concept: the link kinds and their order, the parser, the judgement of
-the rules (their schema, :class:`toolkit.floors.TopologySpec`, is the ``topology`` key of
+the rules (their schema, :class:`toolkit.profile.floors.TopologySpec`, is the ``topology`` key of
 ``hardware.acceptance``) and what the report draws. The node runner ships the command's text
 raw; the controller parses it here.
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from toolkit.errors import AcceptanceError, clip
-from toolkit.floors import TopologySpec
+from toolkit.profile.floors import TopologySpec
 
 # What each link kind means: nvidia-smi's `Legend:` block, word for word.
 LEGEND: dict[str, str] = {

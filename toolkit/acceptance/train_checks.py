@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolkit.acceptance.check import Check, floor_check, floor_checks, not_measured
-from toolkit.floors import AcceptanceSpec, format_size
+from toolkit.profile.floors import AcceptanceSpec, format_size
 
 
 def data_checks(result: dict[str, Any], spec: AcceptanceSpec) -> list[Check]:

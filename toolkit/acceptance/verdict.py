@@ -30,7 +30,7 @@ from toolkit.acceptance.perf_checks import (
 )
 from toolkit.acceptance.thresholds import critical_xids
 from toolkit.acceptance.train_checks import data_checks, training_checks
-from toolkit.floors import AcceptanceSpec
+from toolkit.profile.floors import AcceptanceSpec
 from toolkit.stack import catalog
 
 READY = "ready"

@@ -1,7 +1,7 @@
 """The one way gpunode runs a playbook: ansible-runner with an event handler.
 
 Each run gets its own id and directory under the state directory
-(``.gpunode/runs/<run-id>/``, git-ignored; ``toolkit.runs`` owns their names and rotation).
+(``.gpunode/runs/<run-id>/``, git-ignored; ``toolkit.records.runs`` owns their names and rotation).
 Ansible is pointed at the project's roles, action plugins and modules through environment
 variables, with host key checking on. Progress comes from events, the per-host summary from
 the stats, failure details from failed events.
@@ -19,11 +19,11 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from toolkit import runs
 from toolkit.ansible.content import Content, find_content
 from toolkit.ansible.events import EventCollector, RunResult, summaries_from_stats
 from toolkit.errors import ConfigError, PlaybookError
 from toolkit.progress import Display
+from toolkit.records import runs
 
 # Extra variables are written to the run's artifacts (env/extravars), so secrets must never
 # travel that way: names that look like one are refused.

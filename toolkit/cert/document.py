@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from toolkit import runs
 from toolkit.config import format_loc
 from toolkit.errors import ToolkitError
+from toolkit.records import runs
 
 FORMAT = "gpunode-cert"
 VERSION = 2  # 2: the node passport at issue time (`passport`); 1 has none
@@ -130,8 +130,9 @@ class Proof(_Model):
 
 
 class PassportFlag(_Model):
-    """Something the node passport says (toolkit.passport: a GPU swapped, a failed part back,
-    remaps rising, a figure below the node's baseline or the fleet's), and the run it names."""
+    """Something the node passport says (toolkit.records.passport: a GPU swapped, a failed part
+    back, remaps rising, a figure below the node's baseline or the fleet's), and the run it
+    names."""
 
     kind: str
     message: str
@@ -301,7 +302,7 @@ def build(
     passport: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The certificate document of one ready node, checked against the schema; ``passport``
-    is the node's passport at issue time (``toolkit.passport.summary``).
+    is the node's passport at issue time (``toolkit.records.passport.summary``).
 
     Raises:
         CertError: The node's facts do not make a valid certificate (named).

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit import runs
 from toolkit.cert.document import FOLDER, SUFFIX, Certificate, render, validate_document
 from toolkit.cert.signature import (
     NAMESPACE,
@@ -23,6 +22,7 @@ from toolkit.cert.signature import (
 )
 from toolkit.config import parse_json, read_regular
 from toolkit.errors import ConfigError
+from toolkit.records import runs
 
 
 def read(path: Path) -> bytes:

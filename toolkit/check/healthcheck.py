@@ -42,7 +42,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from toolkit import nodefile, nodestate
 from toolkit.acceptance import failure
 from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.hooks import (
@@ -53,6 +52,7 @@ from toolkit.acceptance.hooks import (
     local_runner,
 )
 from toolkit.check import probe, rules
+from toolkit.node import nodefile, nodestate
 from toolkit.report import prometheus
 from toolkit.stack import gpunames
 

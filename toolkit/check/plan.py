@@ -12,15 +12,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit import nodestate
 from toolkit.acceptance import payload
 from toolkit.acceptance.check import Check
 from toolkit.acceptance.expectation import expected_node
 from toolkit.acceptance.thresholds import critical_xids, effective
 from toolkit.check import healthcheck, rules
 from toolkit.errors import ConfigError
-from toolkit.floors import AcceptanceSpec
 from toolkit.inventory import Host, Inventory
+from toolkit.node import nodestate
+from toolkit.profile.floors import AcceptanceSpec
 from toolkit.stack import catalog
 from toolkit.stack.lock import OS_VARIABLE
 from toolkit.stack.systems import SUPPORTED_OS
@@ -140,8 +140,8 @@ HEALTHCHECK_MODULES = (
     "toolkit.check.rules",
     "toolkit.errors",
     "toolkit.facts.system",
-    "toolkit.nodefile",
-    "toolkit.nodestate",
+    "toolkit.node.nodefile",
+    "toolkit.node.nodestate",
     "toolkit.report.prometheus",
     "toolkit.stack.debversion",
     "toolkit.stack.gpunames",

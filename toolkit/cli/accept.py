@@ -8,7 +8,6 @@ from typing import Any
 import click
 from rich.table import Table
 
-from toolkit import runs
 from toolkit.cli.options import (
     engine_option,
     executor_option,
@@ -20,6 +19,7 @@ from toolkit.cli.options import (
 )
 from toolkit.cli.output import emit_json, out_console, say, shown
 from toolkit.errors import EXIT_FAILED, EXIT_OK
+from toolkit.records import runs
 from toolkit.report.text import counts_text, outcome_counts
 
 

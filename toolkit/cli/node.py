@@ -9,12 +9,12 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from toolkit import runs
 from toolkit.cli.options import inventory_option, json_option, optional_inventory_option
 from toolkit.cli.output import emit_json, err_console, out_console, say, shown
 from toolkit.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError
 from toolkit.inventory import load_inventory
-from toolkit.passport import DEFAULT_SHARE, FIGURES, passport, read_fleet
+from toolkit.records import runs
+from toolkit.records.passport import DEFAULT_SHARE, FIGURES, passport, read_fleet
 from toolkit.report import evidence as core
 
 _FILE = click.Path(dir_okay=False, path_type=Path)

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import click
 
-from toolkit import nodefile, runs
 from toolkit.cli.options import compose, inventory_option, json_option, limit_option
 from toolkit.cli.output import emit_json, say
 from toolkit.errors import EXIT_USAGE, ConfigError
-from toolkit.passport import passports
+from toolkit.node import nodefile
+from toolkit.records import runs
+from toolkit.records.passport import passports
 
 
 @click.command(

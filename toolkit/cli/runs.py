@@ -5,10 +5,10 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from toolkit import runs as core
 from toolkit.cli.options import json_option, yes_option
 from toolkit.cli.output import emit_json, out_console, say, shown
 from toolkit.printable import printable
+from toolkit.records import runs as core
 
 _KIND = click.option("--kind", default=None, help="Only runs of this kind (accept, up, ...).")
 

@@ -10,7 +10,7 @@ import click
 
 from toolkit.cli.options import hooks_option, inventory_option
 from toolkit.cli.output import out_console, shown
-from toolkit.runs import state_dir
+from toolkit.records.runs import state_dir
 from toolkit.schedule import render, write
 
 

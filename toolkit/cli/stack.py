@@ -14,7 +14,7 @@ from toolkit.errors import StackError
 from toolkit.stack.systems import SUPPORTED_OS
 
 if TYPE_CHECKING:
-    from toolkit.targets import Target
+    from toolkit.inventory.targets import Target
 
 _PATH = click.argument(
     "path", type=click.Path(exists=True, dir_okay=True, file_okay=True, path_type=Path)
@@ -23,10 +23,10 @@ _STYLE = {"error": "bold red", "warning": "yellow"}
 
 
 def _load_targets(path: Path) -> tuple[bool, list[Target]]:
-    """``toolkit.targets.load_targets``, imported when a command runs."""
+    """``toolkit.inventory.targets.load_targets``, imported when a command runs."""
     # The targets load the models, the checker and pydantic, which `gpunode stack --help`
     # must not wait for (tests/bench/test_bench_cli.py measures it).
-    from toolkit.targets import load_targets
+    from toolkit.inventory.targets import load_targets
 
     return load_targets(path)
 
@@ -200,7 +200,7 @@ def lock(inventory: Path, limit: str | None, as_json: bool) -> None:
     pinned package for each OS of the group, and writes group_vars/<group>/stack.lock.yml
     (versions, architectures, SHA256s, repositories, stack id) for you to commit.
     """
-    from toolkit.targets import lock_inventory  # the models, pydantic: not for --help
+    from toolkit.inventory.targets import lock_inventory  # the models, pydantic: not for --help
 
     outcomes = lock_inventory(inventory, limit=limit)
     if as_json:

@@ -20,7 +20,6 @@ from typing import Any
 import docker
 import docker.errors
 
-from toolkit import runs
 from toolkit.errors import ConfigError, ImageError
 from toolkit.images.buildlog import RUN_KIND, BuildLog, parse_step, step_line, terminal_width
 from toolkit.images.engine import build_lock, docker_client, find_image
@@ -35,6 +34,7 @@ from toolkit.images.recipe import (
 from toolkit.images.render import Context, render
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.progress import HEARTBEAT_S, Heartbeat, Progress
+from toolkit.records import runs
 from toolkit.stack.lock import LOCK_KEY, lock_from_vars, stack_arch
 from toolkit.stack.resolve import resolve
 

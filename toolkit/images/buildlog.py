@@ -4,7 +4,7 @@ cut to the terminal's width, and the builder's whole output in the run's folder.
 The classic builder streams ``Step 3/9 : RUN ...`` followed by the step's own output; a RUN
 line of a few hundred characters wraps over the screen and the step's output buries it. People
 see the step (:func:`step_line`); the full text goes to ``build.log`` (:class:`BuildLog`) in
-the build's run folder (``toolkit.runs``), whose path is printed.
+the build's run folder (``toolkit.records.runs``), whose path is printed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import TextIO
 
 LOG_NAME = "build.log"
-RUN_KIND = "image"  # the runs folder's kind of an image build (toolkit.runs)
+RUN_KIND = "image"  # the runs folder's kind of an image build (toolkit.records.runs)
 _STEP_RE = re.compile(r"^Step (?P<n>[0-9]+)/(?P<total>[0-9]+) : (?P<instruction>.*)", re.DOTALL)
 _SPACE_RE = re.compile(r"\s+")
 

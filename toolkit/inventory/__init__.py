@@ -24,10 +24,10 @@ from typing import Any
 
 from toolkit.config import did_you_mean, load_yaml, validate
 from toolkit.errors import ConfigError, clip
-from toolkit.hardware import HardwareProfile
 from toolkit.inventory.ssh import SSH_ARGS_VARS, check_ssh_args
 from toolkit.inventory.values import check_values
 from toolkit.names import check_name, check_scheduler_name, name_path
+from toolkit.profile.hardware import HardwareProfile
 from toolkit.stack.models import Stack
 
 HOSTS_FILES = ("hosts.yml", "hosts.yaml")

@@ -35,13 +35,13 @@ import yaml
 
 from toolkit.config import parse_yaml
 from toolkit.errors import LabError
-from toolkit.floors import ShippedProfile, build_profile, floor_factors
 from toolkit.lab import kmods
 from toolkit.lab.driver_packages import NVLSM_RELEASES
 from toolkit.lab.image import LOGIN_USER
 from toolkit.lab.paths import DMI_DIR, PCI_DIR, RDMA_DIR
 from toolkit.lab.spec import LabSpec
 from toolkit.lab.state import NodeState
+from toolkit.profile.floors import ShippedProfile, build_profile, floor_factors
 from toolkit.stack import catalog as gpu_catalog
 from toolkit.stack.matrix import matrix
 from toolkit.stack.models import ACCEPTED_RISKS_KEY

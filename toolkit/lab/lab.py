@@ -21,6 +21,7 @@ from docker.models.containers import Container
 
 from toolkit.errors import ConfigError, LabError
 from toolkit.inventory import load_inventory
+from toolkit.inventory.targets import lock_inventory
 from toolkit.lab import apt_cache, inventory, kmods, network, nodes, paths, runfile, server, ssh
 from toolkit.lab import devices as lab_devices
 from toolkit.lab import disks as lab_disks
@@ -42,7 +43,6 @@ from toolkit.lab.state import DiskState, LabState, NodeState, ServerState
 from toolkit.lab.train_base import ensure_lab_base
 from toolkit.progress import Progress
 from toolkit.stack.lock import ARCH_VARIABLE, OS_VARIABLE
-from toolkit.targets import lock_inventory
 
 DEFAULT_NAME = "gpunode"
 # Where the `keyring` fault puts NVIDIA's own sources (see _nvidia_sources_files).

@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit import nodefile, passport, runs
 from toolkit.acceptance.failure import CLASSES, HARDWARE
 from toolkit.acceptance.thresholds import effective
 from toolkit.cert.document import check_source, render
@@ -56,6 +55,8 @@ from toolkit.config import parse_json, read_regular
 from toolkit.errors import EXIT_FAILED, ConfigError, ToolkitError
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.names import name_path
+from toolkit.node import nodefile
+from toolkit.records import passport, runs
 from toolkit.stack.lock import lock_path
 
 FORMAT = "gpunode-evidence"

@@ -1,12 +1,12 @@
 """The fleet report: every node of an inventory across the recorded acceptance runs.
 
-``gpunode report`` reads the acceptance runs kept under the runs folder (``toolkit.runs``:
+``gpunode report`` reads the acceptance runs kept under the runs folder (``toolkit.records.runs``:
 they are evidence, never rotated away by routine runs), and renders one self-contained HTML
 page: the readiness table from each node's latest verdict, every check of that verdict (not
 only the failed ones), the busbw-by-size plot of the latest run, and each node's history (run
 after run, with verdict and stack id) so a degrading node shows before it fails.
 
-Each node's passport (``toolkit.passport``, the one reader of a node's identity and figures
+Each node's passport (``toolkit.records.passport``, the one reader of a node's identity and figures
 over time) gives the rest: its flags (a GPU swapped, a failed part back, remaps rising, a
 figure below the node's own baseline or the fleet's) and a plot of its figures run after run.
 """
@@ -20,8 +20,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from toolkit import runs
-from toolkit.passport import FIGURES, Passport
+from toolkit.records import runs
+from toolkit.records.passport import FIGURES, Passport
 from toolkit.report.html import (
     FLOOR_COLOUR,
     OUTCOME_CLASS,

@@ -3,7 +3,7 @@
 Pure: it reads what one drift run (check mode: nothing written) found on each node, never a
 node itself. A node **differs from the lock** when the drift check reports anything for it
 (a package not at its locked version, missing or not held, or a loaded driver module that is
-not the locked one: ``toolkit.drift``, the comparison ``gpunode status`` and ``drift`` show)
+not the locked one: ``toolkit.node.drift``, the comparison ``gpunode status`` and ``drift`` show)
 or when its state file says it was provisioned or accepted for another stack id than the one
 pinned now, or that a provision was interrupted on it. Nodes on the lock are left alone; so
 are nodes that cannot be read, nodes gpunode never provisioned (``gpunode up`` brings those
@@ -158,7 +158,7 @@ class Change:
     package: str
     installed: str  # "" when not installed
     locked: str
-    kind: str  # version | missing | not-held | loaded (toolkit.drift.Drift.kind)
+    kind: str  # version | missing | not-held | loaded (toolkit.node.drift.Drift.kind)
 
     def to_dict(self) -> dict[str, str]:
         """As JSON-ready data."""

@@ -1,6 +1,6 @@
 """The rollout record: ``<run>/rollout.json``, one owner for its schema, statuses and writes.
 
-A rollout's run folder (``toolkit.runs``) holds its record: the options, the waves and, per
+A rollout's run folder (``toolkit.records.runs``) holds its record: the options, the waves and, per
 node, its wave, its status and why. ``gpunode rollout --dry-run`` records its plan in a run
 of kind ``rollout_plan`` (routine: rotated like other routine runs); a rollout that changes
 nodes records itself in a run of kind ``rollout``, an evidence kind, so that routine runs never
@@ -30,9 +30,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toolkit import nodefile, runs
 from toolkit.config import load_json, validate
 from toolkit.errors import ConfigError
+from toolkit.node import nodefile
+from toolkit.records import runs
 from toolkit.rollout.plan import RolloutPlan
 
 RECORD = "rollout.json"

@@ -1,7 +1,7 @@
 """The stack schema, the GPUs a group must have, and accepted risks.
 
 The whole hardware profile (GPUs, data disks, acceptance floors) and the one-file form
-``{stack:, hardware:}`` are ``toolkit.hardware``, above this package and acceptance.
+``{stack:, hardware:}`` are ``toolkit.profile.hardware``, above this package and acceptance.
 """
 
 from __future__ import annotations
@@ -115,8 +115,8 @@ class GpuSpec(StrictModel):
 
 
 class Hardware(Protocol):
-    """What the stack's rules read of a hardware profile (``toolkit.hardware.HardwareProfile``,
-    which sits above this package): its GPUs."""
+    """What the stack's rules read of a hardware profile
+    (``toolkit.profile.hardware.HardwareProfile``, which sits above this package): its GPUs."""
 
     @property
     def gpu(self) -> GpuSpec:

@@ -18,11 +18,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from toolkit import nodestate, runs
 from toolkit.acceptance.check import Check
 from toolkit.check import plan
 from toolkit.errors import ConfigError, RemoteError
 from toolkit.inventory import load_inventory
+from toolkit.node import nodestate
+from toolkit.records import runs
 from toolkit.remote import open_node, parallel
 
 PROBE_TIMEOUT_S = 120

@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit import nodestate
 from toolkit.errors import StackError
 from toolkit.inventory import Inventory, load_inventory
+from toolkit.inventory.targets import LockOutcome, check_locks
+from toolkit.node import nodestate
 from toolkit.stack import models
 from toolkit.stack.check import check
 from toolkit.stack.check import security as check_security
 from toolkit.stack.resolve import stack_id
-from toolkit.targets import LockOutcome, check_locks
 
 
 @dataclass

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolkit import nodestate
 from toolkit.ansible.events import RunResult
 from toolkit.ansible.runner import run_playbook
+from toolkit.node import nodestate
 from toolkit.progress import Display
 from toolkit.steps.precheck import Precheck, check_inventory
 
@@ -35,7 +35,7 @@ class ProvisionOutcome:
 
     def plan(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Per node, each component's decision (``run`` and ``reason``) as the run planned it
-        (:mod:`toolkit.converge`); a node the run never planned is left out."""
+        (:mod:`toolkit.node.converge`); a node the run never planned is left out."""
         plans: dict[str, dict[str, dict[str, Any]]] = {}
         for host in sorted(self.result.facts):
             fact = self.result.host_facts(host, "gpunode_plan")

@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from toolkit import nodestate, runs
 from toolkit.ansible.runner import run_playbook
 from toolkit.config import did_you_mean
 from toolkit.errors import ConfigError
 from toolkit.inventory import Host, Inventory, load_inventory
 from toolkit.inventory.values import multi_node_vars
+from toolkit.node import nodestate
 from toolkit.progress import Display
+from toolkit.records import runs
 from toolkit.rollout import record
 from toolkit.rollout.plan import NodeSurvey, RolloutOptions, RolloutPlan, plan_rollout
 from toolkit.steps.precheck import Precheck, precheck

@@ -13,9 +13,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from toolkit import cert, nodestate
+from toolkit import cert
 from toolkit.ansible.runner import run_playbook
 from toolkit.inventory import load_inventory
+from toolkit.node import nodestate
 from toolkit.progress import Display
 from toolkit.steps.precheck import check_inventory
 from toolkit.steps.provision import drift_report

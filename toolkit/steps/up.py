@@ -18,9 +18,9 @@ What a node has already proven is skipped: a node that is ready for the stack id
 and the current training image, has not drifted and whose verdict has not expired skips
 everything; a node whose state file
 says it was provisioned with this stack id, has not drifted and needs no reboot skips disks
-and provision. The proof lives on the node (its state file, ``toolkit.nodestate``) and is
+and provision. The proof lives on the node (its state file, ``toolkit.node.nodestate``) and is
 re-read each time, so an interrupted ``up`` picks up where the nodes really are. Each ``up``
-is recorded as an evidence run (``toolkit.runs``): ``up.json`` with every stage per node.
+is recorded as an evidence run (``toolkit.records.runs``): ``up.json`` with every stage per node.
 
 With ``accept_only`` (``--accept-only``, what the scheduled re-validation runs:
 ``toolkit.schedule``) stages 4 and 5 never run: a node that needs them fails its provision
@@ -48,7 +48,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from toolkit import cert, nodestate, runs
+from toolkit import cert
 from toolkit.acceptance.failure import HARDWARE
 from toolkit.errors import ToolkitError
 from toolkit.images.build import build_recipe, recipe_for
@@ -56,7 +56,9 @@ from toolkit.images.engine import docker_client, find_image
 from toolkit.images.recipe import LABEL_INPUT_DIGEST
 from toolkit.images.render import render
 from toolkit.inventory import Inventory
+from toolkit.node import nodestate
 from toolkit.progress import HEARTBEAT_S, Display, Heartbeat, Progress
+from toolkit.records import runs
 from toolkit.steps import disks
 from toolkit.steps.accept import AcceptOptions, run_acceptance
 from toolkit.steps.precheck import Precheck, precheck

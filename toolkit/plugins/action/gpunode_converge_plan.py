@@ -2,9 +2,9 @@
 
 Runs on the controller only (no round trip): the node's facts were read by
 ``gpunode_node_facts`` (fact ``gpunode_node``, its ``converged`` part holding the stamps);
-the decision is :func:`toolkit.converge.plan`. A component's inputs are its role's options
+the decision is :func:`toolkit.node.converge.plan`. A component's inputs are its role's options
 (the names in ``meta/argument_specs.yml``, as resolved for this host), the extra inputs of
-:data:`toolkit.converge.EXTRA_INPUTS` and the content of its roles. The plan is returned as
+:data:`toolkit.node.converge.EXTRA_INPUTS` and the content of its roles. The plan is returned as
 the fact ``gpunode_plan`` and shown as lines ("driver: up to date").
 """
 
@@ -16,10 +16,11 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from toolkit import __version__, converge
+from toolkit import __version__
 from toolkit.ansible.content import find_content
 from toolkit.ansible.values import plain
 from toolkit.config import load_yaml
+from toolkit.node import converge
 
 FACT = "gpunode_plan"
 UNSET = "<unset>"

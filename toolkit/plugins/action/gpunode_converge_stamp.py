@@ -5,7 +5,7 @@ interrupted role never leaves one. ``state: present`` (the role's last task) wri
 the inputs digest the plan wanted (fact ``gpunode_plan``), the digests of the files the role
 manages as they are now, the packages it pinned, the services it enables and (driver) the
 module that must be loaded. One round trip each; check mode writes and removes nothing.
-The schema and the rules are :mod:`toolkit.converge`'s.
+The schema and the rules are :mod:`toolkit.node.converge`'s.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from toolkit import converge
 from toolkit.ansible.values import plain
+from toolkit.node import converge
 
 # Hashes the files named in the stamp on the node, then writes the stamp atomically.
 _WRITE = r"""

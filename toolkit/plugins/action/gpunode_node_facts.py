@@ -3,10 +3,10 @@
 One shell round trip runs read-only probes on the node (so it also runs in check mode): OS
 and kernel (returned as Ansible's own ``ansible_distribution``, ``ansible_kernel``, ... so no
 ``setup`` is needed), GPUs, Secure Boot, packages, holds, the loaded driver, mounts, the node
-state file and the converge stamps (``toolkit.converge``); the output is parsed on the
-controller by ``toolkit.nodefacts`` with the parsers of ``toolkit.facts``. With a resolved stack
-(``stack``, or the fact ``gpunode_stack``) it also compares pinned, installed and loaded
-versions: ``gpunode_node.drift`` lists every difference. ``compare: true`` adds that
+state file and the converge stamps (``toolkit.node.converge``); the output is parsed on the
+controller by ``toolkit.node.nodefacts`` with the parsers of ``toolkit.facts``. With a
+resolved stack (``stack``, or the fact ``gpunode_stack``) it also compares pinned, installed
+and loaded versions: ``gpunode_node.drift`` lists every difference. ``compare: true`` adds that
 comparison to the facts already read, without a round trip (preflight reads the facts before
 it resolves the stack).
 """
@@ -19,7 +19,7 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 
 from toolkit.ansible.values import plain
-from toolkit.nodefacts import (
+from toolkit.node.nodefacts import (
     PROBE_SCRIPT,
     gpu_model_names,
     node_facts,

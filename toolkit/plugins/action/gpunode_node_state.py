@@ -1,6 +1,6 @@
-"""Action plugin ``gpunode_node_state``: write the node's state file through ``toolkit.nodestate``.
+"""Action plugin ``gpunode_node_state``: write the node's state file (``toolkit.node.nodestate``).
 
-The rules (which state follows which) live in ``toolkit.nodestate``; this plugin only reads
+The rules (which state follows which) live in ``toolkit.node.nodestate``; this plugin only reads
 the file on the node, asks those rules for the next state and writes it back atomically
 (a temporary file renamed over the old one) when the standing changed. Check mode reports
 what would be written and writes nothing; ``--diff`` shows the file before and after.
@@ -25,9 +25,9 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from toolkit import nodestate
 from toolkit.ansible.values import plain
 from toolkit.facts import probe
+from toolkit.node import nodestate
 
 FACT = "gpunode_node_state"
 

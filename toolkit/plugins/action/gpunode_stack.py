@@ -17,7 +17,7 @@ from ansible.plugins.action import ActionBase
 from toolkit.ansible.values import plain
 from toolkit.config import validate
 from toolkit.errors import ToolkitError
-from toolkit.hardware import HardwareProfile
+from toolkit.profile.hardware import HardwareProfile
 from toolkit.stack.check import check
 from toolkit.stack.lock import LOCK_FILE, LOCK_KEY, apply_lock, lock_from_vars, lock_state
 from toolkit.stack.models import Stack

@@ -1,6 +1,7 @@
-"""Filters for gpunode's roles: apt and dpkg output (``toolkit.facts``), pins (``toolkit.aptpins``).
+"""Filters for gpunode's roles: apt and dpkg output (``toolkit.facts``), pins.
 
-Filters run on the controller, so the parsing lives (and is tested) in the toolkit.
+The pins are ``toolkit.node.aptpins``'s. Filters run on the controller, so the parsing lives
+(and is tested) in the toolkit.
 """
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from toolkit.aptpins import family_changes, missing_pins, pick_versions
 from toolkit.facts.dpkg import (
     parse_dpkg_held,
     parse_dpkg_query,
@@ -17,6 +17,7 @@ from toolkit.facts.dpkg import (
     parse_rdepends,
 )
 from toolkit.facts.systemd import persistence_exec_start
+from toolkit.node.aptpins import family_changes, missing_pins, pick_versions
 from toolkit.stack.aptindex import key_fingerprints
 
 

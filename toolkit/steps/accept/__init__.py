@@ -26,7 +26,7 @@ from pathlib import Path
 
 import docker.errors
 
-from toolkit import cert, runs
+from toolkit import cert
 from toolkit.acceptance import executors, payload
 from toolkit.acceptance.check import Check, NodeExpectation
 from toolkit.acceptance.expectation import expected_node
@@ -49,6 +49,7 @@ from toolkit.images.distribute import push
 from toolkit.images.engine import docker_client
 from toolkit.inventory import Host, Inventory, load_inventory
 from toolkit.progress import Heartbeat, Progress
+from toolkit.records import runs
 from toolkit.remote import open_node, parallel
 from toolkit.stack.systems import os_id_of_release
 from toolkit.steps.accept.record import AcceptanceRun, record_run, write_node_state

@@ -12,13 +12,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from toolkit import cert, nodestate, passport
+from toolkit import cert
 from toolkit.acceptance.perf_checks import normalise_allreduce
 from toolkit.acceptance.plan import NodePlan
 from toolkit.acceptance.summary import digest, largest_row, node_summary
 from toolkit.errors import ConfigError, RemoteError
 from toolkit.names import name_path
+from toolkit.node import nodestate
 from toolkit.progress import Progress
+from toolkit.records import passport
 from toolkit.report import write_reports
 from toolkit.report.prometheus import TEXTFILE_PATH, render_textfile
 from toolkit.stack.lock import LOCK_FILE, lock_from_vars, lock_path, lock_state

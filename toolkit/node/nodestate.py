@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from toolkit import nodefile
 from toolkit.errors import ConfigError, RemoteError
 from toolkit.facts.probe import Fact, Status
+from toolkit.node import nodefile
 
 PATH = "/etc/gpunode/state.json"
 STATES = ("new", "provisioned", "ready", "not-ready")

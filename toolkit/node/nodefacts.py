@@ -2,8 +2,8 @@
 
 The facts (and their parsers) are ``toolkit.facts``'s; this module chooses them, adds the
 node state file and the converge stamps, and turns the sections into the one fact the roles
-read, with the drift comparison (``toolkit.drift``) and the decision about a driver found
-on the node (``toolkit.aptpins``) once a stack is resolved.
+read, with the drift comparison (``toolkit.node.drift``) and the decision about a driver found
+on the node (``toolkit.node.aptpins``) once a stack is resolved.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from typing import Any
 
-from toolkit import converge, nodestate
-from toolkit.aptpins import decide_existing_driver
-from toolkit.drift import compare, pinned_packages
 from toolkit.facts import dpkg, driver, mounts, nvidia, pci, probe, system, systemd
 from toolkit.facts.driver import ExistingDriver, classify_existing_driver
 from toolkit.facts.nvidia import LoadedDriver
 from toolkit.facts.pci import NVIDIA_VENDOR, lspci_gpus, lspci_nvswitches
+from toolkit.node import converge, nodestate
+from toolkit.node.aptpins import decide_existing_driver
+from toolkit.node.drift import compare, pinned_packages
 
 # Every fact of one converge, in the order the probe reads them; the converge stamps come last.
 FACTS: tuple[probe.Fact, ...] = (

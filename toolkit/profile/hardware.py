@@ -16,7 +16,7 @@ from pydantic import Field
 from toolkit.config import StrictModel, load_yaml, validate
 from toolkit.disks.spec import DataDisksSpec
 from toolkit.errors import ConfigError
-from toolkit.floors import AcceptanceSpec
+from toolkit.profile.floors import AcceptanceSpec
 from toolkit.stack.models import AcceptedRisk, GpuSpec, Stack
 
 

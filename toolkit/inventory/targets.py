@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import ConfigError, StackError
-from toolkit.floors import looser_floors
-from toolkit.hardware import HardwareProfile, load_stack_file
 from toolkit.inventory import Inventory, load_inventory
+from toolkit.profile.floors import looser_floors
+from toolkit.profile.hardware import HardwareProfile, load_stack_file
 from toolkit.stack.aptindex import Fetch, fetch_url
 from toolkit.stack.check import Violation, check, has_errors, security
 from toolkit.stack.lock import (

@@ -1,6 +1,6 @@
 """The node passport: a node's hardware identity, counters and figures over time, and flags.
 
-Read from the recorded runs (``toolkit.runs``, whose readers bound and check each file):
+Read from the recorded runs (``toolkit.records.runs``, whose readers bound and check each file):
 acceptance runs (``run.json`` and each node's ``nodes/<host>.result.json``: evidence, never
 rotated away) and passive checks (``check.json``, routine runs: the latest 30 are kept). The
 passport is a reading of the runs, so it is as old as the oldest run kept; what was read from
@@ -49,10 +49,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from toolkit import runs
 from toolkit.config import load_json
 from toolkit.errors import ConfigError
 from toolkit.names import name_path
+from toolkit.records import runs
 
 CHECK_RECORD = runs.CHECK_RECORD
 OBSERVATIONS = "observations.json"  # what the passport read from a run, kept in its folder

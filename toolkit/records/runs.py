@@ -228,7 +228,7 @@ def start_run(kind: str, runs: Path | None = None, now: datetime | None = None) 
 
 
 # --- the acceptance record, as its readers read it --------------------------------------------
-# The fleet report (toolkit.report.fleet) and the node passport (toolkit.passport) read it
+# The fleet report (toolkit.report.fleet) and the node passport (toolkit.records.passport) read it
 # through read_record. Only the keys they read are checked; a record carries more (acceptance's
 # run summary), kept as they are. Numbers are strict: "fast" is no busbw, 1.5 no size.
 

@@ -3,11 +3,12 @@ shipped profiles it may start from.
 
 The schema (:class:`AcceptanceSpec`, with the rules it nests: :class:`TopologySpec`,
 :class:`TransportSpec`, :class:`DcgmDiagSpec`, :class:`BusbwFloor`) and the shipped profiles
-(``floors.yml`` next to this module, each figure with its source) live here, below
-``hardware.py``, the way the GPUs' schema lives in ``stack.models`` and the data disks' in
-``disks.spec``: the hardware profile reads all three without reaching into the packages whose
-flows read inventories. Acceptance (``toolkit/acceptance/``) judges a node against these
-floors: the parsers and judgements of the topology, NCCL log and DCGM rules stay there.
+(``floors.yml`` next to this module, each figure with its source) live here, beside
+``hardware.py``, which reads them, the way it reads the GPUs' schema in ``stack.models`` and
+the data disks' in ``disks.spec``: the hardware profile reads all three without reaching
+into the packages whose flows read inventories. Acceptance (``toolkit/acceptance/``) judges a
+node against these floors: the parsers and judgements of the topology, NCCL log and DCGM
+rules stay there.
 
 A group's profile may name a shipped profile (``profile: h100-sxm-8``) and override any floor.
 Floors for the all-reduce are large-message busbw floors at named message sizes: the "Avg bus
@@ -443,7 +444,7 @@ MEASURED_FLOORS: dict[str, str] = {
     "min_busbw_gbps": "GB/s",
 }
 FloorKey = Literal["min_gemm_tflops", "min_mem_bw_gbps", "min_h2d_gbps", "min_busbw_gbps"]
-PROFILES_FILE = "toolkit/floors.yml"
+PROFILES_FILE = "toolkit/profile/floors.yml"
 
 
 class FloorFactor(StrictModel):
@@ -505,7 +506,7 @@ class ShippedProfile(StrictModel):
 
 @lru_cache(maxsize=1)
 def _profiles_file() -> dict[str, Any]:
-    text = resources.files("toolkit").joinpath("floors.yml").read_text("utf-8")
+    text = resources.files("toolkit.profile").joinpath("floors.yml").read_text("utf-8")
     data = parse_yaml(text, PROFILES_FILE)
     if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
         raise ConfigError(f"{PROFILES_FILE}: expected a `profiles:` mapping")
