@@ -517,7 +517,7 @@ def query_identity(dmi_dir: str = DMI_DIR, by_id_dir: str = "/dev/disk/by-id") -
 
 
 def read_state(path: str) -> dict[str, Any] | None:
-    """The node's state file (its path comes in the spec: toolkit.nodestate owns it)."""
+    """The node's state file (its path comes in the spec: toolkit.node.nodestate owns it)."""
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
