@@ -24,6 +24,7 @@ from toolkit.stack.models import GpuSpec, Stack
 from toolkit.stack.resolve import resolve
 
 MODPROBE = Path(__file__).parents[2] / "toolkit/lab/node_files/gpunode-lab-modprobe.sh"
+FM_DEBIAN12 = Path(__file__).parents[2] / "roles/fabric_manager/vars/debian12.yml"
 
 
 # --- the GPUs ---
@@ -127,8 +128,10 @@ def test_the_lab_repository_carries_every_package_of_the_stack(
     versions = _lab_versions()
     missing = {n: r for n, r in wanted.items() if not _carried(r, versions.get(n, []))}
     assert not missing
-    # NVLSM's companion from the OS archive (roles/fabric_manager, not pinned) is there too.
-    assert "infiniband-diags" in versions
+    # NVLSM's companion from the OS archive (roles/fabric_manager/vars/debian12.yml, pinned and
+    # held) comes from Debian's archive, as on a real node: the lab repository has no stand-in.
+    os_pins = yaml.safe_load(FM_DEBIAN12.read_text())["fabric_manager_os_nvlsm_packages"]
+    assert "infiniband-diags" in os_pins and not set(os_pins) & set(versions)
 
 
 def test_a_gb200_stack_resolves_for_grace_unless_the_group_names_its_arch() -> None:

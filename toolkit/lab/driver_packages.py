@@ -596,28 +596,6 @@ def _nvsdm_package(release: DriverRelease) -> PackageSpec:
     )
 
 
-# infiniband-diags comes from the OS archive, not NVIDIA's repository (Debian bookworm main:
-# 44.0-2, rdma-core's source package). The lab's node image carries the OS packages the roles
-# install (toolkit/lab/image.py PACKAGES: the mkfs tools) rather than count on Debian's archive
-# at converge time, and infiniband-diags is not in it: the lab repository carries a stand-in at
-# a version below Debian's, so that where the real archive is reachable apt prefers it.
-INFINIBAND_DIAGS_VERSION = "44.0-1~gpunodelab1"
-
-
-def _infiniband_diags_package() -> PackageSpec:
-    """A stand-in for the OS's infiniband-diags (ibstat), which roles/fabric_manager installs
-    beside NVLSM."""
-    ibstat = "#!/bin/sh\n# gpunode lab stand-in for infiniband-diags' ibstat: no HCA.\nexit 0\n"
-    return PackageSpec(
-        name="infiniband-diags",
-        version=INFINIBAND_DIAGS_VERSION,
-        source="rdma-core",
-        section="net",
-        description="InfiniBand diagnostic programs\n gpunode lab stand-in for the OS package.",
-        files=(FileSpec("/usr/sbin/ibstat", ibstat.encode(), 0o755),),
-    )
-
-
 def _nvlsm_gpu_names() -> list[str]:
     """The names nvidia-smi prints for the GPUs whose NVSwitch generation needs NVLSM."""
     return sorted(name for gpu in gpu_catalog() if gpu.nvlsm for name in gpu.names)
@@ -645,7 +623,6 @@ def packages() -> list[PackageSpec]:
     families = _families()
     out = [spec for driver in DRIVERS for spec in _driver_packages(driver, families)]
     out.extend(_nvlsm_package(version) for version in NVLSM_RELEASES)
-    out.append(_infiniband_diags_package())
     # IMEX packages exist for the branches naming.yml names (from 550), libnvsdm from 570.
     out.extend(_imex_package(d) for d in DRIVERS if int(d.branch) >= 550)
     out.extend(_nvsdm_package(d) for d in DRIVERS if int(d.branch) >= 570)
