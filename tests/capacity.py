@@ -1,6 +1,6 @@
 """What a command costs the control machine, and how many nodes that machine serves per hour:
 the meter of the capacity benchmark (tests/bench/test_bench_capacity.py), unit-tested in
-tests/unit/test_capacity.py.
+tests/unit/core/test_capacity.py.
 
 :func:`metered` runs a command under a meter process of its own (``python capacity.py``),
 which makes itself the subreaper of everything the command starts, so that the SSH

@@ -2,7 +2,7 @@
 
 ``inventories/sample`` is what a site copies for its servers. This module copies it into a
 temporary directory and makes exactly the edits a site must make (``SITE_EDITS``; the
-README's "Making the sample yours" lists the same keys, tests/unit/test_sample_edits.py
+README's "Making the sample yours" lists the same keys, tests/unit/core/test_sample_edits.py
 keeps the two equal), taking every value from the lab's own inventory, as a site takes them
 from its servers. Everything else stays as shipped: the stack pins (the lab repository
 carries them: toolkit/lab/catalog.py, driver_packages.py), the GPU model and count, the
@@ -53,7 +53,7 @@ LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test") + "-sample"
 GROUP = "h100_sxm"  # the sample's group the lab's H100 x 8 nodes go into
 
 # The edits a site makes to its copy of the sample: name -> the keys it sets. The README's
-# "Making the sample yours" lists exactly these names (tests/unit/test_sample_edits.py).
+# "Making the sample yours" lists exactly these names (tests/unit/core/test_sample_edits.py).
 SITE_EDITS: dict[str, tuple[str, ...]] = {
     "hosts": ("hosts.yml: each group's hosts, ansible_host, ansible_port",),
     "login": (

@@ -15,7 +15,7 @@ parser the runner should use too), add its dotted name to ``SHIPPED_MODULES``: t
 holds ``toolkit/facts/dpkg.py`` and an empty ``toolkit/facts/__init__.py`` (a parent package's
 real ``__init__`` is never shipped, so it may import anything), and the runner imports it as
 ``from toolkit.facts import dpkg`` in both places. The module must use the standard library
-only; ``tests/unit/test_acceptance_payload.py`` checks that of every shipped module.
+only; ``tests/unit/acceptance/test_payload.py`` checks that of every shipped module.
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ def judge(
 
 
 # The node-side health check's module and what it imports beyond the runner (standard
-# library only, tests/unit/test_healthcheck.py checks it), shipped as one program.
+# library only, tests/unit/check/test_healthcheck.py checks it), shipped as one program.
 HEALTHCHECK_MODULES = (
     "toolkit.acceptance.check",
     "toolkit.acceptance.failure",

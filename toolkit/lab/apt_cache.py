@@ -16,7 +16,7 @@ each entry names the client, and UnbufferLogs writes every line at once: Debian'
 /etc/apt-cacher-ng/acng.conf, apt-cacher-ng 3.7.4) has one line per transfer,
 ``<time>|<I or O>|<bytes>|<client>|<path>``: ``I`` for bytes it fetched from outside the
 machine, ``O`` for bytes it served to a node. A package served from the cache has an ``O``
-line and no ``I`` line (as this lab's nodes showed: tests/unit/test_lab_apt_cache.py).
+line and no ``I`` line (as this lab's nodes showed: tests/unit/lab/test_apt_cache.py).
 """
 
 from __future__ import annotations

@@ -232,7 +232,7 @@ class DcgmDiagSpec(StrictModel):
 
 # The families of acceptance checks (the first part of a check's name: ``gemm.gpu0``,
 # ``dcgm.memory``, ``allreduce.busbw@16GiB``), what ``require_measured`` may name.
-# tests/unit/test_acceptance_outcomes.py keeps it in step with failure.RULES.
+# tests/unit/acceptance/test_outcomes.py keeps it in step with failure.RULES.
 CHECK_FAMILIES = (
     "allreduce",
     "checkpoint",

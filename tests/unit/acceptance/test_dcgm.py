@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_properties import configured
 
 from toolkit.acceptance import dcgm
 from toolkit.acceptance.check import NodeExpectation
@@ -25,8 +24,9 @@ from toolkit.lab import paths
 from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.inventory import lab_profile
 from toolkit.profile.floors import AcceptanceSpec, DcgmDiagSpec
+from unit.core.test_properties import configured
 
-REAL = Path(__file__).parents[1] / "data" / "real" / "dcgm"
+REAL = Path(__file__).parents[2] / "data" / "real" / "dcgm"
 STANDIN = Path(dcgm.__file__).parents[1] / "lab" / "standins" / "dcgmi.py"
 LEVEL2 = DcgmDiagSpec(level=2)
 

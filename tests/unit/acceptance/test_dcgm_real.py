@@ -24,7 +24,7 @@ from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.inventory import lab_profile
 from toolkit.profile.floors import DcgmDiagSpec
 
-REAL = Path(__file__).parents[1] / "data" / "real" / "dcgm"
+REAL = Path(__file__).parents[2] / "data" / "real" / "dcgm"
 # baldwinSPC/glimmer-burnin's GB10 captures (tests/data/real/SOURCES.md).
 ALLOWED = REAL / "dcgm4-glimmer-gb10-level2-plugins-allowed.json"  # 4.5.2, software Fail
 GATED = REAL / "dcgm4-glimmer-gb10-level2-plugins-gated.json"  # 4.5.2, memory/pcie Skip

@@ -34,7 +34,7 @@ from toolkit.acceptance.verdict import NOT_TESTED, NOT_TESTED_CHECK, not_tested_
 from toolkit.errors import ConfigError, RemoteError
 from toolkit.inventory import Host
 
-REAL = Path(__file__).resolve().parents[1] / "data" / "real" / "slurm"
+REAL = Path(__file__).resolve().parents[2] / "data" / "real" / "slurm"
 JOB = (REAL / "scontrol-show-job-completed.txt").read_text()
 IDLE = (REAL / "scontrol-show-node-idle.txt").read_text()
 DRAINED = (REAL / "scontrol-show-node-drained.txt").read_text()

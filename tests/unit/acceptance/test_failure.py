@@ -14,8 +14,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_acceptance_hooks import Recorder
-from test_acceptance_verdict import EXPECT, SPEC, _xids, healthy
 
 from toolkit.acceptance import failure
 from toolkit.acceptance.check import Check, NodeExpectation
@@ -38,8 +36,10 @@ from toolkit.node import nodestate
 from toolkit.profile.floors import AcceptanceSpec, DcgmDiagSpec
 from toolkit.report.junit import render_junit
 from toolkit.steps import up as up_step
+from unit.acceptance.test_hooks import Recorder
+from unit.acceptance.test_verdict import EXPECT, SPEC, _xids, healthy
 
-REAL = Path(__file__).parents[1] / "data" / "real"
+REAL = Path(__file__).parents[2] / "data" / "real"
 DCGM_ALLOWED = REAL / "dcgm" / "dcgm4-glimmer-gb10-level2-plugins-allowed.json"
 DRAINED = (REAL / "slurm" / "scontrol-show-node-drained.txt").read_text()
 

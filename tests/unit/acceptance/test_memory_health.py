@@ -16,7 +16,7 @@ import pytest
 from toolkit.acceptance import memory_health
 from toolkit.acceptance.node_runner import facts as nr
 
-REAL = Path(__file__).resolve().parents[1] / "data" / "real"
+REAL = Path(__file__).resolve().parents[2] / "data" / "real"
 H100 = "nvidia-smi-q.h100-sxm-8.565.57.01.txt"
 
 

@@ -18,9 +18,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from shared_fixtures import run_cli as gpunode
-from test_acceptance_verdict import EXPECT, SPEC, healthy
-from test_hostile_input import strict_json
-from test_properties import configured
 
 from toolkit.acceptance import nccllog
 from toolkit.acceptance.multinode import run_multi_node
@@ -36,8 +33,11 @@ from toolkit.acceptance.verdict import judge
 from toolkit.lab.inventory import lab_profile
 from toolkit.profile.floors import AcceptanceSpec, TransportSpec, shipped_profile
 from toolkit.report import render_html, render_junit
+from unit.acceptance.test_verdict import EXPECT, SPEC, healthy
+from unit.core.test_hostile_input import strict_json
+from unit.core.test_properties import configured
 
-REAL = Path(__file__).parents[1] / "data" / "real"
+REAL = Path(__file__).parents[2] / "data" / "real"
 LOGS = REAL / "nccl-logs"
 
 
@@ -94,7 +94,7 @@ CASES: dict[str, dict[str, Any]] = {
         "gpudirect_rdma": None,
         "nvls_multicast": True,
     },
-    # Multi-node logs on the real fabrics (tests/unit/test_acceptance_fabric.py judges them).
+    # Multi-node logs on the real fabrics (acceptance/test_transport_fabric.py judges them).
     "ib-roce-devices-a100-nccl-707.log": {
         "version": "2.7.6",
         "network": "IB",

@@ -12,9 +12,6 @@ from xml.etree import ElementTree as ET
 
 import pytest
 from shared_fixtures import healthy_training
-from test_acceptance_dcgm_real import GATED, LEVEL2
-from test_acceptance_verdict import EXPECT, SPEC, healthy
-from test_cert import _document
 
 from toolkit import cert
 from toolkit.acceptance import failure
@@ -33,6 +30,9 @@ from toolkit.profile.floors import CHECK_FAMILIES, AcceptanceSpec
 from toolkit.profile.hardware import HardwareProfile
 from toolkit.report import render_html, render_junit, render_textfile
 from toolkit.report.prometheus import render_check_textfile
+from unit.acceptance.test_dcgm_real import GATED, LEVEL2
+from unit.acceptance.test_verdict import EXPECT, SPEC, healthy
+from unit.cert.test_certificate import _document
 
 CPU_REASON = "CPU ranks"
 

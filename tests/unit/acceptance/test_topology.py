@@ -21,7 +21,7 @@ from toolkit.config import validate
 from toolkit.errors import ConfigError
 from toolkit.profile.floors import AcceptanceSpec, TopologySpec, shipped_profile
 
-DATA = Path(__file__).parent / "data" / "topo"
+DATA = Path(__file__).parents[1] / "data" / "topo"
 H100 = (DATA / "h100-sxm-8.txt").read_text()
 H20_TABS = (DATA / "h20-sxm-8-tabs.txt").read_text()
 L40S = (DATA / "l40s-pcie-4.txt").read_text()
@@ -246,7 +246,7 @@ def test_nic_rule_covers_only_the_named_nics() -> None:
     spec = TopologySpec(nic_gpu_link="PXB", nics=[f"mlx5_{i}" for i in range(7)])
     assert judge(topo, spec)[0].ok
     # Named, NIC7 is judged; left to its type, a NIC off every GPU's switch is a storage or
-    # management port: shown, not judged (tests/unit/test_acceptance_nics.py).
+    # management port: shown, not judged (tests/unit/acceptance/test_topology_nics.py).
     [bad] = judge(topo, TopologySpec(nic_gpu_link="PXB", nics=[f"mlx5_{i}" for i in range(8)]))
     assert "NIC7 (mlx5_7): nearest GPU" in bad.message
     [shown] = judge(topo, TopologySpec(nic_gpu_link="PXB"))

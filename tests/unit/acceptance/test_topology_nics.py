@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_lab_nvidia_smi import V550, Node
 
 from toolkit.acceptance import topology
 from toolkit.acceptance.node_runner import facts as runner
@@ -26,8 +25,9 @@ from toolkit.lab import hardware as lab_hardware
 from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.inventory import lab_profile
 from toolkit.profile.floors import AcceptanceSpec, TopologySpec
+from unit.lab.test_nvidia_smi import V550, Node
 
-H100 = (Path(__file__).parent / "data" / "topo" / "h100-sxm-8.txt").read_text()
+H100 = (Path(__file__).parents[1] / "data" / "topo" / "h100-sxm-8.txt").read_text()
 COMPUTE = [f"mlx5_{i}" for i in range(8)]
 STORAGE, MANAGEMENT = "mlx5_8", "mlx5_9"
 

@@ -21,7 +21,7 @@ from toolkit.errors import ConfigError
 from toolkit.profile.floors import TransportSpec
 from toolkit.profile.hardware import HardwareProfile
 
-LOGS = Path(__file__).parents[1] / "data" / "real" / "nccl-logs"
+LOGS = Path(__file__).parents[2] / "data" / "real" / "nccl-logs"
 
 
 def _summary(name: str) -> nccllog.NcclTransport:

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from rich.console import Console
 from shared_fixtures import REPO
-from test_rollout_plan import DRIVER, NCCL
 
 from toolkit import cli
 from toolkit.ansible.events import Failure, HostSummary, RunResult
@@ -21,6 +20,7 @@ from toolkit.cli.rollout import NOT_BUILT, plan_lines, plan_table
 from toolkit.rollout import record
 from toolkit.steps import rollout as step
 from toolkit.steps.precheck import check_inventory
+from unit.rollout.test_plan import DRIVER, NCCL
 
 SAMPLE = REPO / "inventories" / "sample"
 

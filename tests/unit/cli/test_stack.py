@@ -17,7 +17,7 @@ from toolkit.lab.spec import build_spec
 from toolkit.lab.state import NodeState
 from toolkit.stack.security import floors
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "inventories" / "sample"
 
 # The compatibility tests below pin versions below the security floors (the example

@@ -16,7 +16,7 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-TOOLKIT = Path(__file__).resolve().parents[2] / "toolkit"
+TOOLKIT = Path(__file__).resolve().parents[3] / "toolkit"
 LAB_DOORS = {"toolkit/lab", "toolkit/cli/lab.py"}
 
 # Function-level imports of toolkit modules: 88 when this test was written, 46 since the steps

@@ -15,7 +15,7 @@ from jinja2.nativetypes import NativeEnvironment
 from toolkit.plugins.filter.gpunode import gpunode_missing_pins, gpunode_pick_versions
 from toolkit.stack.systems import SUPPORTED_OS
 
-ROLES = Path(__file__).resolve().parents[2] / "roles"
+ROLES = Path(__file__).resolve().parents[3] / "roles"
 FM = ROLES / "fabric_manager"
 OS_FILES = sorted(p.stem for p in (FM / "vars").glob("*.yml") if p.stem != "main")
 # Where a cited version may come from: the archives' own package pages.

@@ -16,7 +16,7 @@ import yaml
 
 from toolkit.profile.floors import shipped_profile, shipped_profiles
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "scripts" / "gpu-proof"
 
 

@@ -208,7 +208,7 @@ def test_the_real_captures_nccl_log_lines_are_not_rows() -> None:
 
 
 def _json_capture(**changes: Any) -> str:
-    data = Path(__file__).parent / "data" / "nccl" / "h200_8gpu_json.json"
+    data = Path(__file__).parents[1] / "data" / "nccl" / "h200_8gpu_json.json"
     document = json.loads(data.read_text())
     document.update(changes)
     return json.dumps(document)

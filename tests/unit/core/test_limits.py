@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from shared_fixtures import run_cli
-from test_acceptance_verdict import EXPECT, SPEC, healthy
 
 from toolkit.acceptance.plan import NodePlan
 from toolkit.acceptance.topology import (
@@ -30,9 +29,10 @@ from toolkit.config import MAX_YAML_BYTES, MAX_YAML_INT_CHARS, MAX_YAML_NODES
 from toolkit.inventory import MAX_INVENTORY_HOSTS, Host, load_inventory
 from toolkit.profile.floors import AcceptanceSpec
 from toolkit.steps import accept
+from unit.acceptance.test_verdict import EXPECT, SPEC, healthy
 
-REPO = Path(__file__).resolve().parents[2]
-TOPO = (Path(__file__).parent / "data" / "topo" / "h100-sxm-8.txt").read_text()
+REPO = Path(__file__).resolve().parents[3]
+TOPO = (Path(__file__).parents[1] / "data" / "topo" / "h100-sxm-8.txt").read_text()
 GPU0_AFFINITY = "0-47,96-143     0               N/A"
 
 

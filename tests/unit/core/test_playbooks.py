@@ -10,7 +10,7 @@ import yaml
 
 from toolkit.node import converge
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PLAYBOOKS = sorted((REPO / "playbooks").glob("*.yml"))
 
 
@@ -128,7 +128,7 @@ def test_provision_maps_the_resolved_stack() -> None:
     assert all(t["tags"] == ["always"] for t in (*tasks[:3], tasks[-2]))
     # Each component's role runs only when the plan (toolkit/node/converge.py) says so; the passive
     # checks' role always: it installs what the inventory asks for and removes a timer it no
-    # longer asks for (tests/unit/test_check_timer.py reads the role's switches).
+    # longer asks for (tests/unit/check/test_timer.py reads the role's switches).
     planned = {t["ansible.builtin.include_role"]["name"]: t.get("when") for t in tasks[3:-2]}
     assert "when" not in tasks[-1]
     assert planned == {

@@ -21,15 +21,15 @@ import yaml
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
-from test_hostile_input import FOOTER, HEADER, ROWS
-from test_properties import configured
-from test_stack_support import BASE
 
 from toolkit import cert, cli
 from toolkit.cli.output import shown
 from toolkit.printable import printable
 from toolkit.profile.floors import AcceptanceSpec
 from toolkit.records import passport, runs
+from unit.core.test_hostile_input import FOOTER, HEADER, ROWS
+from unit.core.test_properties import configured
+from unit.stack.support import BASE
 
 # The characters that must never reach a terminal raw (besides C0: checked byte-wise).
 FORBIDDEN = {0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)}

@@ -9,7 +9,7 @@ Profiles (environment variable ``GPUNODE_HYPOTHESIS_PROFILE``):
 
 - ``gpunode-ci`` (the default): a modest number of examples, so the unit tier stays fast;
 - ``gpunode-5000``: 5,000 examples per test, the issue 15 bar; run it with
-  ``GPUNODE_HYPOTHESIS_PROFILE=gpunode-5000 pytest tests/unit/test_properties.py``.
+  ``GPUNODE_HYPOTHESIS_PROFILE=gpunode-5000 pytest tests/unit/core/test_properties.py``.
 
 Neither profile keeps an example database: runs leave nothing behind in the checkout.
 """
@@ -29,10 +29,6 @@ from typing import Any
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from test_acceptance_verdict import EXPECT, healthy
-from test_hostile_input import ROWS
-from test_limits import _gpu0, _topology_spec
-from test_stack_support import BASE
 
 from toolkit import cli
 from toolkit.acceptance.nccltests import NotNcclTestsOutput, parse
@@ -44,6 +40,10 @@ from toolkit.images.layerstore import LayerRecordError, StoredTar
 from toolkit.inventory import MAX_INVENTORY_HOSTS, load_inventory
 from toolkit.names import NAME_RE
 from toolkit.profile.hardware import load_stack_file
+from unit.acceptance.test_verdict import EXPECT, healthy
+from unit.core.test_hostile_input import ROWS
+from unit.core.test_limits import _gpu0, _topology_spec
+from unit.stack.support import BASE
 
 _COMMON = {"deadline": None, "database": None, "suppress_health_check": [HealthCheck.too_slow]}
 settings.register_profile("gpunode-ci", max_examples=60, **_COMMON)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ROLES = sorted(p for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
 # The project's own plugins (toolkit/plugins/action) have no collection.
 OWN_ACTIONS = {

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 README = REPO / "README.md"
 MODULE = REPO / "tests" / "integration" / "test_07_sample.py"
 SAMPLE = REPO / "inventories" / "sample"

@@ -1,7 +1,7 @@
 """``gpunode schedule``: the scheduled re-validation's units, verified by systemd itself.
 
 The units are rendered for the shipped sample inventory, checked with ``systemd-analyze
-verify`` (as the node timer's are: test_check_timer.py), and the service's command line is
+verify`` (as the node timer's are: check/test_timer.py), and the service's command line is
 parsed by ``gpunode up``'s own options, so the two cannot drift apart.
 """
 

@@ -1,7 +1,7 @@
 """Table-driven tests of the data-disk planner, from recorded device facts.
 
 Each node is described by the outputs its probes print (recorded blkid, wipefs, mdadm,
-mountinfo, swaps outputs from tests/unit/test_disks_facts.py), assembled into the probe
+mountinfo, swaps outputs from tests/unit/disks/test_facts.py), assembled into the probe
 script's sections and read through ``toolkit.disks.gather`` exactly as on a real node.
 """
 
@@ -11,7 +11,13 @@ import json
 from dataclasses import dataclass, field
 
 import pytest
-from test_disks_facts import (
+
+from toolkit.disks import units
+from toolkit.disks.gather import node_facts, parse_sections
+from toolkit.disks.planner import Plan, plan
+from toolkit.disks.rules import NodeFacts
+from toolkit.disks.spec import DataDisksSpec
+from unit.disks.test_facts import (
     BLKID_BTRFS,
     BLKID_EXT4,
     BLKID_GPT,
@@ -26,12 +32,6 @@ from test_disks_facts import (
     WIPEFS_GPT_JSON,
     WIPEFS_MD_JSON,
 )
-
-from toolkit.disks import units
-from toolkit.disks.gather import node_facts, parse_sections
-from toolkit.disks.planner import Plan, plan
-from toolkit.disks.rules import NodeFacts
-from toolkit.disks.spec import DataDisksSpec
 
 GIB = 1024**3
 NEW_UUID = "0b6d1a54-7c1f-4d3e-9a55-2d5ad9c3e111"

@@ -12,7 +12,7 @@ import pytest
 from toolkit.facts.pci import lspci_gpus, parse_lspci
 from toolkit.stack.catalog import lookup_gpu_by_pci_id
 
-REAL = Path(__file__).parents[1] / "data/real"
+REAL = Path(__file__).parents[2] / "data/real"
 
 
 def _gpu_admin_tools_ids() -> list[tuple[str, str]]:

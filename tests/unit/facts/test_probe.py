@@ -10,7 +10,7 @@ from pathlib import Path
 from toolkit.facts import probe, system
 from toolkit.facts.probe import Fact
 
-FACTS_DIR = Path(__file__).resolve().parents[2] / "toolkit" / "facts"
+FACTS_DIR = Path(__file__).resolve().parents[3] / "toolkit" / "facts"
 
 
 def run(script: str) -> str:

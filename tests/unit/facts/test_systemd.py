@@ -12,7 +12,7 @@ import pytest
 from toolkit.facts.systemd import persistence_exec_start
 from toolkit.plugins.filter.gpunode import FilterModule
 
-REAL = Path(__file__).parents[1] / "data/real"
+REAL = Path(__file__).parents[2] / "data/real"
 
 # Ubuntu's packaged unit, as `systemctl status nvidia-persistenced` prints its ExecStart on
 # Ubuntu 22.04 (public captures; tests/data/real/SOURCES.md).

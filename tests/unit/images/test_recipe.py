@@ -8,17 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_stack_support import make
 
 from toolkit.errors import ConfigError, ImageError
 from toolkit.images.recipe import LABEL_INPUT_DIGEST, Recipe, make_recipe
 from toolkit.images.render import render
 from toolkit.stack.aptindex import dearmor
 from toolkit.stack.resolve import resolve
+from unit.stack.support import make
 
 # A real public repository key and its fingerprint (NVIDIA's container toolkit key,
 # tests/data/real/SOURCES.md, libnvidia-container): the image's key is checked against the pin.
-KEY = Path(__file__).resolve().parents[1] / "data" / "real" / "libnvidia-container" / "gpgkey"
+KEY = Path(__file__).resolve().parents[2] / "data" / "real" / "libnvidia-container" / "gpgkey"
 KEY_BYTES = KEY.read_bytes()
 KEY_FINGERPRINT = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
 

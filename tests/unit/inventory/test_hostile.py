@@ -1,7 +1,7 @@
 """Hostile inventories, round three (issue 41): every value checked by where it goes.
 
 Table tests name each example of the issue; property tests (hypothesis, the profiles of
-``test_properties.py``: ``GPUNODE_HYPOTHESIS_PROFILE=gpunode-5000`` for 5,000 examples) cover
+``core/test_properties.py``: ``GPUNODE_HYPOTHESIS_PROFILE=gpunode-5000`` for 5,000 examples) cover
 their classes: every spelling of ``StrictHostKeyChecking=no`` / ``UserKnownHostsFile=/dev/null``
 OpenSSH accepts is refused and spellings that keep checking on are read, Jinja in any form,
 host names and addresses, scheduler node names. Where OpenSSH is installed, the model of its
@@ -20,14 +20,14 @@ import yaml
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from shared_fixtures import run_cli
-from test_properties import configured
 
 from toolkit.errors import ConfigError
 from toolkit.inventory import load_inventory
 from toolkit.inventory.ssh import SSH_ARGS_VARS, SshLineError, config_line
 from toolkit.inventory.values import VARIABLES
+from unit.core.test_properties import configured
 
-TOOLKIT = Path(__file__).resolve().parents[2] / "toolkit"
+TOOLKIT = Path(__file__).resolve().parents[3] / "toolkit"
 SSH = shutil.which("ssh")
 
 

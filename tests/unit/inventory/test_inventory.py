@@ -10,7 +10,7 @@ import pytest
 from toolkit.errors import ConfigError
 from toolkit.inventory import load_inventory
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "inventories" / "sample"
 
 STACK = """\
@@ -269,7 +269,7 @@ def test_unsafe_or_bad_connection_settings_are_refused(
         "ansible_ssh_common_args: '-p 2222 -4o StrictHostKeyChecking=ask'\n",
         "ansible_ssh_common_args: '-oStrictHostKeyChecking=yes -o UserKnownHostsFile=/k'\n",
         # -o's argument is a word of its own: the next word is not an option (ProxyCommand,
-        # which runs a command here, is refused since issue 41: test_hostile_inventory.py)
+        # which runs a command here, is refused since issue 41: inventory/test_hostile.py)
         "ansible_ssh_common_args: '-o ServerAliveInterval=30 -l -F'\n",
     ],
 )

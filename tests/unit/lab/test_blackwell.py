@@ -23,8 +23,8 @@ from toolkit.stack.lock import stack_arch
 from toolkit.stack.models import GpuSpec, Stack
 from toolkit.stack.resolve import resolve
 
-MODPROBE = Path(__file__).parents[2] / "toolkit/lab/node_files/gpunode-lab-modprobe.sh"
-FM_DEBIAN12 = Path(__file__).parents[2] / "roles/fabric_manager/vars/debian12.yml"
+MODPROBE = Path(__file__).parents[3] / "toolkit/lab/node_files/gpunode-lab-modprobe.sh"
+FM_DEBIAN12 = Path(__file__).parents[3] / "roles/fabric_manager/vars/debian12.yml"
 
 
 # --- the GPUs ---

@@ -38,7 +38,7 @@ def _spec(name: str, version: str) -> PackageSpec:
     return spec
 
 
-FM_DEBIAN12 = Path(__file__).resolve().parents[2] / "roles/fabric_manager/vars/debian12.yml"
+FM_DEBIAN12 = Path(__file__).resolve().parents[3] / "roles/fabric_manager/vars/debian12.yml"
 D550 = {"550.127.05-1", "550.144.03-1"}
 D580 = {"580.95.05-1", "580.105.08-1", "580.159.03-1"}
 
@@ -94,10 +94,9 @@ def test_catalog_has_no_other_packages_and_no_duplicates() -> None:
 
 
 def test_catalog_carries_every_name_the_naming_rules_give_debian12() -> None:
-    from test_stack_support import make
-
     from toolkit.stack.lock import requirements
     from toolkit.stack.resolve import resolve
+    from unit.stack.support import make
 
     names = {p.name for p in catalog.packages()}
     for version, cuda, nccl in (("550.127.05", "12.4.1", "2.21.5-1+cuda12.4"),

@@ -15,7 +15,7 @@ from toolkit.lab.inventory import render
 from toolkit.lab.spec import build_spec
 from toolkit.lab.state import NodeState
 
-REAL = Path(__file__).resolve().parents[1] / "data" / "real" / "slurm"
+REAL = Path(__file__).resolve().parents[2] / "data" / "real" / "slurm"
 NODES = [NodeState(index=i, name=f"lab-node-{i}", ip=f"10.9.0.{10 + i}") for i in (2, 1, 3)]
 
 

@@ -337,7 +337,7 @@ def test_imex_checks_the_loaded_driver_and_its_node_list(root: Root) -> None:
 # --- persistenced ----------------------------------------------------------------------------
 
 
-REAL = Path(__file__).parents[1] / "data/real"
+REAL = Path(__file__).parents[2] / "data/real"
 
 
 def _sections(unit: str) -> dict[str, list[str]]:

@@ -10,7 +10,7 @@ from toolkit.lab.catalog import NCCL_BUILDS
 from toolkit.lab.inventory import DEFAULT_STACK
 
 FACTS = (
-    Path(__file__).resolve().parents[1]
+    Path(__file__).resolve().parents[2]
     / "data"
     / "real"
     / "cuda-images"

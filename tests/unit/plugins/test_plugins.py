@@ -11,12 +11,12 @@ from typing import Any
 import ansible_runner
 import pytest
 import yaml
-from test_stack_support import lock_for
 
 from toolkit.ansible.content import find_content
 from toolkit.ansible.events import EventCollector
 from toolkit.ansible.runner import ansible_env
 from toolkit.node import converge
+from unit.stack.support import lock_for
 
 STACK = {
     "driver": {"version": "550.127.05", "flavour": "open"},

@@ -16,7 +16,7 @@ from toolkit.acceptance.thresholds import effective
 from toolkit.inventory import load_inventory
 from toolkit.profile.floors import MEASURED_FLOORS, AcceptanceSpec, looser_floors, shipped_profile
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "inventories" / "sample"
 RULE = "floors.below_profile"
 

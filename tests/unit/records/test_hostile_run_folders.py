@@ -7,7 +7,7 @@ link, at most its kind's size: ``toolkit.config.read_regular``) and checked by i
 ``toolkit.records.passport``). A file that does not match is a problem naming the run, the
 node, the file and the key path:
 ``gpunode report`` and ``gpunode node history`` still finish, show it and exit 2, and never
-hang on a FIFO. The property tests run under the profiles of ``test_properties.py``
+hang on a FIFO. The property tests run under the profiles of ``core/test_properties.py``
 (``GPUNODE_HYPOTHESIS_PROFILE``).
 """
 
@@ -29,9 +29,6 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
-from test_passport import HW, SWAPPED, History
-from test_properties import configured, strict_json
-from test_schedule import SAMPLE, _gpunode
 
 from toolkit.cli import cli, main
 from toolkit.config import FILE_LIMITS
@@ -40,6 +37,9 @@ from toolkit.records import passport
 from toolkit.records.passport import OBSERVATIONS, passports
 from toolkit.report.fleet import fleet_history
 from toolkit.schedule import render, write
+from unit.core.test_properties import configured, strict_json
+from unit.core.test_schedule import SAMPLE, _gpunode
+from unit.records.test_passport import HW, SWAPPED, History
 
 DEADLINE_S = 2.0
 

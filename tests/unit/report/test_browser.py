@@ -13,9 +13,6 @@ from pathlib import Path
 import browser
 import pytest
 from shared_fixtures import healthy_training
-from test_report_fleet import _node as _fleet_node
-from test_report_fleet import _record as _fleet_record
-from test_report_training import _summary
 
 from toolkit.acceptance.thresholds import effective
 from toolkit.acceptance.topology import report as topology_report
@@ -24,8 +21,11 @@ from toolkit.records.passport import passports
 from toolkit.report import render_html
 from toolkit.report.fleet import fleet_history, render_fleet_html
 from toolkit.report.html import FAIL_OUTLINE, LINK_COLOURS, SERIES_COLOUR
+from unit.report.test_fleet import _node as _fleet_node
+from unit.report.test_fleet import _record as _fleet_record
+from unit.report.test_training import _summary
 
-CAPTURE = Path(__file__).parent / "data" / "topo" / "h100-sxm-8.txt"
+CAPTURE = Path(__file__).parents[1] / "data" / "topo" / "h100-sxm-8.txt"
 PLOT_INK = {SERIES_COLOUR}
 LINK_INK = {c for kind, c in LINK_COLOURS.items() if kind != "X"}
 

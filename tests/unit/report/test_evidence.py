@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner, Result
-from test_stack_lock_schema import make_inventory, valid_lock, write_raw
 
 from toolkit.acceptance.check import Check
 from toolkit.acceptance.memory_health import judge as judge_memory
@@ -24,8 +23,9 @@ from toolkit.cli import cli
 from toolkit.lab.faults import ECC_FAULT_UNCORRECTED, XID63_MESSAGE
 from toolkit.records import runs
 from toolkit.report import evidence
+from unit.stack.test_lock_schema import make_inventory, valid_lock, write_raw
 
-REAL = Path(__file__).resolve().parents[1] / "data" / "real"
+REAL = Path(__file__).resolve().parents[2] / "data" / "real"
 # A10 with 4 rows remapped for uncorrectable errors and a remap pending (SOURCES.md).
 SMI_Q = (REAL / "nvidia-smi-q.a10.535.129.03.txt").read_text()
 BUS = "00000000:07:00.0"

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from shared_fixtures import run_cli
-from test_passport import HW, OTHER, History
 
 from toolkit.errors import ConfigError
 from toolkit.lab.hardware import NodeHardware
@@ -23,6 +22,7 @@ from toolkit.records import runs
 from toolkit.records.passport import passports
 from toolkit.report.fleet import fleet_history, fleet_summary, render_figures, render_fleet_html
 from toolkit.report.html import FLOOR_COLOUR, SERIES_COLOUR
+from unit.records.test_passport import HW, OTHER, History
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
 

@@ -1,7 +1,7 @@
 """The rollout plan (issue 39): which nodes move onto the lock, what changes, the canary and
 the waves, and every bad option refused naming the option and the rule.
 
-Property tests (hypothesis, the profiles of ``test_properties.py``): whatever the fleet and
+Property tests (hypothesis, the profiles of ``core/test_properties.py``): whatever the fleet and
 the bounds, every changing node is in exactly one wave, the canary is wave 1 alone, no wave
 exceeds ``--max-unavailable`` (in all, or per group for ``N%``), and no wave holds two nodes
 of one ``gpunode_accept_domain`` unless ``--allow-same-domain``.
@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_properties import configured
 
 from toolkit.errors import ConfigError
 from toolkit.rollout.plan import (
@@ -29,6 +28,7 @@ from toolkit.rollout.plan import (
     parse_max_unavailable,
     plan_rollout,
 )
+from unit.core.test_properties import configured
 
 OLD, NEW = "0ld0ld0ld0ld", "n3wn3wn3wn3w"
 READY_OLD = {"state": "ready", "reason": [], "stack_id": OLD}

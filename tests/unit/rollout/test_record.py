@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_rollout_plan import NCCL, _node, _options
 
 from toolkit.cli.status import rollout_line
 from toolkit.errors import ConfigError
 from toolkit.records import runs
 from toolkit.rollout import record
 from toolkit.rollout.plan import plan_rollout
+from unit.rollout.test_plan import NCCL, _node, _options
 
 NOW = datetime(2026, 12, 7, 4, 0, tzinfo=timezone.utc)
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import yaml
-from test_stack_support import BASE, TODAY, by_rule, make, merge, violations
 
 from toolkit.errors import ConfigError
 from toolkit.profile.hardware import StackFile
@@ -16,6 +15,7 @@ from toolkit.stack.check import RULES, Violation, check, has_errors, security, s
 from toolkit.stack.matrix import matrix
 from toolkit.stack.security import build, floors
 from toolkit.stack.versions import numeric
+from unit.stack.support import BASE, TODAY, by_rule, make, merge, violations
 
 # CUDA -> minimum driver, every row of domain.md section 2, written out here independently
 # of the package's data file so that a typo in either is caught.
@@ -448,7 +448,7 @@ def test_every_fact_of_the_data_file_names_a_known_source() -> None:
 
 # --- Security floors (toolkit/stack/security.yml) ---------------------------------------------
 
-PSIRT = Path(__file__).resolve().parents[1] / "data" / "real" / "nvidia-psirt"
+PSIRT = Path(__file__).resolve().parents[2] / "data" / "real" / "nvidia-psirt"
 
 
 def _security(

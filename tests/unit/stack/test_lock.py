@@ -2,7 +2,7 @@
 
 The repositories are flat (``deb <url> /``) and InRelease-signed like NVIDIA's, listing
 Packages.gz under SHA256 (apt-ftparchive's shape; NVIDIA's own SHA512-only index is read in
-test_stack_aptindex_real.py) and carry the Debian revisions seen in public install scripts: Ubuntu
+stack/test_aptindex_real.py) and carry the Debian revisions seen in public install scripts: Ubuntu
 driver packages at ``-0ubuntu1`` and ``-1ubuntu1`` beside ``-1``
 (``cuda-drivers-550=550.90.07-1`` next to ``libnvidia-compute-550=550.90.07-0ubuntu1``;
 ``nvidia-driver-580-open=580.159.04-1ubuntu1``), and a 590-style index whose Ubuntu names
@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 import yaml
-from test_stack_support import make
 
 from toolkit.errors import ConfigError, StackError
 from toolkit.inventory.targets import check_locks, load_targets, lock_inventory
@@ -41,8 +40,9 @@ from toolkit.stack.lock import (
     verify_lock,
 )
 from toolkit.stack.resolve import resolve
+from unit.stack.support import make
 
-SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "sample"
+SAMPLE = Path(__file__).resolve().parents[3] / "inventories" / "sample"
 
 
 @dataclass(frozen=True)

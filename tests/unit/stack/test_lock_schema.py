@@ -19,10 +19,6 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
-from test_properties import configured
-from test_stack_cli import ACCEPT_ALL
-from test_stack_support import BASE, lock_for
-from test_untrusted_text import assert_clean, run
 
 from toolkit.errors import ConfigError
 from toolkit.images.build import recipe_for
@@ -38,6 +34,10 @@ from toolkit.stack.lock import (
     read_lock,
 )
 from toolkit.stack.models import Stack
+from unit.cli.test_stack import ACCEPT_ALL
+from unit.core.test_printable import assert_clean, run
+from unit.core.test_properties import configured
+from unit.stack.support import BASE, lock_for
 
 STACK = Stack.model_validate(BASE["stack"])
 HARDWARE = HardwareProfile.model_validate(BASE["hardware"])

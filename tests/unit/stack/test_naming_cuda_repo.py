@@ -14,12 +14,12 @@ import re
 from pathlib import Path
 
 import pytest
-from test_stack_support import make
 
 from toolkit.stack.debversion import satisfies
 from toolkit.stack.resolve import resolve
+from unit.stack.support import make
 
-CAPTURES = Path(__file__).parents[1] / "data/real/cuda-repo"
+CAPTURES = Path(__file__).parents[2] / "data/real/cuda-repo"
 NVIDIA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos/{os}/x86_64"
 
 

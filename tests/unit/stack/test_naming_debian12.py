@@ -9,12 +9,12 @@ import re
 from pathlib import Path
 
 import pytest
-from test_stack_support import make
 
 from toolkit.lab import catalog
 from toolkit.stack.resolve import naming_rules, resolve
+from unit.stack.support import make
 
-REAL = Path(__file__).parents[1] / "data/real"
+REAL = Path(__file__).parents[2] / "data/real"
 
 
 def _module_alternatives(apt_output: str) -> list[str]:

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_stack_support import make
 
 from toolkit.errors import ConfigError
 from toolkit.profile.hardware import load_stack_file
 from toolkit.stack.resolve import resolve, stack_id
 from toolkit.stack.systems import SUPPORTED_OS
+from unit.stack.support import make
 
 PRE_R580_OPEN = {"driver": {"version": "550.127.05", "flavour": "open"}, "cuda": "12.4.1",
                  "nccl": "2.21.5-1+cuda12.4"}  # fmt: skip

@@ -5,7 +5,7 @@ version and refuses an illegal one, and bounds every fetch and unpack.
 The attacks are made on NVIDIA's real signed container-toolkit index
 (``tests/data/real/libnvidia-container/``, see SOURCES.md), checked with the real gpgv; the
 others on small repositories signed with a throw-away key (the ``signer`` fixture of
-test_stack_aptindex_real.py). Repositories are served as ``file://`` URLs, as the other stack
+stack/test_aptindex_real.py). Repositories are served as ``file://`` URLs, as the other stack
 tests serve them.
 """
 
@@ -23,14 +23,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_stack_aptindex_real import REAL, _toolkit_only
-from test_stack_lock import Key, _gpg, _make_key
 
 from toolkit.errors import EXIT_USAGE, ConfigError, StackError
 from toolkit.stack import aptindex
 from toolkit.stack.aptindex import dearmor, gpgv, read_index
 from toolkit.stack.debversion import compare_versions, satisfies, split_version
 from toolkit.stack.lock import LOCK_KEY, lock_document, parse_lock, resolve_lock
+from unit.stack.test_aptindex_real import REAL, _toolkit_only
+from unit.stack.test_lock import Key, _gpg, _make_key
 
 # The names below are reached through the aptindex module (which re-exports toolkit.stack.fetch)
 # so that, run against a tree without them, each test fails on its own instead of the module.

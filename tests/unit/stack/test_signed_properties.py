@@ -2,7 +2,7 @@
 versions against the real ``dpkg``, and clearsigned files with data outside the armor against
 the real ``gpgv``.
 
-The profiles are test_properties.py's (``gpunode-ci`` by default, ``gpunode-5000`` through
+The profiles are core/test_properties.py's (``gpunode-ci`` by default, ``gpunode-5000`` through
 ``GPUNODE_HYPOTHESIS_PROFILE``). Each dpkg example runs ``dpkg --compare-versions`` (a few
 milliseconds); each accepted clearsigned example runs gpgv once, each refused one none.
 """
@@ -16,8 +16,6 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from test_properties import configured
-from test_stack_lock import Key, _gpg, _make_key
 
 from toolkit.errors import StackError
 from toolkit.stack import aptindex
@@ -27,6 +25,8 @@ from toolkit.stack.debversion import (
     split_version,
     version_problem,
 )
+from unit.core.test_properties import configured
+from unit.stack.test_lock import Key, _gpg, _make_key
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg") is None, reason="dpkg is not installed")
 

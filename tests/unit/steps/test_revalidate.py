@@ -25,7 +25,7 @@ READY = {
     "valid_until": "2027-12-01T00:00:00+00:00",  # a year's verdict: expiry is not the reason
     "accepted_at": "2026-11-21T12:00:00Z",  # ten days before NOW
 }
-SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "sample"
+SAMPLE = Path(__file__).resolve().parents[3] / "inventories" / "sample"
 
 
 @pytest.mark.parametrize(
