@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections import defaultdict
 from collections.abc import Generator
 from pathlib import Path
@@ -55,6 +56,36 @@ _FILE_SECONDS: defaultdict[str, float] = defaultdict(float)
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _FILE_SECONDS[report.nodeid.split("::", 1)[0]] += report.duration
+
+
+# Seconds since the session began, when each lab tier's file starts (and when the unit tier
+# does): a run that CI stops at its time limit, which never reaches the summary above, still
+# shows where its time went.
+_STARTED = time.monotonic()
+_LAST_FILE: list[str] = []
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    path = nodeid.split("::", 1)[0]
+    last = _LAST_FILE[0] if _LAST_FILE else ""
+    _LAST_FILE[:] = [path]
+    unit = path.startswith("tests/unit/")
+    if path == last or (unit and last.startswith("tests/unit/")) or not _REPORTER:
+        return
+    _REPORTER[0].ensure_newline()
+    _REPORTER[0].write_line(
+        f"[{time.monotonic() - _STARTED:6.0f} s] {'tests/unit' if unit else path}"
+    )
+
+
+_REPORTER: list[pytest.TerminalReporter] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    reporter = config.pluginmanager.getplugin("terminalreporter")
+    if reporter is not None:
+        _REPORTER.append(reporter)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -1,12 +1,12 @@
 """Benchmark: the control machine's capacity, measured (issue 25).
 
-On the benchmarks' fleet (bench_fleet.py: 4 lab nodes, or 8 with ``GPUNODE_BENCH_NODES=8``,
-each first-converged from bare once, through ``gpunode provision`` on 1, 2 (4) and 1 nodes at
-once), each through the CLI (``gpunode ... --json``) under the meter (tests/capacity.py): the
-no-op ``provision`` and an acceptance run (the lab's profile, ``gpunode accept``) on 1, 2, 4
-(and 8) nodes, and the group's training image sent to all of them (``gpunode image push``)
-before the acceptance runs, so
-that they measure acceptance, not the transfer. Per case: wall time, the CPU-seconds of the
+On the benchmarks' fleet (bench_fleet.py: 3 lab nodes, or 8 with ``GPUNODE_BENCH_NODES=8``,
+each first-converged from bare once, through ``gpunode provision`` on 1 and 2 (then 4 and 1)
+nodes at once), each through the CLI (``gpunode ... --json``) under the meter
+(tests/capacity.py): the no-op ``provision`` and an acceptance run (the lab's profile,
+``gpunode accept``) on 1, 2 and 3 (1, 2, 4 and 8) nodes, and the group's training image
+sent to all of them (``gpunode image push``) before the acceptance runs, so that they measure
+acceptance, not the transfer. Per case: wall time, the CPU-seconds of the
 command and everything it started (Ansible's forks, ssh, its connection masters), the peak of
 its process tree's summed RSS (and PSS), total and per node; the lab's containers are not its
 descendants and are not counted.
@@ -24,7 +24,7 @@ from __future__ import annotations
 import configparser
 
 import pytest
-from bench_fleet import FIRST, FIRST_GROUPS, NODES, Fleet
+from bench_fleet import FIRST, FIRST_GROUPS, SIZES, Fleet
 from capacity import GIB, MIB, Capacity, capacity, machine
 from shared_fixtures import REPO
 
@@ -35,7 +35,6 @@ pytestmark = pytest.mark.lab
 NOOP = "no-op converge"
 PUSH = "image push"
 ACCEPT = "acceptance"
-SIZES = tuple(n for n in (1, 2, 4, 8) if n <= NODES)
 # A control machine of a common size, for the extrapolation (not measured).
 TYPICAL = (16, 64 * GIB)
 
