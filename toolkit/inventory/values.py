@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from toolkit.errors import ConfigError, clip
 from toolkit.inventory.ssh import SshRefused, check_ssh_args
 from toolkit.names import SLURM_NAME_RE, scheduler_name_error
+from toolkit.stack.debversion import MAX_DEB_TOKEN, PACKAGE_NAME_RE, requirement_problem
 
 # Ansible's default delimiters (ansible-core: variable_start_string, block_start_string,
 # comment_start_string).
@@ -157,6 +158,22 @@ def _ssh_args(value: Any) -> str | None:
     return None
 
 
+def _package_pins(value: Any) -> str | None:
+    if not isinstance(value, Mapping):
+        return "not a mapping of package names to versions"
+    for name, wanted in value.items():
+        if (
+            not isinstance(name, str)
+            or len(name) > MAX_DEB_TOKEN
+            or not PACKAGE_NAME_RE.match(name)
+        ):
+            return f"{clip(repr(name))} is not a Debian package name"
+        why = requirement_problem(wanted) if isinstance(wanted, str) else "not a string"
+        if why:
+            return f"{name}: {clip(repr(wanted))}: {why}"
+    return None
+
+
 def _true(value: Any) -> str | None:
     # ansible-core reads connection booleans with convert_bool.boolean(strict=False): what is
     # not one of its true values is false (null included).
@@ -190,6 +207,11 @@ OPTIONS = Rule(
     "option-list",
     "a list of options, each on one line",
     _list_of(lambda value: _text(value, dash=True)),
+)
+PACKAGE_PINS = Rule(
+    "package-pins",
+    "Debian package names, each to an exact version, '<upstream>-*' or '>=<version>'",
+    _package_pins,
 )
 SSH_ARGS = Rule("ssh-args", "SSH arguments that keep host key checking on", _ssh_args)
 CHECKING = Rule("true", "true (yes, on, 1)", _true, null_ok=False)
@@ -268,6 +290,10 @@ VARIABLES: tuple[Variable, ...] = (
       for key in ("gpunode_sign_key", "gpunode_ca_bundle")),
     Variable("fabric_manager_service", UNIT, "systemctl's command line; the unit checked",
              "systemd.unit(5)"),
+    *(Variable(key, PACKAGE_PINS,
+               "apt's preferences (Package:, Pin: version) and apt-get's install arguments",
+               "Debian policy 5.6.1 and 5.6.12; apt_preferences(5); toolkit/stack/debversion.py")
+      for key in ("container_runtime_docker_packages", "fabric_manager_nvlsm_os_packages")),
 )  # fmt: skip
 _BY_NAME = {variable.name: variable for variable in VARIABLES}
 

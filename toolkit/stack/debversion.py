@@ -137,6 +137,17 @@ def compare_versions(a: str, b: str) -> int:
     return _compare_part(ua, ub) or _compare_part(ra, rb)
 
 
+def requirement_problem(requirement: str) -> str | None:
+    """Why ``requirement`` is not one of the three forms :func:`satisfies` reads, or None."""
+    if requirement.startswith(">="):
+        problem = version_problem(requirement[2:])
+        return None if problem is None else f"the floor after '>=' is not a version: {problem}"
+    if requirement.endswith("-*"):
+        problem = version_problem(requirement[:-2])
+        return None if problem is None else f"the version before '-*' is not one: {problem}"
+    return version_problem(requirement)
+
+
 def satisfies(requirement: str, version: str) -> bool:
     """Whether a Debian version meets a requirement.
 

@@ -101,6 +101,13 @@ EXAMPLES = [
     # 6. a switch gpunode reads itself: a quoted "no" would read as yes
     ("gpunode_slurm_gres", "no", "not a boolean"),
     ("gpunode_slurm_gres", 0, "not a boolean"),
+    # 7. packages pinned by the inventory: a name and a version that land in apt preferences
+    ("container_runtime_docker_packages", {"docker.io": "20.10\nPin-Priority: -1"}, "package-pins"),
+    ("container_runtime_docker_packages", {"docker.io -o x": "20.10.24-1"}, "not a Debian package"),
+    ("container_runtime_docker_packages", ["docker.io"], "not a mapping"),
+    ("fabric_manager_nvlsm_os_packages", {"infiniband-diags": ">=x1"}, "after '>='"),
+    ("fabric_manager_nvlsm_os_packages", {"infiniband-diags": "44.0 -*"}, "before '-*'"),
+    ("fabric_manager_nvlsm_os_packages", {"infiniband-diags": 44}, "not a string"),
 ]
 
 
@@ -144,6 +151,8 @@ def test_the_cli_exits_2_before_anything_is_touched(
         ("fabric_manager_service", "nvidia-fabricmanager"),
         ("gpunode_nvidia_repo_url", "https://mirror/{os}/{arch}/"),
         ("gpunode_slurm_gres", False),
+        ("container_runtime_docker_packages", {"docker.io": "20.10.24+dfsg1-*", "runc": ">=1.1"}),
+        ("fabric_manager_nvlsm_os_packages", {"infiniband-diags": "44.0-2"}),
     ],
 )  # fmt: skip
 def test_values_that_follow_their_rule_are_read(tmp_path: Path, key: str, value: Any) -> None:
