@@ -12,7 +12,11 @@ import pytest
 import yaml
 from jinja2.nativetypes import NativeEnvironment
 
-from toolkit.plugins.filter.gpunode import gpunode_missing_pins, gpunode_pick_versions
+from toolkit.plugins.filter.gpunode import (
+    gpunode_missing_pins,
+    gpunode_os_id,
+    gpunode_pick_versions,
+)
 from toolkit.stack.systems import SUPPORTED_OS
 
 ROLES = Path(__file__).resolve().parents[3] / "roles"
@@ -30,6 +34,7 @@ def render(expression: str, **variables: Any) -> Any:
     """An expression of the role's YAML as Ansible renders it (native types, `combine`)."""
     env = NativeEnvironment()
     env.filters["combine"] = lambda a, *more: {k: v for d in (a, *more) for k, v in d.items()}
+    env.filters["gpunode_os_id"] = gpunode_os_id
     return env.from_string(expression.strip()).render(**variables)
 
 
@@ -48,6 +53,7 @@ def test_every_supported_os_has_pins_as_the_docker_pins_do() -> None:
 def test_the_os_is_named_as_the_docker_pins_name_it() -> None:
     mine = load(FM / "vars/main.yml")["fabric_manager_os_id"]
     assert mine == load(ROLES / "container_runtime/vars/main.yml")["container_runtime_os_id"]
+    assert mine == load(ROLES / "nvidia_driver/vars/main.yml")["nvidia_driver_os_id"]
     facts = [("Debian", "12", "12.8"), ("Ubuntu", "22", "22.04"), ("Ubuntu", "24", "24.04")]
     names = [
         render(
@@ -188,3 +194,13 @@ def test_the_stamp_records_the_companions_so_the_plan_sees_them_move(
     recorded = render(stamp["files"], **variables)
     assert len(recorded) == files
     assert ("/etc/apt/preferences.d/gpunode-nvlsm-os.pref" in recorded) is nvlsm
+
+
+def test_an_os_gpunode_does_not_support_fails_naming_the_supported_ones() -> None:
+    # The old expression named it `rocky9` and failed later, on a vars file that is not there.
+    with pytest.raises(ValueError, match=r"unsupported OS Rocky 9\.4; supported: .*Debian 12"):
+        render(
+            load(FM / "vars/main.yml")["fabric_manager_os_id"],
+            ansible_distribution="Rocky",
+            ansible_distribution_version="9.4",
+        )

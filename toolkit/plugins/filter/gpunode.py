@@ -19,6 +19,15 @@ from toolkit.facts.dpkg import (
 from toolkit.facts.systemd import persistence_exec_start
 from toolkit.node.aptpins import family_changes, missing_pins, pick_versions
 from toolkit.stack.aptindex import key_fingerprints
+from toolkit.stack.systems import os_id
+
+
+def gpunode_os_id(distribution: str, version: Any) -> str:
+    """NVIDIA's OS id of a node (``debian12``, ``ubuntu2204``, ``ubuntu2404``) from
+    ``ansible_distribution`` and ``ansible_distribution_version``: the roles' vars/<os>.yml.
+    An OS gpunode does not support fails naming the supported ones
+    (``toolkit.stack.systems.os_id``, which preflight applies first)."""
+    return os_id(str(distribution), str(version))
 
 
 def gpunode_dpkg_installed(text: str) -> dict[str, str]:
@@ -99,6 +108,7 @@ class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         """Filter name -> function."""
         return {
+            "gpunode_os_id": gpunode_os_id,
             "gpunode_dpkg_installed": gpunode_dpkg_installed,
             "gpunode_dpkg_held": gpunode_dpkg_held,
             "gpunode_madison": gpunode_madison,
