@@ -7,7 +7,8 @@ playbook engine (``toolkit/ansible``) holds no Ansible plugin and sits below eve
 plugins (``toolkit/plugins``) call. The
 count of function-level ``toolkit`` imports (each hides an arrow) may only shrink, and each
 says why it is there in a comment on its line or just above its block of imports. No file is
-over about 800 lines without saying why on its first line.
+over about 800 lines without saying why on its first line. No ``nvidia-smi`` query is spelled
+outside ``toolkit/facts/`` (and the lab's stand-ins, which answer them).
 """
 
 from __future__ import annotations
@@ -221,3 +222,32 @@ def test_no_toolkit_file_is_over_800_lines_without_a_reason_on_its_first_line() 
             if len(lines) > MAX_LINES and "800 lines" not in lines[0]:
                 long[str(path.relative_to(TOOLKIT.parent))] = len(lines)
     assert long == {}, f"over {MAX_LINES} lines with no reason on the first line: {long}"
+
+
+# What spells an nvidia-smi query: its query and format options, and the topology matrix's
+# subcommand. toolkit/facts/ owns every such command (toolkit/facts/nvidia.py); the lab's
+# stand-ins answer them, so they read the same options.
+SMI_SPELLINGS = ("--query-", "--format=csv", "--loop-ms")
+FACT_HOMES = ("toolkit/facts/", "toolkit/lab/")
+
+
+def test_no_nvidia_smi_query_outside_the_facts() -> None:
+    found = []
+    for path in sorted(TOOLKIT.rglob("*.py")):
+        where = str(path.relative_to(TOOLKIT.parent))
+        if where.startswith(FACT_HOMES):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value
+            elif isinstance(node, ast.JoinedStr):  # an f-string's literal parts
+                text = "".join(
+                    part.value
+                    for part in node.values
+                    if isinstance(part, ast.Constant) and isinstance(part.value, str)
+                )
+            else:
+                continue
+            if text.startswith(SMI_SPELLINGS) or text == "topo":
+                found.append(f"{where}:{node.lineno} {text[:40]!r}")
+    assert found == [], f"nvidia-smi queries outside toolkit/facts/: {found}"

@@ -1,5 +1,5 @@
-"""What every check of the node-side runner shares: running a command, nvidia-smi's CSV values,
-writing the result, importing the optional framework, and starting this runner again."""
+"""What every check of the node-side runner shares: running a command, writing the result,
+importing the optional framework, and starting this runner again."""
 
 from __future__ import annotations
 
@@ -40,37 +40,6 @@ def sh(
     except subprocess.TimeoutExpired:
         return 124, "", f"timed out after {timeout:.0f}s"
     return proc.returncode, proc.stdout, proc.stderr
-
-
-def smi_value(text: str) -> str | None:
-    """One nvidia-smi CSV value; the ``[N/A]``/``[Not Supported]`` spellings become None."""
-    value = text.strip()
-    if not value or value.strip("[]").lower() in {"n/a", "not supported", "unknown error"}:
-        return None
-    return value
-
-
-def smi_int(text: str | None) -> int | None:
-    """An integer nvidia-smi value (hex bitmasks included), or None."""
-    if text is None:
-        return None
-    try:
-        return int(text, 16) if text.lower().startswith("0x") else int(float(text))
-    except ValueError:
-        return None
-
-
-def parse_smi_csv(text: str, fields: tuple[str, ...]) -> list[dict[str, str | None]]:
-    """Rows of ``--format=csv,noheader,nounits`` output, keyed by field."""
-    rows = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        values = [smi_value(v) for v in line.split(",")]
-        if len(values) != len(fields):
-            continue
-        rows.append(dict(zip(fields, values, strict=False)))
-    return rows
 
 
 def import_torch() -> Any:

@@ -18,41 +18,9 @@ from typing import Any
 
 from toolkit.facts import dpkg, nvidia
 
-from .common import parse_smi_csv, sh, smi_int
+from .common import sh
 
 DEFAULT_KERNEL_LOG_COMMAND = "journalctl -k -b -o short-monotonic --no-pager"
-
-
-# `nvidia-smi --help-query-gpu`: the fields read per GPU. Health fields are read in a second
-# query so that a driver lacking one of them still reports the inventory.
-INVENTORY_FIELDS = (
-    "index",
-    "name",
-    "uuid",
-    "pci.bus_id",
-    "driver_version",
-    # The board's identity, for the handover certificate (toolkit/cert/).
-    "serial",
-    "vbios_version",
-)
-
-
-HEALTH_FIELDS = (
-    "pcie.link.gen.current",
-    "pcie.link.gen.max",
-    "pcie.link.width.current",
-    "pcie.link.width.max",
-    "clocks_throttle_reasons.active",
-    # The GPU's own and the root port's maximum generation (newer drivers only; `gen.max` is
-    # the lower of the two). The current link "may be reduced when the GPU is not in use"
-    # (nvidia-smi --help-query-gpu), so only the maximum and a sample under load are judged.
-    "pcie.link.gen.gpumax",
-    "pcie.link.gen.hostmax",
-)
-
-
-# Newer drivers call the throttle bitmask "clocks_event_reasons".
-FIELD_ALIASES = {"clocks_throttle_reasons.active": "clocks_event_reasons.active"}
 
 
 # The memory-error counters come from `nvidia-smi -q` (one report, every generation): its
@@ -215,33 +183,27 @@ def query_gpus(smi: str) -> dict[str, Any]:
         "unsupported_fields": [],
         "memory_error": None,
     }
-    rc, stdout, stderr = sh(
-        [smi, f"--query-gpu={','.join(INVENTORY_FIELDS)}", "--format=csv,noheader,nounits"]
-    )
+    rc, stdout, stderr = sh(nvidia.query_gpu(smi, nvidia.INVENTORY_FIELDS))
     if rc != 0:
         out["error"] = (stdout + stderr).strip() or f"nvidia-smi exited {rc}"
         return out
-    gpus = parse_smi_csv(stdout, INVENTORY_FIELDS)
+    gpus = nvidia.parse_smi_csv(stdout, nvidia.INVENTORY_FIELDS)
     health: dict[str, dict[str, str | None]] = {}
-    fields = list(HEALTH_FIELDS)
-    rc, stdout, _ = sh(
-        [smi, f"--query-gpu=pci.bus_id,{','.join(fields)}", "--format=csv,noheader,nounits"]
-    )
+    fields = ("pci.bus_id", *nvidia.HEALTH_FIELDS)
+    rc, stdout, _ = sh(nvidia.query_gpu(smi, fields))
     if rc == 0:
-        for row in parse_smi_csv(stdout, ("pci.bus_id", *fields)):
+        for row in nvidia.parse_smi_csv(stdout, fields):
             health[str(row["pci.bus_id"])] = row
     else:
         # One unknown field fails the whole query: read the fields one at a time.
-        for field in HEALTH_FIELDS:
+        for field in nvidia.HEALTH_FIELDS:
             value_by_bus = None
-            for name in (field, FIELD_ALIASES.get(field)):
+            for name in (field, nvidia.FIELD_ALIASES.get(field)):
                 if name is None:
                     continue
-                rc, stdout, _ = sh(
-                    [smi, f"--query-gpu=pci.bus_id,{name}", "--format=csv,noheader,nounits"]
-                )
+                rc, stdout, _ = sh(nvidia.query_gpu(smi, ("pci.bus_id", name)))
                 if rc == 0:
-                    value_by_bus = parse_smi_csv(stdout, ("pci.bus_id", field))
+                    value_by_bus = nvidia.parse_smi_csv(stdout, ("pci.bus_id", field))
                     break
             if value_by_bus is None:
                 out["unsupported_fields"].append(field)
@@ -253,24 +215,24 @@ def query_gpus(smi: str) -> dict[str, Any]:
         h = health.get(str(gpu["pci.bus_id"]), {})
         listed.append(
             {
-                "index": smi_int(gpu["index"]),
+                "index": nvidia.smi_int(gpu["index"]),
                 "name": gpu["name"],
                 "uuid": gpu["uuid"],
                 "bus_id": gpu["pci.bus_id"],
                 "driver_version": gpu["driver_version"],
                 "serial": gpu["serial"],
                 "vbios_version": gpu["vbios_version"],
-                "pcie_gen_current": smi_int(h.get("pcie.link.gen.current")),
-                "pcie_gen_max": smi_int(h.get("pcie.link.gen.max")),
-                "pcie_width_current": smi_int(h.get("pcie.link.width.current")),
-                "pcie_width_max": smi_int(h.get("pcie.link.width.max")),
-                "pcie_gen_gpu_max": smi_int(h.get("pcie.link.gen.gpumax")),
-                "pcie_gen_host_max": smi_int(h.get("pcie.link.gen.hostmax")),
-                "throttle_active": smi_int(h.get("clocks_throttle_reasons.active")),
+                "pcie_gen_current": nvidia.smi_int(h.get("pcie.link.gen.current")),
+                "pcie_gen_max": nvidia.smi_int(h.get("pcie.link.gen.max")),
+                "pcie_width_current": nvidia.smi_int(h.get("pcie.link.width.current")),
+                "pcie_width_max": nvidia.smi_int(h.get("pcie.link.width.max")),
+                "pcie_gen_gpu_max": nvidia.smi_int(h.get("pcie.link.gen.gpumax")),
+                "pcie_gen_host_max": nvidia.smi_int(h.get("pcie.link.gen.hostmax")),
+                "throttle_active": nvidia.smi_int(h.get("clocks_throttle_reasons.active")),
             }
         )
     # The memory-error counters: see SMI_Q_ABSENT's comment (missing ones stay None).
-    rc, stdout, stderr = sh([smi, "-q"], timeout=120)
+    rc, stdout, stderr = sh(nvidia.query_report(smi), timeout=120)
     memory = parse_smi_q(stdout) if rc == 0 else {}
     # The report itself, as the GPU gave it at acceptance: an RMA asks for it as it was when
     # the failure was seen (toolkit/report/evidence.py), not after a reset cleared its
@@ -294,7 +256,7 @@ def query_versions(smi: str | None, packages: list[str]) -> dict[str, Any]:
         "packages": {},
     }
     if smi:
-        rc, stdout, stderr = sh([smi, "--query-gpu=driver_version", "--format=csv,noheader"])
+        rc, stdout, stderr = sh(nvidia.query_driver(smi))
         loaded = nvidia.parse_nvidia_smi_driver(stdout, stderr, rc)
         out["driver_loaded"] = loaded.version
         if rc != 0:
@@ -565,7 +527,9 @@ def query_topology(smi: str | None, rdma_dir: str | None = None) -> dict[str, An
     (toolkit/acceptance/topology.py), as it does nccl-tests output; with the RDMA devices'
     ports (``rdma_dir``), whose link layer tells compute NICs from the others."""
     started = time.perf_counter()
-    rc, stdout, stderr = sh([smi, "topo", "-m"]) if smi else (127, "", "nvidia-smi not found")
+    rc, stdout, stderr = (
+        sh(nvidia.query_topology(smi)) if smi else (127, "", "nvidia-smi not found")
+    )
     error = None if rc == 0 else (stderr or stdout).strip() or f"exited {rc}"
     out: dict[str, Any] = {"raw_output": stdout, "error": error}
     if rdma_dir:

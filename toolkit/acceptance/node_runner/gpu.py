@@ -8,10 +8,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .common import parse_smi_csv, sh, smi_int
+from toolkit.facts import nvidia
 
-# The link sampled while the host-to-device copies run.
-LINK_FIELDS = ("pcie.link.gen.current", "pcie.link.width.current")
+from .common import sh
 
 
 def link_under_load(
@@ -38,19 +37,11 @@ def link_under_load(
     thread.start()
     try:
         time.sleep(settle_s)  # the link retrains within microseconds; let the copies start
-        rc, stdout, _ = sh(
-            [
-                smi,
-                "-i",
-                str(index),
-                f"--query-gpu={','.join(LINK_FIELDS)}",
-                "--format=csv,noheader,nounits",
-            ]
-        )
+        rc, stdout, _ = sh(nvidia.query_gpu(smi, nvidia.LINK_FIELDS, gpu=index))
     finally:
         stop.set()
         thread.join(timeout=60)
-    rows = parse_smi_csv(stdout, LINK_FIELDS) if rc == 0 else []
+    rows = nvidia.parse_smi_csv(stdout, nvidia.LINK_FIELDS) if rc == 0 else []
     if failed or not rows:
         return {
             "gpu": index,
@@ -60,8 +51,8 @@ def link_under_load(
         }
     return {
         "gpu": index,
-        "gen": smi_int(rows[0]["pcie.link.gen.current"]),
-        "width": smi_int(rows[0]["pcie.link.width.current"]),
+        "gen": nvidia.smi_int(rows[0]["pcie.link.gen.current"]),
+        "width": nvidia.smi_int(rows[0]["pcie.link.width.current"]),
         "error": None,
     }
 

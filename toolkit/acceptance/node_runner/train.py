@@ -12,15 +12,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from toolkit.facts import nvidia
+
 from .collective import busbw_factor, timed_allreduce
-from .common import parse_smi_csv, smi_int, write_json
+from .common import write_json
 from .storage import checkpoint_restore, drop_cache, loop_dataset
 
-# nvidia-smi --help-query-gpu, utilization.gpu: "Percent of time over the past sample period
-# during which one or more kernels was executing on the GPU"; sampled every 100 ms.
-UTIL_QUERY = ("index", "utilization.gpu")
-
-
+# How often utilization.gpu (toolkit/facts/nvidia.py UTIL_FIELDS) is sampled.
 UTIL_INTERVAL_MS = 100
 
 
@@ -78,12 +76,7 @@ def sample_utilisation(smi: str | None) -> tuple[Any, Callable[[], dict[str, Any
     if smi is None:
         return None, lambda: {"measured": False, "reason": "nvidia-smi not found", "per_gpu": {}}
     proc = subprocess.Popen(
-        [
-            smi,
-            f"--query-gpu={','.join(UTIL_QUERY)}",
-            "--format=csv,noheader,nounits",
-            f"--loop-ms={UTIL_INTERVAL_MS}",
-        ],
+        nvidia.query_gpu(smi, nvidia.UTIL_FIELDS, loop_ms=UTIL_INTERVAL_MS),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -97,8 +90,8 @@ def sample_utilisation(smi: str | None) -> tuple[Any, Callable[[], dict[str, Any
             proc.kill()
             stdout, _ = proc.communicate()
         samples: dict[int, list[float]] = {}
-        for row in parse_smi_csv(stdout, UTIL_QUERY):
-            index, value = smi_int(row["index"]), smi_int(row["utilization.gpu"])
+        for row in nvidia.parse_smi_csv(stdout, nvidia.UTIL_FIELDS):
+            index, value = nvidia.smi_int(row["index"]), nvidia.smi_int(row["utilization.gpu"])
             if index is not None and value is not None:
                 samples.setdefault(index, []).append(float(value))
         if not samples:

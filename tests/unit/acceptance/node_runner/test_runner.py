@@ -24,7 +24,6 @@ from toolkit.acceptance.node_runner.collective import (
     pattern_value,
     reduced_scale,
 )
-from toolkit.acceptance.node_runner.common import parse_smi_csv, smi_int, smi_value
 from toolkit.acceptance.node_runner.facts import (
     boot_time,
     memory_health,
@@ -43,6 +42,7 @@ from toolkit.acceptance.node_runner.train import prepare_loop
 from toolkit.acceptance.topology import judge as judge_topology
 from toolkit.acceptance.topology import read_section
 from toolkit.acceptance.verdict import judge
+from toolkit.facts.nvidia import parse_smi_csv, smi_int, smi_value
 from toolkit.lab.inventory import lab_profile
 from toolkit.lab.package_spec import nvidia_smi_files
 from toolkit.profile.floors import AcceptanceSpec
