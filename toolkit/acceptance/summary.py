@@ -106,12 +106,18 @@ def digest(document: Any) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
+def busbw_at_largest(plan: NodePlan) -> float | None:
+    """The node's bus bandwidth at the largest message size, GB/s (None: no all-reduce row)."""
+    rows = normalise_allreduce((plan.result or {}).get("allreduce")).get("rows") or []
+    largest = largest_row(rows)
+    return largest["busbw_gbps"] if largest else None
+
+
 def node_summary(plan: NodePlan) -> dict[str, Any]:
     verdict = plan.verdict
     assert verdict is not None
     section = normalise_allreduce((plan.result or {}).get("allreduce"))
     rows = section.get("rows") or []
-    largest = largest_row(rows)
     state = (plan.result or {}).get("state") or {}
     return {
         "host": plan.host.name,
@@ -136,7 +142,7 @@ def node_summary(plan: NodePlan) -> dict[str, Any]:
             {k: r.get(k) for k in ("size_bytes", "time_us", "algbw_gbps", "busbw_gbps", "wrong")}
             for r in rows
         ],
-        "busbw_at_largest_gbps": largest["busbw_gbps"] if largest else None,
+        "busbw_at_largest_gbps": busbw_at_largest(plan),
         "floors": [
             {"size_bytes": f.size_bytes, "min_busbw_gbps": f.min_busbw_gbps}
             for f in plan.spec.allreduce

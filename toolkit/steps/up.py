@@ -50,6 +50,7 @@ from typing import Any
 
 from toolkit import cert
 from toolkit.acceptance.failure import HARDWARE
+from toolkit.acceptance.summary import busbw_at_largest
 from toolkit.errors import ToolkitError
 from toolkit.images.build import build_recipe, recipe_for
 from toolkit.images.engine import docker_client, find_image
@@ -513,26 +514,26 @@ def _accept(
     outcome.accept_run_id = run.run_id
     report = run.run_dir / "report.html"
     outcome.report = str(report) if report.exists() else None
-    for summary in run.summary()["nodes"]:
-        node = nodes.get(summary["host"])
+    for plan in run.plans:  # the run's own records, read by attribute
+        node = nodes.get(plan.host.name)
         if node is None:
             continue
-        if summary.get("not_tested"):  # the executor could not test it: its state stands
-            node.stages["accept"] = StageResult(
-                "skipped", f"not tested: {summary['not_tested']}", spent
-            )
+        if plan.not_tested:  # the executor could not test it: its state stands
+            node.stages["accept"] = StageResult("skipped", f"not tested: {plan.not_tested}", spent)
             continue
-        written = summary.get("state") if (summary.get("written") or {}).get("state") else None
-        node.state = dict(written or {"state": "unknown", "reason": [summary.get("error")]})
+        written = plan.state if plan.written.get("state") else None
+        node.state = dict(written or {"state": "unknown", "reason": [plan.error]})
         if node.ready:
-            busbw = summary.get("busbw_at_largest_gbps")
+            busbw = busbw_at_largest(plan)
             shown = f"{busbw:.3f}" if isinstance(busbw, (int, float)) else "unknown"
             detail = f"busbw {shown} GB/s at the largest size"
         else:
-            failed = [f"{c['check']}: {c['message']}" for c in summary.get("failed_checks") or []]
-            detail = "; ".join(failed) or str(summary.get("error") or summary["verdict"])
+            failed = plan.verdict.reasons() if plan.verdict else []
+            detail = "; ".join(failed) or str(
+                plan.error or (plan.verdict.verdict if plan.verdict else "no verdict")
+            )
         # What the scheduler was told (resumed, drained, or left: drained by someone else).
         for action in run.hook_actions:
-            if action["node"] == summary["host"]:
+            if action["node"] == plan.host.name:
                 detail += f"; {action['hook']}: {action['action']} ({action['detail']})"
         node.stages["accept"] = StageResult("done" if node.ready else "failed", detail, spent)
