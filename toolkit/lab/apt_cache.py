@@ -44,6 +44,8 @@ LOG_NAME = "apt-cacher.log"
 # The label value that marks the shared cache (`forget` removes every container labelled
 # paths.LABEL); a lab name cannot start with "_" (paths.labs_root keeps "_cache" beside labs).
 SHARED = "_shared"
+# The label that records what the running cache was made of (``ensure``).
+SPEC_LABEL = f"{paths.LABEL}.spec"
 
 
 def cache_root() -> Path:
@@ -68,10 +70,11 @@ def proxy_conf(ip: str) -> bytes:
 
 
 def ensure(client: docker.DockerClient, image: str) -> Container:
-    """Start the shared cache from ``image`` unless it runs from it already.
+    """Start the shared cache from ``image`` unless it runs as this would start it already.
 
     It starts on Docker's default bridge (its way out to Debian's archive) and joins lab
-    networks with ``attach``. A cache from an older node image is replaced; its files stay.
+    networks with ``attach``. A cache made otherwise (an older node image, command line or
+    cache folder) is replaced; its files stay.
 
     Raises:
         LabError: Docker refused.
@@ -80,14 +83,6 @@ def ensure(client: docker.DockerClient, image: str) -> Container:
     files, log = root / "files", root / "log"
     for folder in (files, log):
         folder.mkdir(parents=True, exist_ok=True)
-    name = container_name()
-    container = nodes.get_container(client, name)
-    if container is not None:
-        if container.image and image in container.image.tags:
-            if container.status != "running":
-                container.start()
-            return container
-        nodes.remove_container(container)
     command = [
         "/usr/sbin/apt-cacher-ng",
         "-c",
@@ -101,15 +96,27 @@ def ensure(client: docker.DockerClient, image: str) -> Container:
         # No statistics page or other administration from the lab networks.
         "ReportPage=",
     ]
+    binds = {str(root): {"bind": "/srv/apt-cache", "mode": "rw"}}
+    # What the container is made of, as a label: one made otherwise (another node image, an
+    # older command line, another cache folder) is replaced.
+    spec = hashlib.sha256(repr((image, command, sorted(binds.items()))).encode()).hexdigest()
+    name = container_name()
+    container = nodes.get_container(client, name)
+    if container is not None:
+        if container.labels.get(SPEC_LABEL) == spec:
+            if container.status != "running":
+                container.start()
+            return container
+        nodes.remove_container(container)
     try:
         created = client.api.create_container(
             image=image,
             name=name,
             hostname="apt-cache",
             command=command,
-            labels={paths.LABEL: SHARED, f"{paths.LABEL}.role": "apt-cache"},
+            labels={paths.LABEL: SHARED, f"{paths.LABEL}.role": "apt-cache", SPEC_LABEL: spec},
             host_config=client.api.create_host_config(
-                binds={str(root): {"bind": "/srv/apt-cache", "mode": "rw"}},
+                binds=binds,
                 restart_policy={"Name": "unless-stopped"},
                 init=True,
             ),
