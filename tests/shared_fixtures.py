@@ -1,5 +1,6 @@
 """What several test tiers share: the repository's root, which Python has torch, lab facts, a
-healthy node's training sections and the checks the lab judges on them.
+healthy node's training sections and the checks the lab judges on them, and a recorder of the
+progress lines a phase says.
 
 (A module of its own, not conftest.py: several conftest modules share that name.)
 """
@@ -9,6 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +155,24 @@ def run_cli(capsys: Any, *args: str) -> tuple[int, str, str]:
     captured = capsys.readouterr()
     code = exit_info.value.code
     return (code if isinstance(code, int) else 1), captured.out, captured.err
+
+
+class Recorder:
+    """A ``say`` (progress) that keeps each line with the time it was said."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[float, str]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, message: str) -> None:
+        with self._lock:
+            self.lines.append((time.monotonic(), message))
+
+    @property
+    def text(self) -> list[str]:
+        return [line for _at, line in self.lines]
+
+
+def heartbeat_threads() -> list[threading.Thread]:
+    """The heartbeats still running (``toolkit.progress`` names their threads so)."""
+    return [t for t in threading.enumerate() if t.name.startswith("heartbeat ")]

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from shared_fixtures import REPO
 
 # Runs one load in a fresh interpreter: prints seconds, peak RSS (KiB) and the outcome.
 _LOAD = """

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
-from shared_fixtures import lab_driver_packages
+from shared_fixtures import REPO, lab_driver_packages
 
 from toolkit.lab import disks as lab_disks
 from toolkit.lab import image as lab_image
@@ -35,9 +35,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.lab
 LAB_NAME = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test")
 
-VENV_BIN = (
-    Path(os.environ.get("VIRTUAL_ENV", Path(__file__).resolve().parents[2] / ".venv")) / "bin"
-)
+VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 LAB_KEYRING = "/usr/share/keyrings/gpunode-test-lab.gpg"
 LAB_LIST = "/etc/apt/sources.list.d/gpunode-test-lab.list"
 # An exact old driver needs every package of it pinned, as on NVIDIA's debian12 repository

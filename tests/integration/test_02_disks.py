@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 import yaml
+from shared_fixtures import REPO
 
 from toolkit.ansible.events import RunResult
 from toolkit.ansible.runner import run_playbook
@@ -38,7 +39,6 @@ from toolkit.lab.state import DiskState
 
 pytestmark = pytest.mark.lab
 
-REPO = Path(__file__).resolve().parents[2]
 MIB = 1024**2
 EXTRA_SIZE = 320 * MIB  # mkfs.xfs refuses filesystems under 300 MB
 HOSTILE_MOUNT = "/mnt/gpunode-hostile"

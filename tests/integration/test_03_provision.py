@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from shared_fixtures import lab_driver_packages
+from shared_fixtures import REPO, lab_driver_packages
 
 from toolkit.inventory import load_inventory
 from toolkit.lab import apt_cache, runfile
@@ -30,7 +30,6 @@ from toolkit.stack.resolve import resolve
 
 pytestmark = pytest.mark.lab
 
-REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DRIVER = "550.127.05"
 UPGRADE_DRIVER = "550.144.03"
 # The driver packages debian12 gets (Debian-style names: the branch is only in the version).

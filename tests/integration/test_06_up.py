@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.ansible.runner import run_module
 from toolkit.lab import lab as lab_core
@@ -46,7 +47,6 @@ from toolkit.progress import HEARTBEAT_S
 
 pytestmark = pytest.mark.lab
 
-REPO = Path(__file__).resolve().parents[2]
 LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test") + "-up"
 TIMES: dict[str, float] = {}
 

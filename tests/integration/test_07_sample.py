@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 import yaml
+from shared_fixtures import REPO
 
 from toolkit.lab import lab as lab_core
 from toolkit.lab import nodes as lab_nodes
@@ -49,7 +50,6 @@ from toolkit.lab.spec import build_spec
 
 pytestmark = pytest.mark.lab
 
-REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "inventories" / "sample"
 LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test") + "-sample"
 GROUP = "h100_sxm"  # the sample's group the lab's H100 x 8 nodes go into

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.acceptance.executors.slurm import MAX_NICE
 from toolkit.acceptance.hooks import parse_scontrol_node
@@ -58,7 +59,6 @@ from toolkit.lab.spec import build_spec
 
 pytestmark = pytest.mark.lab
 
-REPO = Path(__file__).resolve().parents[2]
 LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test") + "-slurm"
 RUNS: dict[str, dict[str, Any]] = {}
 TIMES: dict[str, float] = {}

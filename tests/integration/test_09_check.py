@@ -35,10 +35,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit import cert
 from toolkit.check import healthcheck
@@ -47,7 +47,6 @@ from toolkit.report import prometheus
 
 pytestmark = pytest.mark.lab
 
-REPO = Path(__file__).resolve().parents[2]
 LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test")
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from shared_fixtures import REPO
 
 from toolkit.acceptance import dcgm
 from toolkit.acceptance.check import NodeExpectation
@@ -26,7 +27,7 @@ from toolkit.lab.inventory import lab_profile
 from toolkit.profile.floors import AcceptanceSpec, DcgmDiagSpec
 from unit.core.test_properties import configured
 
-REAL = Path(__file__).parents[2] / "data" / "real" / "dcgm"
+REAL = REPO / "tests" / "data" / "real" / "dcgm"
 STANDIN = Path(dcgm.__file__).parents[1] / "lab" / "standins" / "dcgmi.py"
 LEVEL2 = DcgmDiagSpec(level=2)
 

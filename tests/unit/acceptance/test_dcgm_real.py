@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from shared_fixtures import REPO
 
 from toolkit.acceptance import dcgm
 from toolkit.acceptance.check import NodeExpectation
@@ -24,7 +25,7 @@ from toolkit.lab.hardware import NodeHardware
 from toolkit.lab.inventory import lab_profile
 from toolkit.profile.floors import DcgmDiagSpec
 
-REAL = Path(__file__).parents[2] / "data" / "real" / "dcgm"
+REAL = REPO / "tests" / "data" / "real" / "dcgm"
 # baldwinSPC/glimmer-burnin's GB10 captures (tests/data/real/SOURCES.md).
 ALLOWED = REAL / "dcgm4-glimmer-gb10-level2-plugins-allowed.json"  # 4.5.2, software Fail
 GATED = REAL / "dcgm4-glimmer-gb10-level2-plugins-gated.json"  # 4.5.2, memory/pcie Skip

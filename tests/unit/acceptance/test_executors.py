@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.acceptance import executors
 from toolkit.acceptance.executors.base import SshExecutor
@@ -34,7 +34,7 @@ from toolkit.acceptance.verdict import NOT_TESTED, NOT_TESTED_CHECK, not_tested_
 from toolkit.errors import ConfigError, RemoteError
 from toolkit.inventory import Host
 
-REAL = Path(__file__).resolve().parents[2] / "data" / "real" / "slurm"
+REAL = REPO / "tests" / "data" / "real" / "slurm"
 JOB = (REAL / "scontrol-show-job-completed.txt").read_text()
 IDLE = (REAL / "scontrol-show-node-idle.txt").read_text()
 DRAINED = (REAL / "scontrol-show-node-drained.txt").read_text()

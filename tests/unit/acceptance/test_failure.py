@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.acceptance import failure
 from toolkit.acceptance.check import Check, NodeExpectation
@@ -39,7 +40,7 @@ from toolkit.steps import up as up_step
 from unit.acceptance.test_hooks import Recorder
 from unit.acceptance.test_verdict import EXPECT, SPEC, _xids, healthy
 
-REAL = Path(__file__).parents[2] / "data" / "real"
+REAL = REPO / "tests" / "data" / "real"
 DCGM_ALLOWED = REAL / "dcgm" / "dcgm4-glimmer-gb10-level2-plugins-allowed.json"
 DRAINED = (REAL / "slurm" / "scontrol-show-node-drained.txt").read_text()
 

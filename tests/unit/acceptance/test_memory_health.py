@@ -8,15 +8,15 @@ real H100 capture and say so.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.acceptance import memory_health
 from toolkit.acceptance.node_runner import facts as nr
 
-REAL = Path(__file__).resolve().parents[2] / "data" / "real"
+REAL = REPO / "tests" / "data" / "real"
 H100 = "nvidia-smi-q.h100-sxm-8.565.57.01.txt"
 
 

@@ -17,6 +17,7 @@ from xml.etree import ElementTree as ET
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from shared_fixtures import REPO
 from shared_fixtures import run_cli as gpunode
 
 from toolkit.acceptance import nccllog
@@ -37,7 +38,7 @@ from unit.acceptance.test_verdict import EXPECT, SPEC, healthy
 from unit.core.test_hostile_input import strict_json
 from unit.core.test_properties import configured
 
-REAL = Path(__file__).parents[2] / "data" / "real"
+REAL = REPO / "tests" / "data" / "real"
 LOGS = REAL / "nccl-logs"
 
 

@@ -16,7 +16,7 @@ from toolkit.acceptance.nccltests import NotNcclTestsOutput, infer_ranks, parse
 
 # Public captures of real runs (tests/data/real/SOURCES.md; each file's first line names it).
 CAPTURES = REPO / "tests" / "data" / "real" / "nccl-tests"
-DATA = Path(__file__).parents[1] / "data" / "nccl"
+DATA = REPO / "tests" / "unit" / "data" / "nccl"
 
 # file -> expected figures, read off the captures by hand.
 CAPTURE_CASES: dict[str, dict[str, Any]] = {

@@ -4,10 +4,10 @@ measurements, merging, sweeps."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.acceptance import train_checks
 from toolkit.acceptance.nccltests import parse
@@ -208,7 +208,7 @@ def test_real_profiles_judge_the_emulated_loops_wait_and_leave_util_unjudged() -
             assert not checks["train.data_wait"].ok and checks["train.data_wait"].floor == 0.10
 
 
-CAPTURES = Path(__file__).resolve().parents[2] / "data" / "real" / "nccl-tests"
+CAPTURES = REPO / "tests" / "data" / "real" / "nccl-tests"
 
 
 def _capture_busbw(name: str, size: int) -> float:
@@ -246,7 +246,7 @@ def test_a100_busbw_is_the_lowest_healthy_figure() -> None:
         assert _capture_busbw(capture, size) > measured
 
 
-REAL_DATA = Path(__file__).resolve().parents[2] / "data" / "real" / "floors"
+REAL_DATA = REPO / "tests" / "data" / "real" / "floors"
 
 
 def _cells(text: str, label: str) -> list[str]:
@@ -443,7 +443,7 @@ def test_the_profiles_file_names_no_datasheet_peak_as_measured() -> None:
     for name, key, measured in MEASURED:
         if key in peaks[name]:
             assert measured < peaks[name][key], f"{name}.{key}"
-    raw = Path(__file__).resolve().parents[3] / "toolkit" / "profile" / "floors.yml"
+    raw = REPO / "toolkit" / "profile" / "floors.yml"
     assert "datasheet peak" not in raw.read_text().split("profiles:", 1)[1]
 
 

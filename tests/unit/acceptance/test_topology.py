@@ -3,9 +3,8 @@ on the variations real captures carry, the topology rules, and the spec's valida
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.acceptance.topology import (
     TopologyUnreadable,
@@ -21,7 +20,7 @@ from toolkit.config import validate
 from toolkit.errors import ConfigError
 from toolkit.profile.floors import AcceptanceSpec, TopologySpec, shipped_profile
 
-DATA = Path(__file__).parents[1] / "data" / "topo"
+DATA = REPO / "tests" / "unit" / "data" / "topo"
 H100 = (DATA / "h100-sxm-8.txt").read_text()
 H20_TABS = (DATA / "h20-sxm-8-tabs.txt").read_text()
 L40S = (DATA / "l40s-pcie-4.txt").read_text()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.acceptance import topology
 from toolkit.acceptance.node_runner import facts as runner
@@ -27,7 +28,7 @@ from toolkit.lab.inventory import lab_profile
 from toolkit.profile.floors import AcceptanceSpec, TopologySpec
 from unit.lab.test_nvidia_smi import V550, Node
 
-H100 = (Path(__file__).parents[1] / "data" / "topo" / "h100-sxm-8.txt").read_text()
+H100 = (REPO / "tests" / "unit" / "data" / "topo" / "h100-sxm-8.txt").read_text()
 COMPUTE = [f"mlx5_{i}" for i in range(8)]
 STORAGE, MANAGEMENT = "mlx5_8", "mlx5_9"
 

@@ -8,10 +8,10 @@ pinned aws-ofi-nccl version is the one loaded, and a run without a log stays not
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.acceptance import nccllog
 from toolkit.acceptance.multinode import run_multi_node
@@ -21,7 +21,7 @@ from toolkit.errors import ConfigError
 from toolkit.profile.floors import TransportSpec
 from toolkit.profile.hardware import HardwareProfile
 
-LOGS = Path(__file__).parents[2] / "data" / "real" / "nccl-logs"
+LOGS = REPO / "tests" / "data" / "real" / "nccl-logs"
 
 
 def _summary(name: str) -> nccllog.NcclTransport:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.acceptance.check import NodeExpectation
 from toolkit.acceptance.health_checks import xid_window_start
@@ -18,7 +18,7 @@ from toolkit.acceptance.verdict import judge
 from toolkit.node import nodestate
 from toolkit.profile.floors import AcceptanceSpec
 
-DATA = Path(__file__).parents[1] / "data" / "nccl"
+DATA = REPO / "tests" / "unit" / "data" / "nccl"
 BUS = ["00000000:18:00.0", "00000000:2A:00.0"]
 
 
@@ -684,7 +684,7 @@ def test_unreported_counters_are_shown_not_failed() -> None:
     assert check.ok and "(nvidia-smi -q: nvidia-smi -q exited 15)" in check.message
 
 
-TOPO = (Path(__file__).parents[1] / "data" / "topo" / "h100-sxm-8.txt").read_text()
+TOPO = (REPO / "tests" / "unit" / "data" / "topo" / "h100-sxm-8.txt").read_text()
 
 
 def _topology_spec(rules: object) -> AcceptanceSpec:

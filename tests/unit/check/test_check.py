@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shared_fixtures import run_cli
+from shared_fixtures import REPO, run_cli
 
 from toolkit.acceptance.thresholds import effective
 from toolkit.acceptance.verdict import NodeExpectation
@@ -29,7 +29,7 @@ from toolkit.node import nodestate
 from toolkit.steps import check as flow
 
 V550 = "550.127.05"
-REAL_AER = Path(__file__).resolve().parents[2] / "data/real/pcie-aer"
+REAL_AER = REPO / "tests" / "data/real/pcie-aer"
 
 # --- rules ---------------------------------------------------------------------------------
 
@@ -404,7 +404,7 @@ def test_a_driver_upgraded_without_reboot_fails_versions_driver_loaded(tmp_path:
 
 
 def test_plan_of_the_sample_inventory_asks_for_its_locked_packages_and_units() -> None:
-    sample = Path(__file__).resolve().parents[3] / "inventories/sample"
+    sample = REPO / "inventories/sample"
     inventory = load_inventory(sample)
     by_group = {}
     for host in inventory.hosts_for(None):

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from shared_fixtures import REPO
 
 from toolkit.acceptance import payload
 from toolkit.acceptance.check import Check, NodeExpectation
@@ -31,10 +32,10 @@ from toolkit.stack import catalog
 from toolkit.stack.systems import os_id_of_release
 from unit.check.test_check import FakeNodeRoot
 
-REAL = Path(__file__).resolve().parents[2] / "data" / "real" / "slurm"
+REAL = REPO / "tests" / "data" / "real" / "slurm"
 IDLE = (REAL / "scontrol-show-node-idle.txt").read_text()
 DRAINED_BY_HAND = (REAL / "scontrol-show-node-drained.txt").read_text()  # maintenance window
-ROLE = Path(__file__).resolve().parents[3] / "roles" / "slurm_healthcheck"
+ROLE = REPO / "roles" / "slurm_healthcheck"
 V550 = "550.127.05"
 NODE = "hsl-dev-node-1"
 
@@ -241,7 +242,7 @@ def test_the_role_installs_where_the_program_and_slurm_conf_say() -> None:
 
 
 def test_the_settings_file_reads_back_as_written_and_names_the_inventory_s_node() -> None:
-    sample = Path(__file__).resolve().parents[3] / "inventories/sample"
+    sample = REPO / "inventories/sample"
     inventory = load_inventory(sample)
     host = inventory.hosts_for(None)[0]
     node = plan.plan_node(inventory, host)

@@ -13,13 +13,14 @@ from pathlib import Path
 import jinja2
 import pytest
 import yaml
+from shared_fixtures import REPO
 
 from toolkit.facts import systemd
 from toolkit.node import nodefacts
 from toolkit.report import prometheus
 from unit.check.test_healthcheck import IDLE, READY, Node
 
-ROLE = Path(__file__).resolve().parents[3] / "roles" / "slurm_healthcheck"
+ROLE = REPO / "roles" / "slurm_healthcheck"
 
 # --- a strict reader of the text exposition format ---------------------------------------------
 

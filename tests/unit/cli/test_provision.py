@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from shared_fixtures import REPO
 
-REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "inventories" / "sample"
 
 

@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from shared_fixtures import run_cli
+from shared_fixtures import REPO, run_cli
 
 from toolkit.lab import inventory as lab_inventory
 from toolkit.lab.spec import build_spec
 from toolkit.lab.state import NodeState
 from toolkit.stack.security import floors
 
-REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "inventories" / "sample"
 
 # The compatibility tests below pin versions below the security floors (the example

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from pathlib import Path
 
-TOOLKIT = Path(__file__).resolve().parents[3] / "toolkit"
+from shared_fixtures import REPO
+
+TOOLKIT = REPO / "toolkit"
 LAB_DOORS = {"toolkit/lab", "toolkit/cli/lab.py"}
 
 # Function-level imports of toolkit modules: 88 when this test was written, 46 since the steps

@@ -13,10 +13,10 @@ from types import ModuleType
 
 import pytest
 import yaml
+from shared_fixtures import REPO
 
 from toolkit.profile.floors import shipped_profile, shipped_profiles
 
-REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "scripts" / "gpu-proof"
 
 

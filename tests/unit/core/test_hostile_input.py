@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from shared_fixtures import run_cli
+from shared_fixtures import REPO, run_cli
 
 from toolkit.acceptance.nccltests import MAX_LINE_BYTES, parse
 from toolkit.acceptance.perf_checks import allreduce_checks
@@ -208,7 +208,7 @@ def test_the_real_captures_nccl_log_lines_are_not_rows() -> None:
 
 
 def _json_capture(**changes: Any) -> str:
-    data = Path(__file__).parents[1] / "data" / "nccl" / "h200_8gpu_json.json"
+    data = REPO / "tests" / "unit" / "data" / "nccl" / "h200_8gpu_json.json"
     document = json.loads(data.read_text())
     document.update(changes)
     return json.dumps(document)

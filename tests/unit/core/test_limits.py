@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shared_fixtures import run_cli
+from shared_fixtures import REPO, run_cli
 
 from toolkit.acceptance.plan import NodePlan
 from toolkit.acceptance.topology import (
@@ -31,8 +31,7 @@ from toolkit.profile.floors import AcceptanceSpec
 from toolkit.steps import accept
 from unit.acceptance.test_verdict import EXPECT, SPEC, healthy
 
-REPO = Path(__file__).resolve().parents[3]
-TOPO = (Path(__file__).parents[1] / "data" / "topo" / "h100-sxm-8.txt").read_text()
+TOPO = (REPO / "tests" / "unit" / "data" / "topo" / "h100-sxm-8.txt").read_text()
 GPU0_AFFINITY = "0-47,96-143     0               N/A"
 
 

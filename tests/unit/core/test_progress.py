@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import os
 import sys
-import threading
 import time
 from itertools import pairwise
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from shared_fixtures import Recorder, heartbeat_threads
 
 from toolkit.ansible.events import EventCollector
 from toolkit.cli.display import LiveProgress, PlainProgress, live_display
@@ -36,26 +36,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Recorder:
-    """A ``say`` that keeps each line with the time it was said."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[float, str]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, message: str) -> None:
-        with self._lock:
-            self.lines.append((time.monotonic(), message))
-
-    @property
-    def text(self) -> list[str]:
-        return [line for _at, line in self.lines]
-
-
-def _heartbeat_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("heartbeat ")]
 
 
 def test_a_silent_phase_says_where_it_is_every_interval_and_not_more_often() -> None:
@@ -108,14 +88,14 @@ def test_no_line_after_the_phase_ends_and_no_thread_is_left() -> None:
     time.sleep(INTERVAL * 3)
     assert len(said.lines) == count
     assert all(at <= ended for at, _line in said.lines)
-    assert _heartbeat_threads() == []
+    assert heartbeat_threads() == []
 
 
 def test_a_failing_phase_stops_its_heartbeat_too() -> None:
     said = Recorder()
     with pytest.raises(LabError), Heartbeat(said, "node image", interval=INTERVAL):
         raise LabError("debootstrap failed")
-    assert _heartbeat_threads() == []
+    assert heartbeat_threads() == []
 
 
 def test_the_interval_must_be_positive() -> None:
@@ -169,7 +149,7 @@ def test_a_playbook_gap_between_lines_is_never_shorter_than_the_interval() -> No
     gaps = [later - earlier for earlier, later in pairwise(times)]
     assert len(times) >= 3, said.text
     assert all(gap >= INTERVAL * 0.9 for gap in gaps), gaps
-    assert _heartbeat_threads() == []
+    assert heartbeat_threads() == []
 
 
 def test_a_terminal_keeps_the_live_display() -> None:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import yaml
+from shared_fixtures import REPO
 
-REPO = Path(__file__).resolve().parents[3]
 README = REPO / "README.md"
 MODULE = REPO / "tests" / "integration" / "test_07_sample.py"
 SAMPLE = REPO / "inventories" / "sample"

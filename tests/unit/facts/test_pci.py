@@ -5,14 +5,13 @@ The real artefacts and their sources: tests/data/real/SOURCES.md.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.facts.pci import lspci_gpus, parse_lspci
 from toolkit.stack.catalog import lookup_gpu_by_pci_id
 
-REAL = Path(__file__).parents[2] / "data/real"
+REAL = REPO / "tests" / "data/real"
 
 
 def _gpu_admin_tools_ids() -> list[tuple[str, str]]:

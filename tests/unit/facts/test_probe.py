@@ -5,12 +5,13 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from pathlib import Path
+
+from shared_fixtures import REPO
 
 from toolkit.facts import probe, system
 from toolkit.facts.probe import Fact
 
-FACTS_DIR = Path(__file__).resolve().parents[3] / "toolkit" / "facts"
+FACTS_DIR = REPO / "toolkit" / "facts"
 
 
 def run(script: str) -> str:

@@ -5,14 +5,13 @@ The real Debian unit and the other shapes' sources: tests/data/real/SOURCES.md.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.facts.systemd import persistence_exec_start
 from toolkit.plugins.filter.gpunode import FilterModule
 
-REAL = Path(__file__).parents[2] / "data/real"
+REAL = REPO / "tests" / "data/real"
 
 # Ubuntu's packaged unit, as `systemctl status nvidia-persistenced` prints its ExecStart on
 # Ubuntu 22.04 (public captures; tests/data/real/SOURCES.md).

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.errors import ConfigError, ImageError
 from toolkit.images.recipe import LABEL_INPUT_DIGEST, Recipe, make_recipe
@@ -18,7 +19,7 @@ from unit.stack.support import make
 
 # A real public repository key and its fingerprint (NVIDIA's container toolkit key,
 # tests/data/real/SOURCES.md, libnvidia-container): the image's key is checked against the pin.
-KEY = Path(__file__).resolve().parents[2] / "data" / "real" / "libnvidia-container" / "gpgkey"
+KEY = REPO / "tests" / "data" / "real" / "libnvidia-container" / "gpgkey"
 KEY_BYTES = KEY.read_bytes()
 KEY_FINGERPRINT = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from shared_fixtures import run_cli
+from shared_fixtures import REPO, run_cli
 
 from toolkit.errors import ConfigError
 from toolkit.inventory import load_inventory
@@ -27,7 +27,7 @@ from toolkit.inventory.ssh import SSH_ARGS_VARS, SshLineError, config_line
 from toolkit.inventory.values import VARIABLES
 from unit.core.test_properties import configured
 
-TOOLKIT = Path(__file__).resolve().parents[3] / "toolkit"
+TOOLKIT = REPO / "toolkit"
 SSH = shutil.which("ssh")
 
 

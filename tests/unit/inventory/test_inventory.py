@@ -6,11 +6,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.errors import ConfigError
 from toolkit.inventory import load_inventory
 
-REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "inventories" / "sample"
 
 STACK = """\

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from shared_fixtures import REPO
 
 from toolkit.errors import ConfigError
 from toolkit.lab import catalog, inventory, kmods
@@ -23,8 +24,8 @@ from toolkit.stack.lock import stack_arch
 from toolkit.stack.models import GpuSpec, Stack
 from toolkit.stack.resolve import resolve
 
-MODPROBE = Path(__file__).parents[3] / "toolkit/lab/node_files/gpunode-lab-modprobe.sh"
-FM_DEBIAN12 = Path(__file__).parents[3] / "roles/fabric_manager/vars/debian12.yml"
+MODPROBE = REPO / "toolkit/lab/node_files/gpunode-lab-modprobe.sh"
+FM_DEBIAN12 = REPO / "roles/fabric_manager/vars/debian12.yml"
 
 
 # --- the GPUs ---

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from shared_fixtures import lab_driver_packages
+from shared_fixtures import REPO, lab_driver_packages
 
 from toolkit.lab import catalog, repo
 from toolkit.lab.package_spec import PackageSpec, render
@@ -38,7 +38,7 @@ def _spec(name: str, version: str) -> PackageSpec:
     return spec
 
 
-FM_DEBIAN12 = Path(__file__).resolve().parents[3] / "roles/fabric_manager/vars/debian12.yml"
+FM_DEBIAN12 = REPO / "roles/fabric_manager/vars/debian12.yml"
 D550 = {"550.127.05-1", "550.144.03-1"}
 D580 = {"580.95.05-1", "580.105.08-1", "580.159.03-1"}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.errors import LabError
 from toolkit.lab import image, slurm
@@ -15,7 +16,7 @@ from toolkit.lab.inventory import render
 from toolkit.lab.spec import build_spec
 from toolkit.lab.state import NodeState
 
-REAL = Path(__file__).resolve().parents[2] / "data" / "real" / "slurm"
+REAL = REPO / "tests" / "data" / "real" / "slurm"
 NODES = [NodeState(index=i, name=f"lab-node-{i}", ip=f"10.9.0.{10 + i}") for i in (2, 1, 3)]
 
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.lab import kmods
 from toolkit.lab.driver_packages import IMEX_CHANNELS_MAJOR
@@ -337,7 +338,7 @@ def test_imex_checks_the_loaded_driver_and_its_node_list(root: Root) -> None:
 # --- persistenced ----------------------------------------------------------------------------
 
 
-REAL = Path(__file__).parents[2] / "data/real"
+REAL = REPO / "tests" / "data/real"
 
 
 def _sections(unit: str) -> dict[str, list[str]]:

@@ -3,19 +3,13 @@ tests/data/real/cuda-images/): its NCCL environment, libnccl2 installed and held
 
 from __future__ import annotations
 
-from pathlib import Path
+from shared_fixtures import REPO
 
 from toolkit.lab import train_base
 from toolkit.lab.catalog import NCCL_BUILDS
 from toolkit.lab.inventory import DEFAULT_STACK
 
-FACTS = (
-    Path(__file__).resolve().parents[2]
-    / "data"
-    / "real"
-    / "cuda-images"
-    / "runtime-ubuntu2204-12.2.2-facts.txt"
-)
+FACTS = REPO / "tests" / "data" / "real" / "cuda-images" / "runtime-ubuntu2204-12.2.2-facts.txt"
 
 
 def _facts() -> list[tuple[str, str]]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from shared_fixtures import REPO
 
 from toolkit.node import converge
 from toolkit.node.nodefacts import PROBE_SCRIPT, node_facts
@@ -201,7 +202,7 @@ def test_content_digest_changes_with_any_role_file(tmp_path: Path) -> None:
 def test_controller_files_are_role_options() -> None:
     # Only these count by content; any other absolute path is a plain value (a path that
     # happens to exist on the controller must not make the plan depend on the controller).
-    roles_dir = Path(__file__).resolve().parents[3] / "roles"
+    roles_dir = REPO / "roles"
     options = set()
     for spec in roles_dir.glob("*/meta/argument_specs.yml"):
         options |= set(yaml.safe_load(spec.read_text())["argument_specs"]["main"]["options"])
@@ -209,7 +210,7 @@ def test_controller_files_are_role_options() -> None:
 
 
 def test_every_component_has_its_role_in_the_repository() -> None:
-    roles_dir = Path(__file__).resolve().parents[3] / "roles"
+    roles_dir = REPO / "roles"
     for component, roles in converge.ROLES.items():
         for role in roles:
             assert (roles_dir / role / "tasks" / "main.yml").is_file(), (component, role)

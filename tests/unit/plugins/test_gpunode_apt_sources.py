@@ -14,10 +14,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.plugins.modules import gpunode_apt_sources as module
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = REPO
 REPO = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
 KEEP = "sources.list.d/gpunode-nvidia-cuda.list"
 # cuda-keyring_1.1-1_all.deb's source (see toolkit/lab/lab.py, the `keyring` fault).

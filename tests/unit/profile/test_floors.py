@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 import yaml
-from shared_fixtures import run_cli
+from shared_fixtures import REPO, run_cli
 
 from toolkit.acceptance.thresholds import effective
 from toolkit.inventory import load_inventory
 from toolkit.profile.floors import MEASURED_FLOORS, AcceptanceSpec, looser_floors, shipped_profile
 
-REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "inventories" / "sample"
 RULE = "floors.below_profile"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import browser
 import pytest
-from shared_fixtures import healthy_training
+from shared_fixtures import REPO, healthy_training
 
 from toolkit.acceptance.thresholds import effective
 from toolkit.acceptance.topology import report as topology_report
@@ -25,7 +25,7 @@ from unit.report.test_fleet import _node as _fleet_node
 from unit.report.test_fleet import _record as _fleet_record
 from unit.report.test_training import _summary
 
-CAPTURE = Path(__file__).parents[1] / "data" / "topo" / "h100-sxm-8.txt"
+CAPTURE = REPO / "tests" / "unit" / "data" / "topo" / "h100-sxm-8.txt"
 PLOT_INK = {SERIES_COLOUR}
 LINK_INK = {c for kind, c in LINK_COLOURS.items() if kind != "X"}
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner, Result
+from shared_fixtures import REPO
 
 from toolkit.acceptance.check import Check
 from toolkit.acceptance.memory_health import judge as judge_memory
@@ -25,7 +26,7 @@ from toolkit.records import runs
 from toolkit.report import evidence
 from unit.stack.test_lock_schema import make_inventory, valid_lock, write_raw
 
-REAL = Path(__file__).resolve().parents[2] / "data" / "real"
+REAL = REPO / "tests" / "data" / "real"
 # A10 with 4 rows remapped for uncorrectable errors and a remap pending (SOURCES.md).
 SMI_Q = (REAL / "nvidia-smi-q.a10.535.129.03.txt").read_text()
 BUS = "00000000:07:00.0"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from jinja2.nativetypes import NativeEnvironment
+from shared_fixtures import REPO
 
 from toolkit.plugins.filter.gpunode import (
     gpunode_missing_pins,
@@ -19,7 +20,7 @@ from toolkit.plugins.filter.gpunode import (
 )
 from toolkit.stack.systems import SUPPORTED_OS
 
-ROLES = Path(__file__).resolve().parents[3] / "roles"
+ROLES = REPO / "roles"
 FM = ROLES / "fabric_manager"
 OS_FILES = sorted(p.stem for p in (FM / "vars").glob("*.yml") if p.stem != "main")
 # Where a cited version may come from: the archives' own package pages.

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import ansible_runner
 import yaml
+from shared_fixtures import REPO
 
 from toolkit.ansible.content import find_content
 from toolkit.ansible.events import EventCollector
 from toolkit.ansible.runner import ansible_env
 
-DEFAULTS = Path(__file__).resolve().parents[3] / "roles" / "imex" / "defaults" / "main.yml"
+DEFAULTS = REPO / "roles" / "imex" / "defaults" / "main.yml"
 
 
 def test_imex_nodes_default_falls_back_to_the_inventory_name(tmp_path: Path) -> None:

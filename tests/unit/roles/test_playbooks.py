@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 import yaml
+from shared_fixtures import REPO
 
 from toolkit.node import converge
 
-REPO = Path(__file__).resolve().parents[3]
 PLAYBOOKS = sorted((REPO / "playbooks").glob("*.yml"))
 
 

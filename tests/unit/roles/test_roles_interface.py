@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
+from shared_fixtures import REPO
 
-REPO = Path(__file__).resolve().parents[3]
 ROLES = sorted(p for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
 # The project's own plugins (toolkit/plugins/action) have no collection.
 OWN_ACTIONS = {

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.errors import StackError
 from toolkit.stack.aptindex import (
@@ -35,7 +36,7 @@ from toolkit.stack.lock import LOCK_KEY, lock_document, resolve_lock
 from toolkit.stack.resolve import resolve
 from unit.stack.support import make
 
-REAL = Path(__file__).resolve().parents[2] / "data" / "real" / "libnvidia-container"
+REAL = REPO / "tests" / "data" / "real" / "libnvidia-container"
 SNAPSHOTS = ("8fe04301", "24feed94", "69f4ab79")  # 1.14.0, 1.17.8, 1.20.1
 WITH_PACKAGES = ("8fe04301", "24feed94")  # 69f4ab79's Packages (178 kB) is not kept
 # NVIDIA's container-toolkit signing key (toolkit/stack/naming.yml, nvidia-container-toolkit).

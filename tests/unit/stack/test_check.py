@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from shared_fixtures import REPO
 
 from toolkit.errors import ConfigError
 from toolkit.profile.hardware import StackFile
@@ -448,7 +448,7 @@ def test_every_fact_of_the_data_file_names_a_known_source() -> None:
 
 # --- Security floors (toolkit/stack/security.yml) ---------------------------------------------
 
-PSIRT = Path(__file__).resolve().parents[2] / "data" / "real" / "nvidia-psirt"
+PSIRT = REPO / "tests" / "data" / "real" / "nvidia-psirt"
 
 
 def _security(

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from shared_fixtures import REPO
 
 from toolkit.errors import ConfigError, StackError
 from toolkit.inventory.targets import check_locks, load_targets, lock_inventory
@@ -42,7 +43,7 @@ from toolkit.stack.lock import (
 from toolkit.stack.resolve import resolve
 from unit.stack.support import make
 
-SAMPLE = Path(__file__).resolve().parents[3] / "inventories" / "sample"
+SAMPLE = REPO / "inventories" / "sample"
 
 
 @dataclass(frozen=True)

@@ -11,15 +11,15 @@ carries, at a version the stack's requirement accepts and no other of the listed
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.stack.debversion import satisfies
 from toolkit.stack.resolve import resolve
 from unit.stack.support import make
 
-CAPTURES = Path(__file__).parents[2] / "data/real/cuda-repo"
+CAPTURES = REPO / "tests" / "data/real/cuda-repo"
 NVIDIA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos/{os}/x86_64"
 
 

@@ -6,15 +6,15 @@ The real artefacts and their sources: tests/data/real/SOURCES.md.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from shared_fixtures import REPO
 
 from toolkit.lab import catalog
 from toolkit.stack.resolve import naming_rules, resolve
 from unit.stack.support import make
 
-REAL = Path(__file__).parents[2] / "data/real"
+REAL = REPO / "tests" / "data/real"
 
 
 def _module_alternatives(apt_output: str) -> list[str]:

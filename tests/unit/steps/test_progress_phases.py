@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from itertools import pairwise
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_fixtures import Recorder, heartbeat_threads
 
 from toolkit.errors import StackError
 from toolkit.images import distribute
@@ -93,24 +93,6 @@ def _host(name: str) -> Host:
     return Host(name, "10.0.0.1", 22, "admin", None, None, ("lab",), {})
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.lines: list[tuple[float, str]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, message: str) -> None:
-        with self._lock:
-            self.lines.append((time.monotonic(), message))
-
-    @property
-    def text(self) -> list[str]:
-        return [line for _at, line in self.lines]
-
-
-def _heartbeat_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("heartbeat ")]
-
-
 def test_an_image_push_over_ssh_says_where_it_is_while_the_nodes_load(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -137,7 +119,7 @@ def test_an_image_push_over_ssh_says_where_it_is_while_the_nodes_load(
     times = [started, *(at for at, _line in said.lines), ended]
     assert max(later - earlier for earlier, later in pairwise(times)) < INTERVAL * 3
     assert all(at <= ended for at, _line in said.lines)
-    assert _heartbeat_threads() == []
+    assert heartbeat_threads() == []
 
 
 def test_a_node_that_fails_its_load_still_counts_as_done(
@@ -165,7 +147,7 @@ def test_a_node_that_fails_its_load_still_counts_as_done(
     )
     assert [n.action for n in outcome.nodes] == ["loaded", "failed"]
     assert "no space left" in (outcome.nodes[1].error or "")
-    assert _heartbeat_threads() == []
+    assert heartbeat_threads() == []
 
 
 def test_acceptance_hands_its_progress_to_the_image_push(
@@ -224,4 +206,4 @@ def test_up_checks_the_stack_locks_under_a_heartbeat(
         line.startswith("check: the stack and its locks against the repositories (")
         for line in said.text
     ), said.text
-    assert _heartbeat_threads() == []
+    assert heartbeat_threads() == []

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 import yaml
+from shared_fixtures import REPO
 
 from toolkit.ansible.events import Failure, HostSummary, RunResult
 from toolkit.errors import ConfigError, StackError
 from toolkit.steps.precheck import check_inventory
 from toolkit.steps.provision import drift_report
 
-REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "inventories" / "sample"
 
 VERSIONS = {"driver": {"nvidia-driver-550-open": {"pinned": "1", "installed": "2", "held": False}}}

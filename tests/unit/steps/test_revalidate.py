@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from shared_fixtures import REPO
 
 from toolkit.errors import ConfigError
 from toolkit.node import nodestate
@@ -25,7 +26,7 @@ READY = {
     "valid_until": "2027-12-01T00:00:00+00:00",  # a year's verdict: expiry is not the reason
     "accepted_at": "2026-11-21T12:00:00Z",  # ten days before NOW
 }
-SAMPLE = Path(__file__).resolve().parents[3] / "inventories" / "sample"
+SAMPLE = REPO / "inventories" / "sample"
 
 
 @pytest.mark.parametrize(

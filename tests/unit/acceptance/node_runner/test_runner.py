@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shared_fixtures import torch_python
+from shared_fixtures import REPO, torch_python
 
 from toolkit.acceptance.check import NodeExpectation
 from toolkit.acceptance.node_runner.collective import (
@@ -47,7 +47,7 @@ from toolkit.lab.inventory import lab_profile
 from toolkit.lab.package_spec import nvidia_smi_files
 from toolkit.profile.floors import AcceptanceSpec
 
-STANDIN = Path(__file__).resolve().parents[4] / "toolkit" / "lab" / "standins" / "nvidia_smi.py"
+STANDIN = REPO / "toolkit" / "lab" / "standins" / "nvidia_smi.py"
 
 
 @pytest.mark.parametrize(
@@ -113,7 +113,7 @@ def test_xid_times_are_wall_clock(line: str, when: str) -> None:
     assert event["time"] == when
 
 
-REAL = Path(__file__).resolve().parents[3] / "data" / "real"
+REAL = REPO / "tests" / "data" / "real"
 
 
 def _capture(name: str) -> dict[str, dict[str, Any]]:
