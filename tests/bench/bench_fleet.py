@@ -5,14 +5,15 @@ Shared by the capacity benchmark (test_bench_capacity.py) and the converge bench
 dearest thing here, a first converge (about half a minute of both cores per node on 2 cores),
 happens once per node. Each node is converged from bare exactly once, through the CLI
 (``gpunode provision --json``) under the meter (tests/capacity.py), in disjoint groups of
-``FIRST_GROUPS`` nodes: a first converge on 1 and on 2 nodes at once (and on 4 and 1 more in
-a fleet of 8; a first converge on all of them at once would need as many more bare nodes).
+``FIRST_GROUPS`` nodes: both at once in the fleet of 2 (1, 2, 4 and 1 more in a fleet of 8; a
+first converge on all of them at once would need as many more bare nodes).
 
-The fleet has ``NODES`` nodes: 3, the run of the README's test command, or
-``GPUNODE_BENCH_NODES=8`` for the 8-node measurement that docs/architecture.md quotes. The
-default was 4 until 2026-12-07: its fourth node was first-converged alone again, a figure the
-first group already gives (130.2 s and 130.7 s in one CI run), and cost CI about 3 minutes
-(that node's converge, its image push and its share of an acceptance run).
+The fleet has ``NODES`` nodes: 2, the run of the README's test command, or
+``GPUNODE_BENCH_NODES=8`` for the 8-node measurement that docs/architecture.md quotes. It had
+4 until 2026-12-07, first-converged 1, 2 and 1 at once: CI's whole run (cold demo, every
+tier) had grown past CI's limit, and a node first-converged alone is what the capacity
+figures need least (each phase is costed by its largest run); that cost CI about 6 minutes
+(two converges, two image pushes and the acceptance runs' share).
 
 (A module of its own, not conftest.py: test modules import its names.)
 """
@@ -40,12 +41,12 @@ from toolkit.steps import disks as disks_step
 # Its own lab, named after the session's (two sessions on one machine never share it).
 NAME = f"{os.environ.get('GPUNODE_TEST_LAB', 'gpunode-test')}-bench"[:24]
 # How many nodes, and the groups they are first-converged in (each group's size a measurement).
-GROUPS_OF = {3: (1, 2), 8: (1, 2, 4, 1)}
+GROUPS_OF = {2: (2,), 8: (1, 2, 4, 1)}
 # How many nodes each of the other phases runs on at once (the last: the whole fleet).
-SIZES_OF = {3: (1, 2, 3), 8: (1, 2, 4, 8)}
-NODES = int(os.environ.get("GPUNODE_BENCH_NODES", "3"))
+SIZES_OF = {2: (1, 2), 8: (1, 2, 4, 8)}
+NODES = int(os.environ.get("GPUNODE_BENCH_NODES", "2"))
 if NODES not in GROUPS_OF:
-    raise ValueError(f"GPUNODE_BENCH_NODES={NODES}: the benchmarks' fleet has 3 or 8 nodes")
+    raise ValueError(f"GPUNODE_BENCH_NODES={NODES}: the benchmarks' fleet has 2 or 8 nodes")
 FIRST_GROUPS = GROUPS_OF[NODES]
 SIZES = SIZES_OF[NODES]
 FIRST = "first converge"

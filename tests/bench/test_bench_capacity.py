@@ -1,10 +1,10 @@
 """Benchmark: the control machine's capacity, measured (issue 25).
 
-On the benchmarks' fleet (bench_fleet.py: 3 lab nodes, or 8 with ``GPUNODE_BENCH_NODES=8``,
-each first-converged from bare once, through ``gpunode provision`` on 1 and 2 (then 4 and 1)
-nodes at once), each through the CLI (``gpunode ... --json``) under the meter
+On the benchmarks' fleet (bench_fleet.py: 2 lab nodes, or 8 with ``GPUNODE_BENCH_NODES=8``,
+each first-converged from bare once, through ``gpunode provision`` on both at once (on 1, 2,
+4 and 1 at once)), each through the CLI (``gpunode ... --json``) under the meter
 (tests/capacity.py): the no-op ``provision`` and an acceptance run (the lab's profile,
-``gpunode accept``) on 1, 2 and 3 (1, 2, 4 and 8) nodes, and the group's training image
+``gpunode accept``) on 1 and 2 (1, 2, 4 and 8) nodes, and the group's training image
 sent to all of them (``gpunode image push``) before the acceptance runs, so that they measure
 acceptance, not the transfer. Per case: wall time, the CPU-seconds of the
 command and everything it started (Ansible's forks, ssh, its connection masters), the peak of
