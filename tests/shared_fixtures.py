@@ -17,12 +17,6 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The session's cold (``no_cache``) training image builds by their input digest: the
-# integration tier's ``training_image`` fixture builds the lab's recipe so once, and the image
-# benchmark reads its figures from that build instead of paying for another (about a minute
-# of both cores).
-COLD_BUILDS: dict[str, Any] = {}
-
 
 def torch_python() -> str | None:
     """A Python that imports torch: ``$GPUNODE_TORCH_PYTHON``, else this one, else None."""

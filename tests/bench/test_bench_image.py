@@ -8,8 +8,7 @@ what normalisation made of the same builder layers before); each node loads the 
 a second push finds it everywhere, and after the runner-only change each node is sent that one
 layer (distribution sends only the layers a node lacks). It runs against the shared lab of the
 integration tier (``$GPUNODE_TEST_LAB``, provisioned by test_03: Docker on its nodes), so it
-belongs to the same pytest session as tests/integration, as scripts/test runs it; its cold
-build is the one that session's ``training_image`` fixture made of the same recipe.
+belongs to the same pytest session as tests/integration, as scripts/test runs it.
 """
 
 from __future__ import annotations
@@ -20,13 +19,11 @@ import time
 import zipfile
 
 import pytest
-from shared_fixtures import COLD_BUILDS
 
 from toolkit.acceptance.payload import runner_zipapp
 from toolkit.images.build import build_recipe, recipe_for
 from toolkit.images.distribute import push
-from toolkit.images.engine import docker_client, find_image
-from toolkit.images.render import render
+from toolkit.images.engine import docker_client
 from toolkit.inventory import load_inventory
 from toolkit.lab import lab as lab_core
 
@@ -53,11 +50,7 @@ def test_bench_image() -> None:
             pytrace=False,
         )
     recipe = recipe_for(state.inventory_dir)
-    # The session's cold build of this recipe (the integration tier's training_image fixture)
-    # while the engine holds its image, else one of its own.
-    cold = COLD_BUILDS.get(render(recipe).digest)
-    if cold is None or find_image(docker_client(), cold.image_id) is None:
-        cold = build_recipe(recipe, no_cache=True, tag=False)
+    cold = build_recipe(recipe, no_cache=True, tag=False)
     cached = build_recipe(recipe, tag=False)  # unchanged: found by its input key
     assert cold.image_id == cached.image_id and cached.reused
     # The runner-only change: the builder's cache serves every step before the runner's copy,

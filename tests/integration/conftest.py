@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shared_fixtures import COLD_BUILDS
 
 from toolkit.errors import ToolkitError
 from toolkit.lab import image as lab_image
@@ -107,6 +106,4 @@ def training_image(lab: Lab) -> Any:
     test_05 rebuilds it from scratch elsewhere and expects the same ID."""
     from toolkit.images.build import build_recipe, recipe_for
 
-    built = build_recipe(recipe_for(lab.inventory), no_cache=True)
-    COLD_BUILDS[built.digest] = built  # the image benchmark's cold build (test_bench_image.py)
-    return built
+    return build_recipe(recipe_for(lab.inventory), no_cache=True)
