@@ -287,17 +287,19 @@ def test_swapped_gpu_shows_in_cert_compare(
     _assert_no_private_key(provider_keys[0], tmp_path, texts=(compared.stdout, compared.stderr))
 
 
-FAULT_CASES = [
-    ("missing-gpu", False, "gpu.count"),
-    # `ecc` is not repeated here: test_06 (up names it), test_08 (through Slurm) and test_10 (its
-    # class and RMA pack) each mark an ECC node not ready through a whole acceptance run.
-    ("topo", False, "topology.gpu_link_same_numa"),
-    ("slow-net", True, "multinode.busbw@16MiB"),
-    # A throttled /data (blkio on the node's data disks, its containers included).
-    ("slow-data", False, "storage.files_per_s"),
-    # DCGM's memory plugin fails on one GPU (the lab's dcgmi, `dcgmi diag -r 2 -j`).
-    ("dcgm-fail", False, "dcgm.memory"),
+# One node's own faults, two to a run: one on each node, so that each run shows a node not
+# ready for its own fault and passing the check of the other node's (a node's check reads that
+# node only). Paired so that neither fault can touch the other's check: a missing GPU and a
+# throttled /data (blkio on the node's data disks, its containers included); a wrong topology
+# and DCGM's memory plugin failing on one GPU (the lab's dcgmi, `dcgmi diag -r 2 -j`).
+# `ecc` is not repeated here: test_06 (up names it), test_08 (through Slurm) and test_10 (its
+# class and RMA pack) each mark an ECC node not ready through a whole acceptance run.
+PAIRED_FAULTS = [
+    (("missing-gpu", "gpu.count"), ("slow-data", "storage.files_per_s")),
+    (("topo", "topology.gpu_link_same_numa"), ("dcgm-fail", "dcgm.memory")),
 ]
+# The fault between the nodes, beside a healthy node that stays ready.
+NETWORK_FAULT = ("slow-net", "multinode.busbw@16MiB")
 # The XID window of the pair test: short, so that an XID logged before the first run is old
 # by the second one (the lab cannot date a journal entry in the past). The window counts back
 # from the runner's start (`started`), seconds after the fault is set: 45 s leaves the first
@@ -360,51 +362,90 @@ def test_fault_pairs_only_the_real_fault_is_not_ready(
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize(("fault", "multi", "check"), FAULT_CASES, ids=[f[0] for f in FAULT_CASES])
-def test_fault_marks_only_its_node_not_ready(
-    lab_inventory: tuple[Path, list[str]], tmp_path: Path, fault: str, multi: bool, check: str
+def test_a_network_fault_marks_only_its_node_not_ready(
+    lab_inventory: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
     from toolkit.lab import lab as lab_core
 
     inventory, names = lab_inventory
     healthy, faulty = names
+    fault, check = NETWORK_FAULT
     state = lab_core.require(LAB)
     lab_core.set_faults(LAB, _lab_ref(state, faulty), [fault])
     try:
-        run = _accept(inventory, names, tmp_path, multi=multi)
+        run = _accept(inventory, names, tmp_path, multi=True)
     finally:
         lab_core.set_faults(LAB, _lab_ref(state, faulty), [])
     bad = _node(run, faulty)
     good = _node(run, healthy)
-    assert bad["verdict"] == "not-ready"
-    assert check in {f["check"] for f in bad["failed_checks"]}, bad["failed_checks"]
+    _assert_not_ready_for(run, inventory, faulty, check)
     assert good["verdict"] == "ready", good["failed_checks"]
     # A not-ready node gets no certificate; the ready one does.
-    assert bad["certificate"] is None and bad["certificate_note"] == "not ready: no certificate"
     assert good["certificate"] and Path(good["certificate"]).is_file()
-    assert not (run.run_dir / "certs" / f"{faulty}.cert").exists()
-    remote = json.loads(_remote_json(inventory, faulty, "/etc/gpunode/state.json"))
-    assert remote["state"] == "not-ready"
-    assert any(r.startswith(check) for r in remote["reason"])
+    assert bad["certificate"] is None
     assert not run.all_ready
-    if fault == "slow-data":
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("pair", PAIRED_FAULTS, ids=[f"{a[0]}+{b[0]}" for a, b in PAIRED_FAULTS])
+def test_each_node_is_not_ready_for_its_own_fault_only(
+    lab_inventory: tuple[Path, list[str]],
+    tmp_path: Path,
+    pair: tuple[tuple[str, str], tuple[str, str]],
+) -> None:
+    from toolkit.lab import lab as lab_core
+
+    inventory, names = lab_inventory
+    faults = dict(zip(names, pair, strict=True))  # host -> (fault, the check it fails)
+    state = lab_core.require(LAB)
+    for host, (fault, _check) in faults.items():
+        lab_core.set_faults(LAB, _lab_ref(state, host), [fault])
+    try:
+        run = _accept(inventory, names, tmp_path, multi=False)
+    finally:
+        for host in names:
+            lab_core.set_faults(LAB, _lab_ref(state, host), [])
+    assert not run.all_ready
+    for host, (_fault, check) in faults.items():
+        _assert_not_ready_for(run, inventory, host, check)
+        (other,) = [c for h, (_f, c) in faults.items() if h != host]
+        passed = {c["name"] for c in _node(run, host)["checks"] if c["ok"]}
+        assert other in passed, (host, other, _node(run, host)["failed_checks"])
+    by_fault = {fault: _node(run, host) for host, (fault, _check) in faults.items()}
+    if "slow-data" in by_fault:
         # MLPerf Storage's method (issue 23): the step's compute is emulated (the lab profile's
-        # 50 ms), so the loader's wait fails the throttled node and not the healthy one.
+        # 50 ms), so the loader's wait fails the throttled node and not the other one.
+        (other_fault,) = set(by_fault) - {"slow-data"}
         waits = {
-            n["host"]: next(c for c in n["checks"] if c["name"] == "train.data_wait")
-            for n in (bad, good)
+            fault: next(c for c in by_fault[fault]["checks"] if c["name"] == "train.data_wait")
+            for fault in ("slow-data", other_fault)
         }
-        print(f"\ntrain.data_wait under slow-data: {waits[faulty]['message']}")
-        print(f"train.data_wait healthy: {waits[healthy]['message']}")
-        assert not waits[faulty]["ok"] and waits[healthy]["ok"], waits
-    if fault == "dcgm-fail":
+        print(f"\ntrain.data_wait under slow-data: {waits['slow-data']['message']}")
+        print(f"train.data_wait beside it ({other_fault}): {waits[other_fault]['message']}")
+        assert not waits["slow-data"]["ok"] and waits[other_fault]["ok"], waits
+    if "dcgm-fail" in by_fault:
         # The plugin, the GPU and DCGM's own words, in run.json, JUnit and the report.
-        [failed] = [f for f in bad["failed_checks"] if f["check"] == check]
+        [failed] = [
+            f for f in by_fault["dcgm-fail"]["failed_checks"] if f["check"] == "dcgm.memory"
+        ]
         assert "Found 1 faulty memory elements on GPU" in failed["message"], failed
         assert failed["message"].startswith("level 2: memory: GPU "), failed
         junit = (run.run_dir / "junit.xml").read_text()
         assert 'name="dcgm.memory"' in junit and "faulty memory elements" in junit
         assert "faulty memory elements" in (run.run_dir / "report.html").read_text()
+
+
+def _assert_not_ready_for(run: AcceptanceRun, inventory: Path, host: str, check: str) -> None:
+    """The node is not ready with ``check`` failed, has no certificate, and its state file on
+    the node says so with the check as its reason."""
+    node = _node(run, host)
+    assert node["verdict"] == "not-ready", node
+    assert check in {f["check"] for f in node["failed_checks"]}, node["failed_checks"]
+    assert node["certificate"] is None and node["certificate_note"] == "not ready: no certificate"
+    assert not (run.run_dir / "certs" / f"{host}.cert").exists()
+    remote = json.loads(_remote_json(inventory, host, "/etc/gpunode/state.json"))
+    assert remote["state"] == "not-ready"
+    assert any(r.startswith(check) for r in remote["reason"]), remote["reason"]
 
 
 # --- Slurm, for real ----------------------------------------------------------------------------
