@@ -40,6 +40,7 @@ from toolkit.lab.state import DiskState
 pytestmark = pytest.mark.lab
 
 MIB = 1024**2
+BLOCK = 64 * 1024  # sparse_digest's unit of content
 EXTRA_SIZE = 320 * MIB  # mkfs.xfs refuses filesystems under 300 MB
 HOSTILE_MOUNT = "/mnt/gpunode-hostile"
 XFS_MOUNT = "/mnt/gpunode-xfs"
@@ -52,13 +53,16 @@ LAB_SETTLE = "/usr/local/sbin/gpunode-lab-udev"
 
 
 def sparse_digest(path: Path) -> str:
-    """SHA-256 of a disk image's contents, reading only its data extents (holes are zeros).
+    """SHA-256 of a disk image's contents: every 64 KiB block that is not all zeros, with its
+    offset, read only from the data extents (SEEK_DATA/SEEK_HOLE: holes are zeros).
 
-    The data map (SEEK_DATA/SEEK_HOLE) is hashed with the data, so a write anywhere, even
-    of zeros into a hole, changes the digest: the comparison can only be too strict.
+    It changes when a byte on the disk changes, and not when the host's file system maps the
+    same bytes differently: it does, with nothing written (a digest that also hashed the data
+    map moved between two reads of an untouched disk, its bytes equal, 2026-12-07).
     """
     digest = hashlib.sha256()
     size = path.stat().st_size
+    zeros = bytes(BLOCK)
     with path.open("rb") as handle:
         fd = handle.fileno()
         offset = 0
@@ -68,16 +72,16 @@ def sparse_digest(path: Path) -> str:
             except OSError:
                 break  # no data after offset
             end = os.lseek(fd, start, os.SEEK_HOLE)
-            digest.update(struct.pack("<QQ", start, end))
-            handle.seek(start)
-            remaining = end - start
-            while remaining:
-                chunk = handle.read(min(remaining, 4 * MIB))
+            block = start - start % BLOCK
+            handle.seek(block)
+            while block < end:
+                chunk = handle.read(BLOCK)
                 if not chunk:
                     break
-                digest.update(chunk)
-                remaining -= len(chunk)
-            offset = end
+                if chunk != zeros[: len(chunk)]:
+                    digest.update(struct.pack("<Q", block) + chunk)
+                block += len(chunk)
+            offset = max(end, block)
     digest.update(struct.pack("<Q", size))
     return digest.hexdigest()
 
