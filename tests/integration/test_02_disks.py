@@ -57,8 +57,8 @@ def sparse_digest(path: Path) -> str:
     offset, read only from the data extents (SEEK_DATA/SEEK_HOLE: holes are zeros).
 
     It changes when a byte on the disk changes, and not when the host's file system maps the
-    same bytes differently: it does, with nothing written (a digest that also hashed the data
-    map moved between two reads of an untouched disk, its bytes equal, 2026-12-07).
+    same bytes differently: it does (a digest that also hashed the data map moved across
+    refused runs, 5 times in one run of this module, its bytes equal each time, 2026-12-07).
     """
     digest = hashlib.sha256()
     size = path.stat().st_size

@@ -376,13 +376,11 @@ def test_a_network_fault_marks_only_its_node_not_ready(
         run = _accept(inventory, names, tmp_path, multi=True)
     finally:
         lab_core.set_faults(LAB, _lab_ref(state, faulty), [])
-    bad = _node(run, faulty)
     good = _node(run, healthy)
     _assert_not_ready_for(run, inventory, faulty, check)
     assert good["verdict"] == "ready", good["failed_checks"]
     # A not-ready node gets no certificate; the ready one does.
     assert good["certificate"] and Path(good["certificate"]).is_file()
-    assert bad["certificate"] is None
     assert not run.all_ready
 
 
