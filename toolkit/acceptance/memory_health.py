@@ -1,6 +1,6 @@
 """The GPU memory-error rules: which of nvidia-smi's counters make a node not ready.
 
-Pure, and the one owner of these rules. The runner (``node_runner.facts.memory_health``)
+Pure, and the one owner of these rules. The runner (``toolkit.facts.nvidia.memory_health``)
 reads per GPU, from ``nvidia-smi -q``: ``ecc_uncorrected_volatile`` and
 ``ecc_uncorrected_aggregate`` (uncorrectable ECC errors since the driver loaded, and over the
 board's life),

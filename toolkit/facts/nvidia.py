@@ -1,5 +1,6 @@
 """The NVIDIA driver and GPUs as the node reports them: every ``nvidia-smi`` query gpunode runs
-(its arguments and fields) and their parsers, and ``/proc/driver/nvidia/version``.
+(its arguments and fields) and their parsers, ``nvidia-smi -q``'s report read as a tree with
+its memory-error counters, and ``/proc/driver/nvidia/version``.
 
 The control machine's probe (:data:`SMI_LIST`, :data:`SMI_DRIVER`) and the node-side runner
 (``toolkit.acceptance.node_runner``, which ships this module: standard library only) both
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from toolkit.facts.probe import Fact
 
@@ -201,3 +203,115 @@ def parse_smi_csv(text: str, fields: Sequence[str]) -> list[dict[str, str | None
             continue
         rows.append(dict(zip(fields, values, strict=False)))
     return rows
+
+
+# The memory-error counters come from `nvidia-smi -q` (one report, every generation): its
+# "ECC Errors" section names the uncorrectable counters per generation (Volta and older:
+# "Double Bit" > "Total"; Ampere: "SRAM/DRAM Uncorrectable"; Hopper: "SRAM Uncorrectable
+# Parity", "SRAM Uncorrectable SEC-DED", "DRAM Uncorrectable"), "Retired Pages" (page
+# retirement, Volta and older), "Remapped Rows" (row remapping, Ampere and newer) and
+# "GPU Recovery Action" (newer drivers) are read as they are; see the captures in
+# tests/data/real/ (tests/data/real/SOURCES.md). A value the GPU does not report ("N/A", a
+# missing line) is None: "not reported", never a failure.
+SMI_Q_ABSENT = {
+    "n/a",
+    "not supported",
+    "unknown error",
+    "requested functionality has been deprecated",
+}
+
+
+def parse_smi_q(text: str) -> dict[str, dict[str, Any]]:
+    """``nvidia-smi -q`` as one tree per GPU, keyed by its bus id (``00000000:18:00.0``).
+
+    A line ``Key : value`` is a leaf; a line without a colon opens a section holding the
+    lines indented below it (four spaces a level).
+    """
+    gpus: dict[str, dict[str, Any]] = {}
+    stack: list[tuple[int, dict[str, Any]]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        depth = (len(line) - len(line.lstrip(" "))) // 4
+        if depth == 0:
+            stack = []
+            if line.startswith("GPU "):
+                tree: dict[str, Any] = {}
+                gpus[line[4:].strip()] = tree
+                stack = [(0, tree)]
+            continue
+        if not stack:
+            continue
+        while len(stack) > 1 and stack[-1][0] >= depth:
+            stack.pop()
+        parent = stack[-1][1]
+        key, colon, value = line.partition(":")
+        if colon:
+            parent[key.strip()] = value.strip()
+        else:
+            child: dict[str, Any] = {}
+            parent[key.strip()] = child
+            stack.append((depth, child))
+    return gpus
+
+
+def _q_value(value: Any) -> str | None:
+    """A ``-q`` leaf, or None when the GPU does not report it."""
+    if not isinstance(value, str) or value.strip("[]").lower() in SMI_Q_ABSENT or not value:
+        return None
+    return value
+
+
+def _q_count(value: Any) -> int | None:
+    text = _q_value(value)
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def _q_flag(value: Any) -> bool | None:
+    text = (_q_value(value) or "").lower()
+    return {"yes": True, "no": False}.get(text)
+
+
+def _q_uncorrectable(ecc: Any, span: str) -> int | None:
+    """The uncorrectable ECC errors of ``Volatile`` or ``Aggregate``: the sum of every
+    uncorrectable counter (nvidia-smi's ``ecc.errors.uncorrected.<span>.total``)."""
+    counters = ecc.get(span) if isinstance(ecc, dict) else None
+    if not isinstance(counters, dict):
+        return None
+    double_bit = counters.get("Double Bit")  # Volta and older
+    if isinstance(double_bit, dict):
+        values = [double_bit.get("Total")]
+    else:
+        values = [v for k, v in counters.items() if "Uncorrectable" in k]
+    numbers = [_q_count(v) for v in values]
+    if not numbers or any(n is None for n in numbers):
+        return None
+    return sum(n for n in numbers if n is not None)
+
+
+def memory_health(gpu: dict[str, Any]) -> dict[str, Any]:
+    """One GPU's memory-error counters from its ``-q`` tree (None: not reported)."""
+    ecc = gpu.get("ECC Errors")
+    pages = gpu.get("Retired Pages")
+    pending_pages = None
+    if isinstance(pages, dict):
+        # "Pending Page Blacklist" in the captures (tests/data/real/); read by its prefix.
+        pending_pages = next(
+            (_q_flag(v) for k, v in pages.items() if k.startswith("Pending")), None
+        )
+    rows = gpu.get("Remapped Rows")
+    remapped = None
+    if isinstance(rows, dict):
+        remapped = {
+            "correctable": _q_count(rows.get("Correctable Error")),
+            "uncorrectable": _q_count(rows.get("Uncorrectable Error")),
+            "pending": _q_flag(rows.get("Pending")),
+            "failure": _q_flag(rows.get("Remapping Failure Occurred")),
+        }
+    return {
+        "ecc_uncorrected_volatile": _q_uncorrectable(ecc, "Volatile"),
+        "ecc_uncorrected_aggregate": _q_uncorrectable(ecc, "Aggregate"),
+        "retired_pages_pending": pending_pages,
+        "remapped_rows": remapped,
+        "recovery_action": _q_value(gpu.get("GPU Recovery Action")),
+    }

@@ -14,7 +14,7 @@ import pytest
 from shared_fixtures import REPO
 
 from toolkit.acceptance import memory_health
-from toolkit.acceptance.node_runner import facts as nr
+from toolkit.facts import nvidia
 
 REAL = REPO / "tests" / "data" / "real"
 H100 = "nvidia-smi-q.h100-sxm-8.565.57.01.txt"
@@ -22,9 +22,9 @@ H100 = "nvidia-smi-q.h100-sxm-8.565.57.01.txt"
 
 def _gpus(text: str) -> list[dict[str, Any]]:
     """The runner's per-GPU records (the memory part) of a ``-q`` capture."""
-    trees = nr.parse_smi_q(text)
+    trees = nvidia.parse_smi_q(text)
     return [
-        {"index": i, "bus_id": bus, **nr.memory_health(tree)}
+        {"index": i, "bus_id": bus, **nvidia.memory_health(tree)}
         for i, (bus, tree) in enumerate(trees.items())
     ]
 

@@ -19,8 +19,9 @@ from shared_fixtures import REPO
 
 from toolkit.acceptance.check import Check
 from toolkit.acceptance.memory_health import judge as judge_memory
-from toolkit.acceptance.node_runner.facts import memory_health, parse_smi_q, parse_xids
+from toolkit.acceptance.node_runner.facts import parse_xids
 from toolkit.cli import cli
+from toolkit.facts.nvidia import memory_health, parse_smi_q
 from toolkit.lab.faults import ECC_FAULT_UNCORRECTED, XID63_MESSAGE
 from toolkit.records import runs
 from toolkit.report import evidence

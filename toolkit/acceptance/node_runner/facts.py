@@ -23,22 +23,6 @@ from .common import sh
 DEFAULT_KERNEL_LOG_COMMAND = "journalctl -k -b -o short-monotonic --no-pager"
 
 
-# The memory-error counters come from `nvidia-smi -q` (one report, every generation): its
-# "ECC Errors" section names the uncorrectable counters per generation (Volta and older:
-# "Double Bit" > "Total"; Ampere: "SRAM/DRAM Uncorrectable"; Hopper: "SRAM Uncorrectable
-# Parity", "SRAM Uncorrectable SEC-DED", "DRAM Uncorrectable"), "Retired Pages" (page
-# retirement, Volta and older), "Remapped Rows" (row remapping, Ampere and newer) and
-# "GPU Recovery Action" (newer drivers) are read as they are; see the captures in
-# tests/data/real/ (tests/data/real/SOURCES.md). A value the GPU does not report ("N/A", a
-# missing line) is None: "not reported", never a failure.
-SMI_Q_ABSENT = {
-    "n/a",
-    "not supported",
-    "unknown error",
-    "requested functionality has been deprecated",
-}
-
-
 # The most of `nvidia-smi -q` kept in the result: an 8-GPU H100 report is about 80 KB
 # (tests/data/real/nvidia-smi-q.h100-sxm-8.565.57.01.txt); a longer one is cut, never dropped.
 SMI_Q_MAX_CHARS = 1 << 20
@@ -75,102 +59,6 @@ NET_DIR = "/sys/class/net"
 
 
 ARPHRD_LOOPBACK = "772"  # /sys/class/net/<if>/type of a loopback (linux/if_arp.h)
-
-
-def parse_smi_q(text: str) -> dict[str, dict[str, Any]]:
-    """``nvidia-smi -q`` as one tree per GPU, keyed by its bus id (``00000000:18:00.0``).
-
-    A line ``Key : value`` is a leaf; a line without a colon opens a section holding the
-    lines indented below it (four spaces a level).
-    """
-    gpus: dict[str, dict[str, Any]] = {}
-    stack: list[tuple[int, dict[str, Any]]] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        depth = (len(line) - len(line.lstrip(" "))) // 4
-        if depth == 0:
-            stack = []
-            if line.startswith("GPU "):
-                tree: dict[str, Any] = {}
-                gpus[line[4:].strip()] = tree
-                stack = [(0, tree)]
-            continue
-        if not stack:
-            continue
-        while len(stack) > 1 and stack[-1][0] >= depth:
-            stack.pop()
-        parent = stack[-1][1]
-        key, colon, value = line.partition(":")
-        if colon:
-            parent[key.strip()] = value.strip()
-        else:
-            child: dict[str, Any] = {}
-            parent[key.strip()] = child
-            stack.append((depth, child))
-    return gpus
-
-
-def _q_value(value: Any) -> str | None:
-    """A ``-q`` leaf, or None when the GPU does not report it."""
-    if not isinstance(value, str) or value.strip("[]").lower() in SMI_Q_ABSENT or not value:
-        return None
-    return value
-
-
-def _q_count(value: Any) -> int | None:
-    text = _q_value(value)
-    return int(text) if text is not None and text.isdigit() else None
-
-
-def _q_flag(value: Any) -> bool | None:
-    text = (_q_value(value) or "").lower()
-    return {"yes": True, "no": False}.get(text)
-
-
-def _q_uncorrectable(ecc: Any, span: str) -> int | None:
-    """The uncorrectable ECC errors of ``Volatile`` or ``Aggregate``: the sum of every
-    uncorrectable counter (nvidia-smi's ``ecc.errors.uncorrected.<span>.total``)."""
-    counters = ecc.get(span) if isinstance(ecc, dict) else None
-    if not isinstance(counters, dict):
-        return None
-    double_bit = counters.get("Double Bit")  # Volta and older
-    if isinstance(double_bit, dict):
-        values = [double_bit.get("Total")]
-    else:
-        values = [v for k, v in counters.items() if "Uncorrectable" in k]
-    numbers = [_q_count(v) for v in values]
-    if not numbers or any(n is None for n in numbers):
-        return None
-    return sum(n for n in numbers if n is not None)
-
-
-def memory_health(gpu: dict[str, Any]) -> dict[str, Any]:
-    """One GPU's memory-error counters from its ``-q`` tree (None: not reported)."""
-    ecc = gpu.get("ECC Errors")
-    pages = gpu.get("Retired Pages")
-    pending_pages = None
-    if isinstance(pages, dict):
-        # "Pending Page Blacklist" in the captures (tests/data/real/); read by its prefix.
-        pending_pages = next(
-            (_q_flag(v) for k, v in pages.items() if k.startswith("Pending")), None
-        )
-    rows = gpu.get("Remapped Rows")
-    remapped = None
-    if isinstance(rows, dict):
-        remapped = {
-            "correctable": _q_count(rows.get("Correctable Error")),
-            "uncorrectable": _q_count(rows.get("Uncorrectable Error")),
-            "pending": _q_flag(rows.get("Pending")),
-            "failure": _q_flag(rows.get("Remapping Failure Occurred")),
-        }
-    return {
-        "ecc_uncorrected_volatile": _q_uncorrectable(ecc, "Volatile"),
-        "ecc_uncorrected_aggregate": _q_uncorrectable(ecc, "Aggregate"),
-        "retired_pages_pending": pending_pages,
-        "remapped_rows": remapped,
-        "recovery_action": _q_value(gpu.get("GPU Recovery Action")),
-    }
 
 
 def query_gpus(smi: str) -> dict[str, Any]:
@@ -231,9 +119,9 @@ def query_gpus(smi: str) -> dict[str, Any]:
                 "throttle_active": nvidia.smi_int(h.get("clocks_throttle_reasons.active")),
             }
         )
-    # The memory-error counters: see SMI_Q_ABSENT's comment (missing ones stay None).
+    # The memory-error counters (toolkit.facts.nvidia.memory_health; missing ones stay None).
     rc, stdout, stderr = sh(nvidia.query_report(smi), timeout=120)
-    memory = parse_smi_q(stdout) if rc == 0 else {}
+    memory = nvidia.parse_smi_q(stdout) if rc == 0 else {}
     # The report itself, as the GPU gave it at acceptance: an RMA asks for it as it was when
     # the failure was seen (toolkit/report/evidence.py), not after a reset cleared its
     # volatile counters or with the node down.
@@ -241,7 +129,7 @@ def query_gpus(smi: str) -> dict[str, Any]:
     if rc != 0:
         out["memory_error"] = (stdout + stderr).strip()[-300:] or f"nvidia-smi -q exited {rc}"
     for gpu in listed:
-        gpu.update(memory_health(memory.get(str(gpu["bus_id"]), {})))
+        gpu.update(nvidia.memory_health(memory.get(str(gpu["bus_id"]), {})))
     out.update(ok=True, count=len(listed), list=listed)
     return out
 
