@@ -9,8 +9,9 @@ and real Ansible. In order:
 1. provision on a node whose declared data disk is not mounted stops in preflight, with
    nothing installed; ``up --accept-only`` (the scheduled re-validation) reports the bare
    node as needing provisioning and changes nothing on it;
-2. ``up`` interrupted by SIGINT and then by SIGTERM while it provisions exits 130 and leaves
-   the node not ready;
+2. ``up`` interrupted by SIGINT and then by SIGTERM once its playbook has begun changing the
+   node (the driver role's first task, seen in the run's event stream) exits 130, leaves the
+   node not ready and no playbook running;
 3. ``up`` over both nodes (node 2 with uncorrectable ECC errors) leaves node 1 ready and
    node 2 not-ready with the fault as its reason; ``status --json`` agrees;
 4. a second ``up`` changes nothing: every stage of the ready nodes is skipped; its time is
@@ -134,6 +135,35 @@ def gpunode_timed(
     ), longest
 
 
+# The role whose tasks change the node first in a provision (playbooks/provision.yml).
+DRIVER_ROLE = "nvidia_driver"
+
+
+def _wait_for_task_start(
+    state_dir: Path, earlier: set[Path], proc: subprocess.Popen[str], role: str, timeout: float
+) -> bool:
+    """Whether the playbook run by ``proc`` started a task of ``role``, read from the job
+    events ansible-runner writes under its run's artifacts as they happen (runs in
+    ``earlier`` are not this one's)."""
+    deadline = time.monotonic() + timeout
+    seen: set[Path] = set()
+    while time.monotonic() < deadline and proc.poll() is None:
+        for run in set(state_dir.glob("runs/*")) - earlier:
+            for path in run.glob("artifacts/*/job_events/*.json"):
+                if path in seen:
+                    continue
+                try:
+                    event = json.loads(path.read_text())
+                except (OSError, ValueError):  # being written: read it on the next pass
+                    continue
+                seen.add(path)
+                data = event.get("event_data") or {}
+                if event.get("event") == "playbook_on_task_start" and data.get("role") == role:
+                    return True
+        time.sleep(0.2)
+    return False
+
+
 def node_state(node: str) -> dict[str, Any]:
     out = lab_core.ssh_run(LAB, node, "cat /etc/gpunode/state.json 2>/dev/null || echo '{}'")
     return json.loads(out.stdout)
@@ -171,6 +201,8 @@ def test_interrupted_up_exits_130_and_leaves_the_node_not_ready(
     up_lab: dict[str, Any], sig: signal.Signals
 ) -> None:
     node = up_lab["names"][0]
+    state_dir = up_lab["state_dir"]
+    earlier = set(state_dir.glob("runs/*"))
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -198,7 +230,10 @@ def test_interrupted_up_exits_130_and_leaves_the_node_not_ready(
         if "provision: " in line or time.monotonic() > deadline:
             break
     assert any("provision: " in line for line in seen), "".join(seen)[-3000:]
-    time.sleep(8)  # well inside the playbook: packages are being installed
+    # The signal lands once the playbook has begun changing the node: the driver role's first
+    # change (its converge stamp forgotten), seen in the run's own event stream.
+    started = _wait_for_task_start(state_dir, earlier, proc, DRIVER_ROLE, timeout=600)
+    assert started, "".join(seen)[-3000:]
     proc.send_signal(sig)
     try:
         _out, err = proc.communicate(timeout=300)
