@@ -145,7 +145,8 @@ def test_bench_time_to_verdict(tmp_path: Path) -> None:
     from toolkit.lab import image as lab_image
     from toolkit.lab import lab as lab_core
     from toolkit.lab.spec import build_spec
-    from toolkit.steps.accept import AcceptOptions, run_acceptance
+    from toolkit.steps.accept.options import AcceptOptions
+    from toolkit.steps.accept.run import run_acceptance
 
     try:
         lab_image.docker_client()

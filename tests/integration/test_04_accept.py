@@ -30,7 +30,9 @@ from toolkit.acceptance.hooks import NodeMark, SlurmHook, local_runner, parse_sc
 from toolkit.inventory import load_inventory
 from toolkit.remote import open_node
 from toolkit.report.html import LINK_COLOURS, SERIES_COLOUR
-from toolkit.steps.accept import AcceptanceRun, AcceptOptions, run_acceptance
+from toolkit.steps.accept.options import AcceptOptions
+from toolkit.steps.accept.record import AcceptanceRun
+from toolkit.steps.accept.run import run_acceptance
 
 LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test")  # tests/integration/conftest.py
 # The ranks run in the lab group's training image (built once per session).

@@ -35,7 +35,8 @@ from toolkit.images.normalise import is_volatile, normalise, read_image
 from toolkit.images.recipe import LABEL_INPUT_DIGEST, LABEL_SOURCE_DATE, LABEL_STACK_ID
 from toolkit.inventory import load_inventory
 from toolkit.lab import nccl_wheel, paths
-from toolkit.steps.accept import AcceptOptions, run_acceptance
+from toolkit.steps.accept.options import AcceptOptions
+from toolkit.steps.accept.run import run_acceptance
 
 GPUNODE = [str(Path(sys.executable).parent / "gpunode")]
 

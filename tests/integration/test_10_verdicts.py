@@ -27,7 +27,9 @@ from test_04_accept import _lab_ref
 from toolkit import cert
 from toolkit.cert.signature import split
 from toolkit.inventory import load_inventory
-from toolkit.steps.accept import AcceptanceRun, AcceptOptions, run_acceptance
+from toolkit.steps.accept.options import AcceptOptions
+from toolkit.steps.accept.record import AcceptanceRun
+from toolkit.steps.accept.run import run_acceptance
 
 LAB = os.environ.get("GPUNODE_TEST_LAB", "gpunode-test")
 

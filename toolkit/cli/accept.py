@@ -21,6 +21,7 @@ from toolkit.cli.output import emit_json, out_console, say, shown
 from toolkit.errors import EXIT_FAILED, EXIT_OK
 from toolkit.records import runs
 from toolkit.report.text import counts_text, outcome_counts
+from toolkit.steps.accept.options import AcceptOptions
 
 
 @click.group(invoke_without_command=True)
@@ -71,7 +72,7 @@ def accept(
         raise click.UsageError("Missing option '-i' / '--inventory' (or use: accept parse FILE).")
     # Imported when a run starts: the step loads Docker's client and Fabric (over a second),
     # which `gpunode accept --help`, `accept parse` and a refused usage must not wait for.
-    from toolkit.steps.accept import AcceptOptions, run_acceptance
+    from toolkit.steps.accept.run import run_acceptance
 
     run = run_acceptance(
         AcceptOptions(

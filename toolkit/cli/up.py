@@ -84,8 +84,9 @@ def up(
     --yes; a refused node stops alone), converges the pinned stack, runs the acceptance test
     and marks each node. Rerun it after an interruption: it carries on where the nodes are.
     """
-    # Imported when `up` runs: the step loads Docker's client and acceptance (over a second),
-    # which `gpunode up --help` and a refused usage must not wait for.
+    # Imported when `up` runs: the step loads the stack's models and pydantic (and, when a
+    # stage needs them, Docker's client and acceptance), which `gpunode up --help` and a
+    # refused usage must not wait for.
     from toolkit.steps.up import UpOptions, run_up
 
     if not yes and not accept_only and not sys.stdin.isatty():

@@ -113,6 +113,27 @@ PROC_VERSION = Fact(
 )
 
 
+def _lines(rc: int | None, text: str) -> list[str] | None:
+    """The non-empty lines of a query that ran (None: nvidia-smi is missing or failed)."""
+    return [line.strip() for line in text.splitlines() if line.strip()] if rc == 0 else None
+
+
+# Read by the roles when they need them (``gpunode_node_facts`` with ``read``), not by the
+# converge's probe: what a step has just changed, or what runs on the GPUs now.
+# ``persistence_mode``: "Enabled" or "Disabled" per GPU (nvidia-smi --help-query-gpu).
+SMI_PERSISTENCE = Fact(
+    "smi_persistence",
+    ("nvidia-smi", "--query-gpu=persistence_mode", "--format=csv,noheader"),
+    _lines,
+)
+# The compute processes on any GPU, one "pid, process_name" line each (none: no line).
+SMI_COMPUTE_APPS = Fact(
+    "smi_compute_apps",
+    ("nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"),
+    _lines,
+)
+
+
 # --- nvidia-smi's CSV queries (``nvidia-smi --help-query-gpu``) ---------------------------------
 
 CSV = "--format=csv,noheader,nounits"

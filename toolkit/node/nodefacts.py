@@ -41,6 +41,10 @@ FACTS: tuple[probe.Fact, ...] = (
     converge.FACT,
 )
 PROBE_SCRIPT = probe.script(FACTS)
+# Facts a role reads when it needs them (``gpunode_node_facts`` with ``read``), by name.
+ON_DEMAND: dict[str, probe.Fact] = {
+    fact.name: fact for fact in (nvidia.SMI_PERSISTENCE, nvidia.SMI_COMPUTE_APPS)
+}
 
 Sections = Mapping[str, tuple[probe.Status, str]]
 

@@ -50,18 +50,13 @@ from typing import Any
 
 from toolkit import cert
 from toolkit.acceptance.failure import HARDWARE
-from toolkit.acceptance.summary import busbw_at_largest
 from toolkit.errors import ToolkitError
-from toolkit.images.build import build_recipe, recipe_for
-from toolkit.images.engine import docker_client, find_image
-from toolkit.images.recipe import LABEL_INPUT_DIGEST
-from toolkit.images.render import render
 from toolkit.inventory import Inventory
 from toolkit.node import nodestate
 from toolkit.progress import HEARTBEAT_S, Display, Heartbeat, Progress
 from toolkit.records import runs
 from toolkit.steps import disks
-from toolkit.steps.accept import AcceptOptions, run_acceptance
+from toolkit.steps.accept.options import AcceptOptions
 from toolkit.steps.precheck import Precheck, precheck
 from toolkit.steps.provision import converge, read_drift
 
@@ -291,8 +286,11 @@ def _stages(
     stop: _Stop,
     progress: Progress,
 ) -> None:
-    images = _images(found.inventory, nodes, progress) if opts.engine == "image" else {}
-    stop.check()
+    # The image stage runs beside the survey (it only reads the inventory and this machine's
+    # Docker engine; the survey only reads the nodes): a no-op `up` pays for the slower one.
+    images = _ImageStage(found.inventory, nodes, progress) if opts.engine == "image" else None
+    if images is not None:
+        images.start()
     todo_provision, todo_accept = _survey(opts, found, nodes, images, stop, progress)
     if todo_provision and opts.accept_only:
         for host in todo_provision:
@@ -327,53 +325,75 @@ def _held_for_hardware(node: NodeUp) -> bool:
     return True
 
 
-def _images(inventory: Inventory, nodes: dict[str, NodeUp], progress: Progress) -> dict[str, str]:
-    """Build each group's training image unless its current recipe's image is here already.
+class _ImageStage(threading.Thread):
+    """Build each group's training image unless its current recipe's image is here already,
+    in a thread of its own beside the survey.
 
-    Returns:
-        Per host, the ID of its group's image (hosts whose image failed are marked failed).
+    :meth:`finish` waits for it and marks each node's image stage (a group whose image
+    failed marks its nodes failed). A daemon: an interrupted ``up`` does not wait for a build.
     """
-    groups: dict[str, list[str]] = {}
-    for host in nodes:
-        groups.setdefault(inventory.stack_group_of(host), []).append(host)
-    images: dict[str, str] = {}
-    for group, hosts in sorted(groups.items()):
+
+    def __init__(self, inventory: Inventory, nodes: dict[str, NodeUp], progress: Progress):
+        super().__init__(name="up-image-stage", daemon=True)
+        self.groups: dict[str, list[str]] = {}
+        for host in nodes:
+            self.groups.setdefault(inventory.stack_group_of(host), []).append(host)
+        self.inventory = inventory
+        self.progress = progress
+        self.results: dict[str, tuple[StageResult, str | None]] = {}
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for group in sorted(self.groups):
+                self.results[group] = self._group(group)
+        except BaseException as err:  # raised again in the caller's thread by finish()
+            self.error = err
+
+    def _group(self, group: str) -> tuple[StageResult, str | None]:
+        # Imported here, in this thread, while the survey's playbook runs: Docker's client and
+        # the image build are a third of a no-op up's imports.
+        from toolkit.images import build, engine, recipe, render
+
         t0 = time.monotonic()
         try:
-            recipe = recipe_for(inventory, group)
-            digest = render(recipe).digest
-            client = docker_client()
-            have = find_image(client, recipe.tag)
+            wanted = build.recipe_for(self.inventory, group)
+            digest = render.render(wanted).digest
+            client = engine.docker_client()
+            have = engine.find_image(client, wanted.tag)
             labels = (have.labels or {}) if have is not None else {}
-            if have is not None and labels.get(LABEL_INPUT_DIGEST) == digest:
-                image_id, detail = str(have.id), f"{recipe.tag} is current"
+            if have is not None and labels.get(recipe.LABEL_INPUT_DIGEST) == digest:
+                image_id, detail = str(have.id), f"{wanted.tag} is current"
             else:
-                progress(f"image: building {recipe.tag} for group {group}")
-                built = build_recipe(recipe, progress=progress, client=client)
-                image_id, detail = built.image_id, f"built {recipe.tag}"
+                self.progress(f"image: building {wanted.tag} for group {group}")
+                built = build.build_recipe(wanted, progress=self.progress, client=client)
+                image_id, detail = built.image_id, f"built {wanted.tag}"
         except ToolkitError as err:
+            return StageResult("failed", err.message, time.monotonic() - t0), None
+        return StageResult("done", f"{detail} ({image_id[:19]})", time.monotonic() - t0), image_id
+
+    def finish(self, nodes: dict[str, NodeUp]) -> None:
+        """Wait for the stage; mark each node's image stage and image."""
+        self.join()
+        if self.error is not None:
+            raise self.error
+        for group, hosts in self.groups.items():
+            result, image_id = self.results[group]
             for host in hosts:
-                nodes[host].stages["image"] = StageResult(
-                    "failed", err.message, time.monotonic() - t0
-                )
-            continue
-        for host in hosts:
-            images[host] = image_id
-            nodes[host].stages["image"] = StageResult(
-                "done", f"{detail} ({image_id[:19]})", time.monotonic() - t0
-            )
-    return images
+                nodes[host].stages["image"] = result
+                nodes[host].image_id = image_id
 
 
 def _survey(
     opts: UpOptions,
     found: Precheck,
     nodes: dict[str, NodeUp],
-    images: dict[str, str],
+    images: _ImageStage | None,
     stop: _Stop,
     progress: Progress,
 ) -> tuple[list[str], list[str]]:
-    """Read every node's state and drift; say which need provisioning, which acceptance."""
+    """Read every node's state and drift; say which need provisioning, which acceptance
+    (once the image stage beside it has ended: a node whose image failed goes no further)."""
     now = datetime.now(timezone.utc)
     progress("survey: node state and drift")
     t0 = time.monotonic()
@@ -386,6 +406,9 @@ def _survey(
             precheck=found,
         )
     spent = time.monotonic() - t0
+    if images is not None:
+        images.finish(nodes)
+    stop.check()
     unreadable = survey.report["errors"]
     todo_provision: list[str] = []
     todo_accept: list[str] = []
@@ -397,7 +420,7 @@ def _survey(
             node.state = {"state": "unknown", "reason": [unreadable[host]]}
             continue
         node.state = survey.state(host) or nodestate.new()
-        node.image_id, node.now = images.get(host), now
+        node.now = now
         drift = survey.drift(host)
         node.stages["survey"] = StageResult(
             "done", f"{node.state.get('state')}; drift: {len(drift)}", spent
@@ -495,6 +518,10 @@ def _accept(
     outcome: UpOutcome,
     progress: Progress,
 ) -> None:
+    # Imported only when a node needs accepting: the acceptance flow (Docker's client, Fabric,
+    # the verdicts) is most of `up`'s imports, and a no-op `up` needs none of it.
+    from toolkit.steps.accept.run import run_acceptance
+
     progress(f"accept: {_limit(hosts)}")
     t0 = time.monotonic()
     # The images the image stage found or built, by ID: the group's tag may have moved since
@@ -524,7 +551,7 @@ def _accept(
         written = plan.state if plan.written.get("state") else None
         node.state = dict(written or {"state": "unknown", "reason": [plan.error]})
         if node.ready:
-            busbw = busbw_at_largest(plan)
+            busbw = node.state.get("busbw_at_largest_gbps")  # the verdict's, as recorded
             shown = f"{busbw:.3f}" if isinstance(busbw, (int, float)) else "unknown"
             detail = f"busbw {shown} GB/s at the largest size"
         else:

@@ -355,7 +355,7 @@ def test_the_terminal_verdict_and_json_show_three_outcomes(
     from click.testing import CliRunner
 
     from toolkit.cli import cli, output
-    from toolkit.steps import accept as step
+    from toolkit.steps.accept import run as step
 
     lab, mixed = _verdicts()
     summary = run_summary(lab, mixed)

@@ -28,7 +28,7 @@ from toolkit.acceptance.verdict import judge
 from toolkit.config import MAX_YAML_BYTES, MAX_YAML_INT_CHARS, MAX_YAML_NODES
 from toolkit.inventory import MAX_INVENTORY_HOSTS, Host, load_inventory
 from toolkit.profile.floors import AcceptanceSpec
-from toolkit.steps import accept
+from toolkit.steps.accept import run as accept
 from unit.acceptance.test_verdict import EXPECT, SPEC, healthy
 
 TOPO = (REPO / "tests" / "unit" / "data" / "topo" / "h100-sxm-8.txt").read_text()

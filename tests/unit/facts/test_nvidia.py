@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 from shared_fixtures import REPO
 
-from toolkit.facts.nvidia import memory_health, parse_smi_csv, parse_smi_q, smi_int, smi_value
+from toolkit.facts.nvidia import (
+    SMI_COMPUTE_APPS,
+    SMI_PERSISTENCE,
+    memory_health,
+    parse_smi_csv,
+    parse_smi_q,
+    smi_int,
+    smi_value,
+)
 
 
 @pytest.mark.parametrize(
@@ -112,3 +120,22 @@ def test_smi_q_volta_double_bit_totals_are_read() -> None:
     health = memory_health(tree)
     assert (health["ecc_uncorrected_volatile"], health["ecc_uncorrected_aggregate"]) == (3, 3)
     assert health["retired_pages_pending"] is True
+
+
+def test_on_demand_queries_read_their_lines_or_nothing() -> None:
+    """The roles' on-demand queries: one line per GPU (``persistence_mode``) or per process
+    (``pid, process_name``, nvidia-smi's CSV without header); a query that could not run
+    (nvidia-smi missing: no status; failed: its status) is None, never an empty answer."""
+    assert SMI_PERSISTENCE.read({"smi_persistence": (0, "Enabled\nDisabled\n")}) == [
+        "Enabled",
+        "Disabled",
+    ]
+    work = "2417, /usr/bin/python3\n2418, /opt/app/train\n"
+    assert SMI_COMPUTE_APPS.read({"smi_compute_apps": (0, work)}) == [
+        "2417, /usr/bin/python3",
+        "2418, /opt/app/train",
+    ]
+    assert SMI_COMPUTE_APPS.read({"smi_compute_apps": (0, "")}) == []
+    assert SMI_COMPUTE_APPS.read({"smi_compute_apps": (None, "")}) is None
+    assert SMI_PERSISTENCE.read({"smi_persistence": (9, "NVIDIA-SMI has failed")}) is None
+    assert SMI_PERSISTENCE.read({}) is None

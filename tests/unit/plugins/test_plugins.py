@@ -118,6 +118,29 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> EventCollector:
             hardware=HARDWARE,
         ),
         play(
+            "Read facts on demand",
+            [
+                {
+                    "name": "Read two facts now",
+                    "gpunode_node_facts": {"read": ["smi_persistence", "smi_compute_apps"]},
+                    "register": "on_demand",
+                },
+                {
+                    "name": "Ask for a fact there is no such thing as",
+                    "gpunode_node_facts": {"read": ["smi_everything"]},
+                    "ignore_errors": True,
+                    "register": "bad_read",
+                },
+                {
+                    "name": "Keep what was read",
+                    "ansible.builtin.set_fact": {
+                        "on_demand_read": "{{ on_demand.read }}",
+                        "bad_read_msg": "{{ bad_read.msg }}",
+                    },
+                },
+            ],
+        ),
+        play(
             "Refuse an unsupported OS",
             [
                 {
@@ -249,6 +272,14 @@ def test_gpunode_node_facts_on_a_machine_without_gpus(run: EventCollector) -> No
     # Nothing of the stack is installed here: every pin is missing, the module is not loaded.
     kinds = {(d["package"], d["kind"]) for d in node["drift"]}
     assert kinds == {("nvidia-utils-550", "missing"), ("kernel module", "loaded")}
+
+
+def test_gpunode_node_facts_reads_chosen_facts_now(run: EventCollector) -> None:
+    """``read``: only the facts named, in one round trip; none of them can be read on a
+    machine without nvidia-smi (None: not "no GPU work", not "persistence off")."""
+    facts = run.facts["localhost"]
+    assert facts["on_demand_read"] == {"smi_persistence": None, "smi_compute_apps": None}
+    assert "read takes a list of ['smi_compute_apps', 'smi_persistence']" in facts["bad_read_msg"]
 
 
 def test_node_facts_read_the_state_file_and_the_stamps(run: EventCollector) -> None:

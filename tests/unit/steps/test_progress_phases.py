@@ -24,8 +24,8 @@ from toolkit.errors import StackError
 from toolkit.images import distribute
 from toolkit.inventory import Host
 from toolkit.remote import Result
-from toolkit.steps import accept as accept_step
 from toolkit.steps import up as up_step
+from toolkit.steps.accept import run as accept_step
 
 INTERVAL = 0.1
 IMAGE_ID = "sha256:" + "ab" * 32

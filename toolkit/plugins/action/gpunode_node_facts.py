@@ -8,7 +8,9 @@ controller by ``toolkit.node.nodefacts`` with the parsers of ``toolkit.facts``. 
 resolved stack (``stack``, or the fact ``gpunode_stack``) it also compares pinned, installed
 and loaded versions: ``gpunode_node.drift`` lists every difference. ``compare: true`` adds that
 comparison to the facts already read, without a round trip (preflight reads the facts before
-it resolves the stack).
+it resolves the stack). ``read: [NAME, ...]`` reads only those facts of
+``toolkit.node.nodefacts.ON_DEMAND`` now, in one round trip, and returns them under ``read``
+(for a role that checks what it has just changed, or what runs on the GPUs now).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 
 from toolkit.ansible.values import plain
+from toolkit.facts import probe
 from toolkit.node.nodefacts import (
+    ON_DEMAND,
     PROBE_SCRIPT,
     gpu_model_names,
     node_facts,
@@ -34,7 +38,7 @@ class ActionModule(ActionBase):
     """Gather ``gpunode_node`` facts (or the fact named by ``fact``) from the node."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("stack", "hardware", "fact", "compare"))
+    _VALID_ARGS = frozenset(("stack", "hardware", "fact", "compare", "read"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run the probe script and return ``ansible_facts.gpunode_node``."""
@@ -51,6 +55,8 @@ class ActionModule(ActionBase):
                 return result
             result["ansible_facts"] = {fact: with_drift(read, plain(resolved))}
             return result
+        if "read" in self._task.args:
+            return self._read(result, self._task.args["read"])
         command = "/bin/sh -c " + shlex.quote(PROBE_SCRIPT)
         out = self._low_level_execute_command(command, sudoable=True)
         sections = parse_sections(out.get("stdout", ""))
@@ -73,4 +79,22 @@ class ActionModule(ActionBase):
         # `setup` round trip is needed.
         os_facts = {f"ansible_{name}": value for name, value in facts["os"].items()}
         result["ansible_facts"] = {**os_facts, fact: facts}
+        return result
+
+    def _read(self, result: dict[str, Any], names: Any) -> dict[str, Any]:
+        """Read the named on-demand facts now: ``result["read"]`` maps each to its value."""
+        if not isinstance(names, list) or not names or any(n not in ON_DEMAND for n in names):
+            result["failed"] = True
+            result["msg"] = f"read takes a list of {sorted(ON_DEMAND)}; got {names!r}"
+            return result
+        chosen = [ON_DEMAND[n] for n in names]
+        out = self._low_level_execute_command(
+            "/bin/sh -c " + shlex.quote(probe.script(chosen)), sudoable=True
+        )
+        sections = parse_sections(out.get("stdout", ""))
+        if out.get("rc") != 0 and not sections:
+            result["failed"] = True
+            result["msg"] = f"could not probe the node: {out.get('stderr') or out.get('stdout')}"
+            return result
+        result["read"] = {fact.name: fact.read(sections) for fact in chosen}
         return result
