@@ -120,13 +120,15 @@ def _lines(rc: int | None, text: str) -> list[str] | None:
 
 # Read by the roles when they need them (``gpunode_node_facts`` with ``read``), not by the
 # converge's probe: what a step has just changed, or what runs on the GPUs now.
-# ``persistence_mode``: "Enabled" or "Disabled" per GPU (nvidia-smi --help-query-gpu).
+# ``persistence_mode``: "Enabled" or "Disabled", one line per GPU (nvidia-smi(1), "Persistence
+# Mode"; the same words as `nvidia-smi -q` prints in the captures of tests/data/real/).
 SMI_PERSISTENCE = Fact(
     "smi_persistence",
     ("nvidia-smi", "--query-gpu=persistence_mode", "--format=csv,noheader"),
     _lines,
 )
-# The compute processes on any GPU, one "pid, process_name" line each (none: no line).
+# The compute processes on any GPU (nvidia-smi(1), --query-compute-apps: "information about
+# currently active compute processes"): one "pid, process_name" line each, none when idle.
 SMI_COMPUTE_APPS = Fact(
     "smi_compute_apps",
     ("nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"),

@@ -122,6 +122,13 @@ def test_smi_q_volta_double_bit_totals_are_read() -> None:
     assert health["retired_pages_pending"] is True
 
 
+def test_the_persistence_words_are_the_real_reports() -> None:
+    """The driver role asks every GPU for "Enabled": the word real reports print."""
+    for name in ("nvidia-smi-q.h100-sxm-8.565.57.01.txt", "nvidia-smi-q.a10.535.129.03.txt"):
+        modes = {tree["Persistence Mode"] for tree in _capture(name).values()}
+        assert modes == {"Enabled"}, (name, modes)
+
+
 def test_on_demand_queries_read_their_lines_or_nothing() -> None:
     """The roles' on-demand queries: one line per GPU (``persistence_mode``) or per process
     (``pid, process_name``, nvidia-smi's CSV without header); a query that could not run

@@ -25,6 +25,7 @@ from toolkit.facts import probe
 from toolkit.node.nodefacts import (
     ON_DEMAND,
     PROBE_SCRIPT,
+    Sections,
     gpu_model_names,
     node_facts,
     parse_sections,
@@ -57,12 +58,8 @@ class ActionModule(ActionBase):
             return result
         if "read" in self._task.args:
             return self._read(result, self._task.args["read"])
-        command = "/bin/sh -c " + shlex.quote(PROBE_SCRIPT)
-        out = self._low_level_execute_command(command, sudoable=True)
-        sections = parse_sections(out.get("stdout", ""))
-        if out.get("rc") != 0 and not sections:
-            result["failed"] = True
-            result["msg"] = f"could not probe the node: {out.get('stderr') or out.get('stdout')}"
+        sections = self._probe(PROBE_SCRIPT, result)
+        if sections is None:
             return result
         facts = node_facts(sections, dict(resolved) if resolved else None)
         hardware = self._task.args.get("hardware", task_vars.get("hardware")) or {}
@@ -88,13 +85,18 @@ class ActionModule(ActionBase):
             result["msg"] = f"read takes a list of {sorted(ON_DEMAND)}; got {names!r}"
             return result
         chosen = [ON_DEMAND[n] for n in names]
-        out = self._low_level_execute_command(
-            "/bin/sh -c " + shlex.quote(probe.script(chosen)), sudoable=True
-        )
+        sections = self._probe(probe.script(chosen), result)
+        if sections is not None:
+            result["read"] = {fact.name: fact.read(sections) for fact in chosen}
+        return result
+
+    def _probe(self, script: str, result: dict[str, Any]) -> Sections | None:
+        """Run a probe script on the node in one round trip: its sections, or None with
+        ``result`` failed when the node could not be probed at all."""
+        out = self._low_level_execute_command("/bin/sh -c " + shlex.quote(script), sudoable=True)
         sections = parse_sections(out.get("stdout", ""))
         if out.get("rc") != 0 and not sections:
             result["failed"] = True
             result["msg"] = f"could not probe the node: {out.get('stderr') or out.get('stdout')}"
-            return result
-        result["read"] = {fact.name: fact.read(sections) for fact in chosen}
-        return result
+            return None
+        return sections
